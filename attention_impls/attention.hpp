@@ -1,0 +1,136 @@
+// The one interface every attention mechanism implements, and the description each registers.
+//
+// Life of a benchmark point (benchdnn style: validate, then time):
+//   1. info.make(problem, params) constructs the mechanism: no allocation, no randomness.
+//   2. validate() names a shape or parameter it cannot take (the CLI exits 2 with the message);
+//      capabilities (causal, backward) are checked by the runner from the declared Capabilities
+//      and reported as SKIPPED.
+//   3. working_bytes(mode) and flops(mode) are analytic: known before anything is allocated, so
+//      a point too large for memory is refused up front, and GFLOP/s has a fixed numerator.
+//   4. setup(mode, rng): untimed. Allocation (tracked), primitive creation, random draws.
+//   5. forward / backward: timed. No buffer allocation, no randomness.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "core/rng.hpp"
+#include "core/tensor.hpp"
+
+namespace ab {
+
+enum class Mode { fwd, fwdbwd };
+const char* to_string(Mode m);
+
+// The attention call being benchmarked: shapes, causality and the layout shared by Q, K, V, O
+// and their gradients.
+struct AttnProblem {
+  Shape4 shape;
+  bool causal = false;
+  Strides3 strides;  // defaults to contiguous (B, H, N, D)
+  int threads = 1;   // OpenMP threads the call may use
+};
+
+// Inputs and outputs of one call. Gradients are only set for backward.
+struct AttnArgs {
+  TensorView q, k, v, o;
+  TensorView dout, dq, dk, dv;
+};
+
+// ---- typed parameters ----
+enum class ParamType { Int, Float, Bool, Choice };
+using ParamValue = std::variant<int64_t, double, bool, std::string>;
+
+struct ParamSpec {
+  std::string name;
+  ParamType type = ParamType::Int;
+  ParamValue def;
+  double min = 0, max = 0;            // Int and Float: inclusive range
+  std::vector<std::string> choices;   // Choice
+  std::string help;
+  std::string describe_range() const;
+};
+
+// Resolved values for every declared parameter (defaults included), in declaration order.
+class ParamValues {
+ public:
+  ParamValues() = default;
+  int64_t get_int(const std::string& n) const { return std::get<int64_t>(at(n)); }
+  double get_float(const std::string& n) const { return std::get<double>(at(n)); }
+  bool get_bool(const std::string& n) const { return std::get<bool>(at(n)); }
+  const std::string& get_choice(const std::string& n) const { return std::get<std::string>(at(n)); }
+  const std::vector<std::pair<std::string, ParamValue>>& items() const { return items_; }
+  void set(const std::string& n, ParamValue v);
+  const ParamValue& at(const std::string& n) const;
+
+ private:
+  std::vector<std::pair<std::string, ParamValue>> items_;
+};
+std::string format_param_value(const ParamValue& v);
+
+// Bad input: an unknown name, an impossible shape, a value out of range. The CLI prints the
+// message and exits 2.
+struct InvalidInput : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct Capabilities {
+  bool exact = true;     // equals vanilla under the dense mask of its pattern
+  bool causal = true;    // supports causal masking
+  bool backward = true;  // has a backward pass
+  bool decode = false;   // has an autoregressive decode step
+  std::string constraints;  // shape constraints in words, e.g. "N multiple of block"
+};
+
+// Named random or learned tensors a mechanism writes for `attnbench dump`.
+struct DumpTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  const float* f32 = nullptr;
+  const int64_t* i64 = nullptr;
+};
+
+class Attention {
+ public:
+  virtual ~Attention() = default;
+  virtual void validate() const {}
+  virtual double flops(Mode mode) const = 0;
+  virtual size_t working_bytes(Mode mode) const = 0;
+  virtual void setup(Mode mode, Rng& rng) = 0;
+  virtual void forward(const AttnArgs& a) = 0;
+  virtual void backward(const AttnArgs& a) {
+    (void)a;
+    throw std::logic_error("backward not supported");
+  }
+  virtual std::vector<DumpTensor> dump_tensors() const { return {}; }
+};
+
+struct MechanismInfo {
+  std::string name;
+  std::string family;      // exact, sparse, low-rank, routing, kernel, synthetic
+  std::string summary;     // one line
+  std::string complexity;  // e.g. "O(N^2 D) time, O(N^2) memory"
+  Capabilities caps;
+  std::vector<ParamSpec> params;
+  std::function<std::unique_ptr<Attention>(const AttnProblem&, const ParamValues&)> make;
+};
+
+// Parses "name=value" assignments against a mechanism's declared parameters; unknown names and
+// out-of-range or ill-typed values throw InvalidInput listing what is valid.
+ParamValues resolve_params(const MechanismInfo& info, const std::vector<std::string>& assignments);
+
+// FLOPs of softmax attention restricted to `pairs` (query, key) pairs: QK^T and PV, two
+// multiply-adds per pair per head dimension each.
+inline double attention_pair_flops(double pairs, int64_t D) { return 4.0 * pairs * D; }
+// Number of (query, key) pairs of full or causal attention over N tokens.
+inline double dense_pairs(int64_t N, bool causal) {
+  return causal ? 0.5 * static_cast<double>(N) * static_cast<double>(N + 1)
+                : static_cast<double>(N) * static_cast<double>(N);
+}
+
+}  // namespace ab

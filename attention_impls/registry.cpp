@@ -1,0 +1,29 @@
+#include "attention_impls/registry.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+namespace ab {
+
+const std::vector<MechanismInfo>& mechanisms() {
+  static const std::vector<MechanismInfo> all = {
+      vanilla_info(),
+      flash_info(),
+  };
+  return all;
+}
+
+std::vector<std::string> mechanism_names() {
+  std::vector<std::string> names;
+  for (const auto& m : mechanisms()) names.push_back(m.name);
+  return names;
+}
+
+const MechanismInfo& find_mechanism(const std::string& name) {
+  for (const auto& m : mechanisms())
+    if (m.name == name) return m;
+  throw InvalidInput(fmt::format("unknown mechanism '{}'; known: {}", name,
+                                 fmt::join(mechanism_names(), ", ")));
+}
+
+}  // namespace ab

@@ -1,0 +1,20 @@
+// The explicit registry: every mechanism is listed by hand in registry.cpp, in one place
+// (no self-registering static objects, which the linker drops from static libraries).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "attention_impls/attention.hpp"
+
+namespace ab {
+
+const std::vector<MechanismInfo>& mechanisms();
+// Throws InvalidInput naming the known mechanisms when `name` is not one of them.
+const MechanismInfo& find_mechanism(const std::string& name);
+std::vector<std::string> mechanism_names();
+
+// One entry per file in attention_impls/.
+MechanismInfo vanilla_info();
+MechanismInfo flash_info();
+
+}  // namespace ab

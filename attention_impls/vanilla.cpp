@@ -1,0 +1,154 @@
+// vanilla: softmax attention with the score matrix materialised.
+// Paper: Vaswani et al. 2017, "Attention Is All You Need".
+// Complexity: O(N^2 D) time, O(B H N^2) memory (the full (B, H, N, N) score tensor, as the
+//   PyTorch default of the efficient-Transformer papers' era held it).
+// Optimises: nothing beyond running each step as one large oneDNN primitive (batched matmul,
+//   softmax forward/backward), which is what a framework does.
+// Leaves out: fusion and tiling; that is `flash`. Causal runs the full N^2 products and masks,
+//   as a framework does, so its GFLOP/s on useful (causal) FLOPs is about half.
+#include <omp.h>
+
+#include <cmath>
+#include <limits>
+
+#include "attention_impls/registry.hpp"
+#include "core/matmul.hpp"
+
+namespace ab {
+namespace {
+
+class Vanilla final : public Attention {
+ public:
+  explicit Vanilla(const AttnProblem& p) : p_(p) {}
+
+  double flops(Mode mode) const override {
+    double f = attention_pair_flops(dense_pairs(p_.shape.N, p_.causal), p_.shape.D) *
+               static_cast<double>(p_.shape.B * p_.shape.H);
+    return mode == Mode::fwd ? f : 3.5 * f;
+  }
+
+  size_t working_bytes(Mode mode) const override {
+    const Plan& pl = plan(mode);
+    return scores_bytes() * (mode == Mode::fwd ? 1 : 2) + pl.scratch_bytes;
+  }
+
+  void setup(Mode mode, Rng&) override {
+    Plan& pl = plan(mode);
+    scores_ = Buffer<float>(scores_bytes() / sizeof(float));
+    if (mode == Mode::fwdbwd) dscores_ = Buffer<float>(scores_bytes() / sizeof(float));
+    scratch_ = Buffer<std::byte>(pl.scratch_bytes);
+    for (Matmul* m : {&pl.qk, &pl.pv, &pl.dv, &pl.dp, &pl.dq, &pl.dk})
+      if (m->spec().M) m->bind(1, scratch_.data());
+    pl.softmax.bind(scratch_.data());
+  }
+
+  // Pass 1: S = s Q K^T (B, H, N, N). Pass 2: causal mask. Pass 3: P = softmax(S) in place.
+  // Pass 4: O = P V.
+  void forward(const AttnArgs& a) override {
+    const Plan& pl = *plan_;
+    pl.qk.run(0, a.q.data, a.k.data, scores_.data());
+    if (p_.causal) mask_upper(scores_.data());
+    pl.softmax.forward(scores_.data());
+    pl.pv.run(0, scores_.data(), a.v.data, a.o.data);
+  }
+
+  // dV = P^T dO; dP = dO V^T; dS = softmax_backward(P, dP); dQ = s dS K; dK = s dS^T Q.
+  void backward(const AttnArgs& a) override {
+    const Plan& pl = *plan_;
+    pl.dv.run(0, scores_.data(), a.dout.data, a.dv.data);
+    pl.dp.run(0, a.dout.data, a.v.data, dscores_.data());
+    pl.softmax.backward(scores_.data(), dscores_.data());
+    pl.dq.run(0, dscores_.data(), a.k.data, a.dq.data);
+    pl.dk.run(0, dscores_.data(), a.q.data, a.dk.data);
+  }
+
+ private:
+  struct Plan {
+    Matmul qk, pv, dv, dp, dq, dk;
+    RowSoftmax softmax;
+    size_t scratch_bytes = 0;
+  };
+
+  size_t scores_bytes() const {
+    const auto& s = p_.shape;
+    return static_cast<size_t>(s.B * s.H * s.N * s.N) * sizeof(float);
+  }
+
+  // Primitive descriptors are created here, before any allocation, because their scratchpad
+  // sizes are part of the declared working memory.
+  Plan& plan(Mode mode) const {
+    if (plan_ && plan_mode_ == mode) return *plan_;
+    const auto& s = p_.shape;
+    const auto& st = p_.strides;
+    const int64_t N = s.N, NN = N * N;
+    const std::array<int64_t, 4> rowm{st.sb, st.sh, st.sn, 1}, colm{st.sb, st.sh, 1, st.sn};
+    const std::array<int64_t, 4> sc{s.H * NN, NN, N, 1}, scT{s.H * NN, NN, 1, N};
+    const float scale = 1.0f / std::sqrt(static_cast<float>(s.D));
+    auto spec = [&](int64_t M, int64_t Nn, int64_t K, std::array<int64_t, 4> A,
+                    std::array<int64_t, 4> B, std::array<int64_t, 4> C, float alpha) {
+      MatmulSpec m;
+      m.b0 = s.B;
+      m.b1 = s.H;
+      m.M = M;
+      m.N = Nn;
+      m.K = K;
+      m.a = A;
+      m.b = B;
+      m.c = C;
+      m.alpha = alpha;
+      m.single_thread = false;
+      return m;
+    };
+    auto pl = std::make_unique<Plan>();
+    pl->qk = Matmul(spec(N, N, s.D, rowm, colm, sc, scale));
+    pl->pv = Matmul(spec(N, s.D, N, sc, rowm, rowm, 1.0f));
+    const bool bwd = mode == Mode::fwdbwd;
+    if (bwd) {
+      pl->dv = Matmul(spec(N, s.D, N, scT, rowm, rowm, 1.0f));
+      pl->dp = Matmul(spec(N, N, s.D, rowm, colm, sc, 1.0f));
+      pl->dq = Matmul(spec(N, s.D, N, sc, rowm, rowm, scale));
+      pl->dk = Matmul(spec(N, s.D, N, scT, rowm, rowm, scale));
+    }
+    pl->softmax = RowSoftmax(s.B * s.H * N, N, bwd);
+    size_t scratch = pl->softmax.scratchpad_bytes();
+    for (const Matmul* m : {&pl->qk, &pl->pv, &pl->dv, &pl->dp, &pl->dq, &pl->dk})
+      scratch = std::max(scratch, m->scratchpad_bytes());
+    pl->scratch_bytes = scratch;
+    plan_ = std::move(pl);
+    plan_mode_ = mode;
+    return *plan_;
+  }
+
+  void mask_upper(float* S) const {
+    const int64_t N = p_.shape.N, rows = p_.shape.B * p_.shape.H * N;
+    const float ninf = -std::numeric_limits<float>::infinity();
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t i = r % N;
+      float* row = S + r * N;
+      for (int64_t j = i + 1; j < N; ++j) row[j] = ninf;
+    }
+  }
+
+  AttnProblem p_;
+  mutable std::unique_ptr<Plan> plan_;
+  mutable Mode plan_mode_ = Mode::fwd;
+  Buffer<float> scores_, dscores_;
+  Buffer<std::byte> scratch_;
+};
+
+}  // namespace
+
+MechanismInfo vanilla_info() {
+  MechanismInfo m;
+  m.name = "vanilla";
+  m.family = "exact";
+  m.summary = "softmax attention, (B,H,N,N) scores materialised, oneDNN batched matmul + softmax";
+  m.complexity = "O(N^2 D) time, O(N^2) memory";
+  m.caps = Capabilities{.exact = true, .causal = true, .backward = true, .decode = false,
+                        .constraints = ""};
+  m.make = [](const AttnProblem& p, const ParamValues&) { return std::make_unique<Vanilla>(p); };
+  return m;
+}
+
+}  // namespace ab

@@ -1,0 +1,81 @@
+// Benchmark points, their statuses, and the one definition of the result fields that every
+// output format (JSON, markdown, CSV) is generated from.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "attention_impls/attention.hpp"
+
+namespace ab {
+
+// The fixed vocabulary of statuses; error_message in a result file begins with the word.
+enum class Status { OK, SKIPPED, OOM, TIMEOUT, CRASHED, FAILED };
+const char* to_string(Status s);
+
+struct Repetition {
+  double real_s = 0;  // wall time per iteration
+  double cpu_s = 0;   // process CPU time per iteration
+  int64_t iterations = 0;
+};
+
+// Everything that identifies a point; `name()` is the join key between result files.
+struct PointId {
+  std::string mechanism;
+  ParamValues params;
+  std::string level = "attention";
+  Mode mode = Mode::fwd;
+  std::string task = "none";
+  Shape4 shape;
+  bool causal = false;
+  int threads = 1;
+  std::string name() const;
+};
+
+struct PointResult {
+  PointId id;
+  std::string label;  // the command that reproduces the point
+  Status status = Status::OK;
+  std::string message;
+  std::vector<Repetition> reps;
+  double flops = 0;           // analytic, per call
+  double gemm_gflops = 0;     // the machine's single-thread GEMM rate, for peak_fraction
+  size_t peak_bytes = 0;      // tracked working memory of the mechanism
+  size_t peak_rss_bytes = 0;  // VmHWM over the measured calls
+  int64_t rss_delta_bytes = 0;
+  std::optional<double> nmse;
+  int64_t tokens() const { return id.shape.B * id.shape.N; }
+};
+
+// Summary statistics of a point's repetitions.
+struct TimeStats {
+  double median = 0, mean = 0, stddev = 0, min = 0, max = 0;
+  double cv() const { return mean > 0 ? stddev / mean : 0; }
+};
+TimeStats real_stats(const PointResult& r);
+TimeStats cpu_stats(const PointResult& r);
+
+// A metric reported for a point: evaluated per repetition (from that repetition's time) in JSON,
+// and at the median time in the tables.
+struct Field {
+  const char* key;     // JSON counter name and CSV column
+  const char* header;  // markdown column header
+  int precision;       // digits after the point in tables
+  std::function<std::optional<double>(const PointResult&, double seconds)> value;
+};
+const std::vector<Field>& result_fields();
+
+// Google Benchmark's JSON format: one entry per repetition plus median/mean/stddev/cv aggregates.
+nlohmann::json to_json_entries(const PointResult& r, int family_index);
+nlohmann::json results_document(const nlohmann::json& context, const std::vector<PointResult>& rs);
+
+std::string to_markdown(const std::vector<PointResult>& rs);
+std::string to_csv(const std::vector<PointResult>& rs);
+
+// Writes through a temporary file and a rename, so the destination is never partial.
+void write_file_atomic(const std::string& path, const std::string& content);
+
+}  // namespace ab

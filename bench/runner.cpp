@@ -1,0 +1,249 @@
+#include "bench/runner.hpp"
+
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <new>
+
+#include "core/matmul.hpp"
+#include "core/sysinfo.hpp"
+
+namespace ab {
+
+AttnData::AttnData(const Shape4& s, uint64_t seed, bool with_grad)
+    : q(s), k(s), v(s), o(s) {
+  Rng(seed, kStreamQ).fill_normal(q.data(), s.numel());
+  Rng(seed, kStreamK).fill_normal(k.data(), s.numel());
+  Rng(seed, kStreamV).fill_normal(v.data(), s.numel());
+  o.zero();
+  if (with_grad) {
+    dout = Tensor(s);
+    dq = Tensor(s);
+    dk = Tensor(s);
+    dv = Tensor(s);
+    Rng(seed, kStreamDout).fill_normal(dout.data(), s.numel());
+    dq.zero();
+    dk.zero();
+    dv.zero();
+  }
+}
+
+AttnArgs AttnData::args() const {
+  return AttnArgs{q.view(), k.view(), v.view(), o.view(), dout.view(), dq.view(), dk.view(), dv.view()};
+}
+
+size_t AttnData::bytes() const {
+  return (q.size() + k.size() + v.size() + o.size() + dout.size() + dq.size() + dk.size() + dv.size()) *
+         sizeof(float);
+}
+
+double nmse(const float* out, const float* ref, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double d = static_cast<double>(out[i]) - ref[i];
+    num += d * d;
+    den += static_cast<double>(ref[i]) * ref[i];
+  }
+  return den > 0 ? num / den : num;
+}
+
+namespace {
+std::string gib(size_t b) { return fmt::format("{:.2f} GiB", static_cast<double>(b) / (1ull << 30)); }
+
+AttnProblem problem_of(const PointId& id) {
+  AttnProblem p;
+  p.shape = id.shape;
+  p.causal = id.causal;
+  p.strides = Strides3::contiguous(id.shape);
+  p.threads = id.threads;
+  return p;
+}
+
+size_t io_bytes(const PointId& id) {
+  const size_t t = static_cast<size_t>(id.shape.numel()) * sizeof(float);
+  return (id.mode == Mode::fwd ? 4 : 8) * t;
+}
+}  // namespace
+
+PreparedPoint prepare_point(const PointId& id, const RunOptions& opts) {
+  PreparedPoint pp;
+  pp.id = id;
+  pp.info = &find_mechanism(id.mechanism);
+  const auto& s = id.shape;
+  if (s.B <= 0 || s.H <= 0 || s.N <= 0 || s.D <= 0)
+    throw InvalidInput(fmt::format("sizes must be positive: batch={} heads={} seq={} dhead={}", s.B,
+                                   s.H, s.N, s.D));
+  if (id.threads <= 0) throw InvalidInput(fmt::format("--threads must be positive, got {}", id.threads));
+  const Capabilities& caps = pp.info->caps;
+  if (id.causal && !caps.causal) {
+    pp.status = Status::SKIPPED;
+    pp.message = id.mechanism + " cannot be causal";
+    return pp;
+  }
+  if (id.mode == Mode::fwdbwd && !caps.backward) {
+    pp.status = Status::SKIPPED;
+    pp.message = id.mechanism + " has no backward pass";
+    return pp;
+  }
+  omp_set_num_threads(id.threads);
+  pp.impl = pp.info->make(problem_of(id), id.params);
+  pp.impl->validate();
+  pp.flops = pp.impl->flops(id.mode);
+  pp.working_bytes = pp.impl->working_bytes(id.mode);
+  pp.predicted_bytes = pp.working_bytes + io_bytes(id);
+  if (opts.error && id.mechanism != "flash") {
+    // The reference: flash forward on the same inputs, plus its output tensor.
+    PointId ref = id;
+    ref.mechanism = "flash";
+    ref.params = ParamValues();
+    auto f = find_mechanism("flash").make(problem_of(ref), ref.params);
+    pp.predicted_bytes += f->working_bytes(Mode::fwd) + static_cast<size_t>(s.numel()) * sizeof(float);
+  }
+  if (opts.mem_limit && pp.predicted_bytes > opts.mem_limit)
+    throw InvalidInput(fmt::format("{} at N={} needs {} (predicted), above --mem-limit {}", id.mechanism,
+                                   s.N, gib(pp.predicted_bytes), gib(opts.mem_limit)));
+  return pp;
+}
+
+namespace {
+bool all_finite(const Tensor& t) {
+  const float* p = t.data();
+  for (size_t i = 0; i < t.size(); ++i)
+    if (!std::isfinite(p[i])) return false;
+  return true;
+}
+
+PointResult run_point_impl(PreparedPoint& pp, const RunOptions& opts, PointResult res) {
+  const PointId& id = pp.id;
+  const bool bwd = id.mode == Mode::fwdbwd;
+  omp_set_num_threads(id.threads);
+  const size_t rss_before = current_rss_bytes();
+
+  AttnData data(id.shape, opts.seed, bwd);
+  const AttnArgs args = data.args();
+  // Working memory is what the mechanism holds beyond its inputs and outputs.
+  const size_t baseline = MemoryMeter::current();
+  MemoryMeter::reset_peak();
+  Rng rng(opts.seed, kStreamParams);
+  pp.impl->setup(id.mode, rng);
+  auto call = [&]() {
+    pp.impl->forward(args);
+    if (bwd) pp.impl->backward(args);
+  };
+
+  // Validate, then time: a warm-up call whose output must be finite.
+  double t_call = 0;
+  for (int w = 0; w < std::max(1, opts.warmup); ++w) {
+    const double t0 = wall_seconds();
+    call();
+    t_call = wall_seconds() - t0;
+  }
+  if (!all_finite(data.o) || (bwd && (!all_finite(data.dq) || !all_finite(data.dk) || !all_finite(data.dv)))) {
+    res.status = Status::FAILED;
+    res.message = "non-finite values in the output";
+    return res;
+  }
+  const int64_t iterations =
+      t_call > 0 ? std::max<int64_t>(1, static_cast<int64_t>(std::ceil(opts.min_time / t_call))) : 1;
+
+  const bool rss_reset = reset_peak_rss();
+  for (int r = 0; r < opts.reps; ++r) {
+    const double w0 = wall_seconds(), c0 = process_cpu_seconds();
+    for (int64_t i = 0; i < iterations; ++i) call();
+    const double w1 = wall_seconds(), c1 = process_cpu_seconds();
+    res.reps.push_back({(w1 - w0) / static_cast<double>(iterations),
+                        (c1 - c0) / static_cast<double>(iterations), iterations});
+  }
+  res.peak_rss_bytes = peak_rss_bytes();
+  res.rss_delta_bytes = static_cast<int64_t>(res.peak_rss_bytes) - static_cast<int64_t>(rss_before);
+  if (!rss_reset) res.message = "peak RSS covers the process lifetime (clear_refs not permitted)";
+  res.peak_bytes = MemoryMeter::peak() - baseline;
+
+  if (opts.error) {
+    if (id.mechanism == "flash") {
+      res.nmse = 0.0;
+    } else {
+      AttnProblem p{id.shape, id.causal, Strides3::contiguous(id.shape), id.threads};
+      auto ref = find_mechanism("flash").make(p, ParamValues());
+      Rng unused(opts.seed, kStreamParams);
+      ref->setup(Mode::fwd, unused);
+      Tensor o_ref(id.shape);
+      AttnArgs ra = args;
+      ra.o = o_ref.view();
+      ref->forward(ra);
+      // fwdbwd has run backward since; the forward output in data.o is unchanged by it.
+      res.nmse = nmse(data.o.data(), o_ref.data(), o_ref.size());
+    }
+  }
+  return res;
+}
+}  // namespace
+
+PointResult run_point(PreparedPoint& pp, const RunOptions& opts, const std::string& label,
+                      double gemm_gflops) {
+  PointResult res;
+  res.id = pp.id;
+  res.label = label;
+  res.gemm_gflops = gemm_gflops;
+  res.flops = pp.flops;
+  if (pp.status != Status::OK) {
+    res.status = pp.status;
+    res.message = pp.message;
+    return res;
+  }
+  try {
+    res = run_point_impl(pp, opts, res);
+  } catch (const std::bad_alloc&) {
+    res.status = Status::OOM;
+    res.message = "allocation failed";
+    res.reps.clear();
+  } catch (const std::exception& e) {
+    res.status = Status::FAILED;
+    res.message = e.what();
+    res.reps.clear();
+  }
+  pp.impl.reset();  // free the working memory before the next point
+  return res;
+}
+
+nlohmann::json run_context(const std::string& command, uint64_t seed, int threads, double gemm_gflops) {
+  MachineInfo m = machine_info();
+  nlohmann::json caches = nlohmann::json::array();
+  for (const auto& c : m.caches)
+    caches.push_back({{"type", c.type}, {"level", c.level}, {"size", c.size}, {"num_sharing", c.num_sharing}});
+  auto env = [](const char* k) { const char* v = std::getenv(k); return std::string(v ? v : ""); };
+  nlohmann::json omp = {{"max_threads", threads},
+                        {"OMP_NUM_THREADS", env("OMP_NUM_THREADS")},
+                        {"OMP_PROC_BIND", env("OMP_PROC_BIND")},
+                        {"OMP_PLACES", env("OMP_PLACES")},
+                        {"dynamic", omp_get_dynamic() != 0}};
+  return {
+      {"date", m.date},
+      {"host_name", m.host_name},
+      {"executable", "attnbench"},
+      {"num_cpus", m.num_cpus},
+      {"mhz_per_cpu", static_cast<int>(m.mhz_per_cpu)},
+      {"cpu_scaling_enabled", false},
+      {"caches", caches},
+      {"load_avg", m.load_avg},
+      {"library_build_type", std::string(ATTNBENCH_BUILD_TYPE) == "Debug" ? "debug" : "release"},
+      {"attnbench_version", ATTNBENCH_VERSION},
+      {"git_commit", ATTNBENCH_GIT_COMMIT},
+      {"compiler", fmt::format("g++ {}", __VERSION__)},
+      {"flags", ATTNBENCH_FLAGS},
+      {"build_type", ATTNBENCH_BUILD_TYPE},
+      {"onednn_version", onednn_version()},
+      {"threads", threads},
+      {"openmp", omp},
+      {"command", command},
+      {"seed", seed},
+      {"cpu_model", m.cpu_model},
+      {"physical_memory_bytes", m.physical_memory},
+      {"gemm_gflops_per_s_1thread", gemm_gflops},
+      {"gemm_reference", "oneDNN f32 matmul 1024x1024x1024, one thread, best of 5"},
+  };
+}
+
+}  // namespace ab

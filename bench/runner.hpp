@@ -1,0 +1,61 @@
+// Running one benchmark point: validate, set up (untimed), warm up, time, measure memory.
+#pragma once
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "attention_impls/registry.hpp"
+#include "bench/results.hpp"
+
+namespace ab {
+
+struct RunOptions {
+  int reps = 5;             // repetitions kept and reported
+  double min_time = 0.05;   // seconds per repetition (iterations are added to reach it)
+  int warmup = 1;           // untimed calls before timing
+  uint64_t seed = 0;
+  bool error = false;       // compute nmse against flash
+  size_t mem_limit = 0;     // bytes; 0 = no limit
+};
+
+// Q, K, V, O and (for backward) dO, dQ, dK, dV of one problem, filled from the seed:
+// Q, K, V and dO standard normal from independent streams of the generator.
+struct AttnData {
+  Tensor q, k, v, o, dout, dq, dk, dv;
+  AttnData(const Shape4& s, uint64_t seed, bool with_grad);
+  AttnArgs args() const;
+  size_t bytes() const;
+};
+
+// Random-stream ids, so every consumer of the seed draws from its own stream.
+enum RngStream : uint64_t { kStreamQ = 1, kStreamK = 2, kStreamV = 3, kStreamDout = 4, kStreamParams = 100 };
+
+// A point ready to run: the mechanism constructed and validated, its analytic cost known.
+struct PreparedPoint {
+  PointId id;
+  const MechanismInfo* info = nullptr;
+  std::unique_ptr<Attention> impl;
+  Status status = Status::OK;  // SKIPPED when a capability is missing
+  std::string message;
+  double flops = 0;
+  size_t working_bytes = 0;
+  size_t predicted_bytes = 0;  // working bytes + inputs/outputs (+ the nmse reference)
+};
+
+// Throws InvalidInput for impossible shapes and parameters; a missing capability is returned
+// as SKIPPED; a point predicted above opts.mem_limit throws InvalidInput naming the sizes.
+PreparedPoint prepare_point(const PointId& id, const RunOptions& opts);
+
+// Runs a prepared point. Allocation failure gives OOM, any other failure FAILED; the error is
+// recorded in the result, never thrown.
+PointResult run_point(PreparedPoint& pp, const RunOptions& opts, const std::string& label,
+                      double gemm_gflops);
+
+double nmse(const float* out, const float* ref, size_t n);
+
+// The result file's context block: Google Benchmark's machine fields plus the suite's build,
+// library, threading and reproduction facts.
+nlohmann::json run_context(const std::string& command, uint64_t seed, int threads, double gemm_gflops);
+
+}  // namespace ab

@@ -1,0 +1,190 @@
+#include "core/matmul.hpp"
+
+#include <omp.h>
+
+#include <chrono>
+#include <mutex>
+#include <stdexcept>
+
+#include "core/memory.hpp"
+
+namespace ab {
+namespace {
+using dnnl::memory;
+using tag_dims = memory::dims;
+
+std::mutex g_stream_mutex;
+std::vector<dnnl::stream>& streams() {
+  static std::vector<dnnl::stream> s;
+  return s;
+}
+
+// Sets OpenMP's thread count for the lifetime of the guard (primitive descriptors size their
+// scratchpads for the thread count in force when they are created).
+struct OmpThreadsGuard {
+  int saved;
+  explicit OmpThreadsGuard(int n) : saved(omp_get_max_threads()) { omp_set_num_threads(n); }
+  ~OmpThreadsGuard() { omp_set_num_threads(saved); }
+};
+
+memory::desc strided_desc(int64_t b0, int64_t b1, int64_t rows, int64_t cols,
+                          const std::array<int64_t, 4>& st) {
+  if (b0 == 1 && b1 == 1) {
+    return memory::desc(tag_dims{rows, cols}, memory::data_type::f32, tag_dims{st[2], st[3]});
+  }
+  return memory::desc(tag_dims{b0, b1, rows, cols}, memory::data_type::f32,
+                      tag_dims{st[0], st[1], st[2], st[3]});
+}
+
+void set_handle(const memory& m, const void* p) {
+  dnnl_memory_set_data_handle_v2(m.get(), const_cast<void*>(p), nullptr);
+}
+}  // namespace
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+void ensure_streams(int slots) {
+  std::lock_guard<std::mutex> lock(g_stream_mutex);
+  auto& s = streams();
+  while (static_cast<int>(s.size()) < slots) s.emplace_back(cpu_engine());
+}
+
+dnnl::stream& cpu_stream(int slot) { return streams()[static_cast<size_t>(slot)]; }
+
+std::string onednn_version() {
+  const dnnl_version_t* v = dnnl_version();
+  return std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
+         std::to_string(v->patch) + " (" + v->hash + ")";
+}
+
+MatmulSpec MatmulSpec::tile(int64_t M, int64_t N, int64_t K, int64_t lda, bool trans_a,
+                            int64_t ldb, bool trans_b, int64_t ldc, float alpha,
+                            bool accumulate) {
+  MatmulSpec s;
+  s.M = M;
+  s.N = N;
+  s.K = K;
+  s.a = trans_a ? std::array<int64_t, 4>{0, 0, 1, lda} : std::array<int64_t, 4>{0, 0, lda, 1};
+  s.b = trans_b ? std::array<int64_t, 4>{0, 0, 1, ldb} : std::array<int64_t, 4>{0, 0, ldb, 1};
+  s.c = {0, 0, ldc, 1};
+  s.alpha = alpha;
+  s.accumulate = accumulate;
+  return s;
+}
+
+Matmul::Matmul(const MatmulSpec& spec) : spec_(spec) {
+  if (spec.M <= 0 || spec.N <= 0 || spec.K <= 0) throw std::invalid_argument("matmul: empty shape");
+  auto ad = strided_desc(spec.b0, spec.b1, spec.M, spec.K, spec.a);
+  auto bd = strided_desc(spec.b0, spec.b1, spec.K, spec.N, spec.b);
+  auto cd = strided_desc(spec.b0, spec.b1, spec.M, spec.N, spec.c);
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (spec.alpha != 1.0f) attr.set_output_scales(0, {spec.alpha});
+  if (spec.accumulate) {
+    dnnl::post_ops po;
+    po.append_sum(1.0f);
+    attr.set_post_ops(po);
+  }
+  OmpThreadsGuard guard(spec.single_thread ? 1 : omp_get_max_threads());
+  pd_ = dnnl::matmul::primitive_desc(dnnl::matmul::desc(ad, bd, cd), attr, cpu_engine());
+  prim_ = dnnl::matmul(pd_);
+  scratch_bytes_ = pd_.scratchpad_desc().get_size();
+}
+
+void Matmul::bind(int slots, std::byte* scratch, size_t stride) {
+  if (stride == 0) stride = scratch_bytes_;
+  ensure_streams(slots);
+  slots_.clear();
+  slots_.resize(static_cast<size_t>(slots));
+  for (int t = 0; t < slots; ++t) {
+    Slot& s = slots_[static_cast<size_t>(t)];
+    auto& e = cpu_engine();
+    s.a = memory(pd_.src_desc(), e, DNNL_MEMORY_NONE);
+    s.b = memory(pd_.weights_desc(), e, DNNL_MEMORY_NONE);
+    s.c = memory(pd_.dst_desc(), e, DNNL_MEMORY_NONE);
+    s.s = memory(pd_.scratchpad_desc(), e,
+                 scratch_bytes_ ? static_cast<void*>(scratch + static_cast<size_t>(t) * stride) : nullptr);
+    s.args = {dnnl_exec_arg_t{DNNL_ARG_SRC, s.a.get()}, dnnl_exec_arg_t{DNNL_ARG_WEIGHTS, s.b.get()},
+              dnnl_exec_arg_t{DNNL_ARG_DST, s.c.get()},
+              dnnl_exec_arg_t{DNNL_ARG_SCRATCHPAD, s.s.get()}};
+  }
+}
+
+void Matmul::run(int slot, const float* A, const float* B, float* C) const {
+  const Slot& s = slots_[static_cast<size_t>(slot)];
+  set_handle(s.a, A);
+  set_handle(s.b, B);
+  set_handle(s.c, C);
+  dnnl_status_t st = dnnl_primitive_execute(prim_.get(), cpu_stream(slot).get(),
+                                            static_cast<int>(s.args.size()), s.args.data());
+  if (st != dnnl_success) throw std::runtime_error("oneDNN matmul execution failed");
+}
+
+std::string Matmul::impl() const { return pd_.impl_info_str(); }
+
+RowSoftmax::RowSoftmax(int64_t rows, int64_t cols, bool with_backward)
+    : with_backward_(with_backward) {
+  md_ = memory::desc(tag_dims{rows, cols}, memory::data_type::f32, memory::format_tag::ab);
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  auto prop = with_backward ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
+  fwd_pd_ = dnnl::softmax_forward::primitive_desc(dnnl::softmax_forward::desc(prop, md_, 1), attr,
+                                                   cpu_engine());
+  fwd_ = dnnl::softmax_forward(fwd_pd_);
+  scratch_bytes_ = fwd_pd_.scratchpad_desc().get_size();
+  if (with_backward) {
+    bwd_pd_ = dnnl::softmax_backward::primitive_desc(dnnl::softmax_backward::desc(md_, md_, 1),
+                                                      attr, cpu_engine(), fwd_pd_);
+    bwd_ = dnnl::softmax_backward(bwd_pd_);
+    scratch_bytes_ = std::max(scratch_bytes_, bwd_pd_.scratchpad_desc().get_size());
+  }
+}
+
+void RowSoftmax::bind(std::byte* scratch) {
+  ensure_streams(1);
+  scratch_ = scratch;
+}
+
+void RowSoftmax::forward(float* x) const {
+  auto& e = cpu_engine();
+  memory m(md_, e, x);
+  memory s(fwd_pd_.scratchpad_desc(), e, scratch_);
+  fwd_.execute(cpu_stream(0), {{DNNL_ARG_SRC, m}, {DNNL_ARG_DST, m}, {DNNL_ARG_SCRATCHPAD, s}});
+}
+
+void RowSoftmax::backward(const float* y, float* dy) const {
+  auto& e = cpu_engine();
+  memory my(md_, e, const_cast<float*>(y));
+  memory mdy(md_, e, dy);
+  memory s(bwd_pd_.scratchpad_desc(), e, scratch_);
+  bwd_.execute(cpu_stream(0), {{DNNL_ARG_DST, my},
+                               {DNNL_ARG_DIFF_DST, mdy},
+                               {DNNL_ARG_DIFF_SRC, mdy},
+                               {DNNL_ARG_SCRATCHPAD, s}});
+}
+
+double measure_gemm_gflops_1thread() {
+  constexpr int64_t n = 1024;
+  Buffer<float> a(n * n), b(n * n), c(n * n);
+  for (int64_t i = 0; i < n * n; ++i) {
+    a[static_cast<size_t>(i)] = 0.001f * static_cast<float>(i % 97);
+    b[static_cast<size_t>(i)] = 0.002f * static_cast<float>(i % 89);
+  }
+  Matmul mm(MatmulSpec::tile(n, n, n, n, false, n, false, n));
+  Buffer<std::byte> scratch(mm.scratchpad_bytes());
+  mm.bind(1, scratch.data());
+  OmpThreadsGuard guard(1);
+  double best = 1e30;
+  for (int rep = 0; rep < 6; ++rep) {
+    auto t0 = std::chrono::steady_clock::now();
+    mm.run(0, a.data(), b.data(), c.data());
+    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (rep > 0 && dt < best) best = dt;  // the first run warms caches and the JIT
+  }
+  return 2.0 * n * n * n / best / 1e9;
+}
+
+}  // namespace ab

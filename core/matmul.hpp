@@ -1,0 +1,95 @@
+// Thin wrappers over oneDNN primitives that are created once (untimed) and executed many times.
+//
+// Each wrapper owns its primitive and one execution slot per thread: pre-created memory objects
+// whose data handles are swapped per call, and a user-provided scratchpad region, so executing
+// never allocates a buffer (oneDNN still makes a few hundred bytes of internal bookkeeping
+// allocations per execute, which no API avoids). Slots let the kernels call the same primitive
+// from inside their own OpenMP loops, one slot per thread.
+#pragma once
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <string>
+#include <vector>
+
+namespace ab {
+
+dnnl::engine& cpu_engine();
+// One stream per execution slot; created (untimed) by bind().
+dnnl::stream& cpu_stream(int slot);
+void ensure_streams(int slots);
+std::string onednn_version();
+
+// A 2-D or batched 4-D matrix product C = alpha * A * B (+ C when accumulating).
+// Strides are in elements, in the order (batch0, batch1, rows, cols); any layout that
+// strides express (transposes included) is accepted.
+struct MatmulSpec {
+  int64_t b0 = 1, b1 = 1;  // batch dimensions, e.g. (B, H)
+  int64_t M = 0, N = 0, K = 0;
+  std::array<int64_t, 4> a{}, b{}, c{};  // strides of A (M x K), B (K x N), C (M x N)
+  float alpha = 1.0f;
+  bool accumulate = false;
+  // The primitive runs inside the caller's own OpenMP loop (one thread per call): its
+  // scratchpad is sized for one thread.
+  bool single_thread = true;
+
+  // Row-major 2-D helper: A is M x K with row stride lda (or K x M when trans_a), B is K x N
+  // with row stride ldb (or N x K when trans_b), C is M x N with row stride ldc.
+  static MatmulSpec tile(int64_t M, int64_t N, int64_t K, int64_t lda, bool trans_a, int64_t ldb,
+                         bool trans_b, int64_t ldc, float alpha = 1.0f, bool accumulate = false);
+};
+
+class Matmul {
+ public:
+  Matmul() = default;
+  explicit Matmul(const MatmulSpec& spec);
+  size_t scratchpad_bytes() const { return scratch_bytes_; }
+  // Creates `slots` execution slots; slot t uses the scratchpad at scratch + t * stride
+  // (stride 0: scratchpad_bytes()).
+  void bind(int slots, std::byte* scratch, size_t stride = 0);
+  void run(int slot, const float* A, const float* B, float* C) const;
+  std::string impl() const;
+  const MatmulSpec& spec() const { return spec_; }
+
+ private:
+  struct Slot {
+    dnnl::memory a, b, c, s;
+    std::array<dnnl_exec_arg_t, 4> args{};
+  };
+  MatmulSpec spec_;
+  dnnl::matmul::primitive_desc pd_;
+  dnnl::matmul prim_;
+  size_t scratch_bytes_ = 0;
+  std::vector<Slot> slots_;
+};
+
+// Softmax along the last axis of a (rows, cols) row-major matrix, forward and backward,
+// multi-threaded by oneDNN itself (called outside any parallel region). In place.
+class RowSoftmax {
+ public:
+  RowSoftmax() = default;
+  RowSoftmax(int64_t rows, int64_t cols, bool with_backward);
+  size_t scratchpad_bytes() const { return scratch_bytes_; }
+  void bind(std::byte* scratch);
+  // x <- softmax(x) row-wise.
+  void forward(float* x) const;
+  // Given y = softmax(x) and dy, writes dx = y * (dy - rowsum(y * dy)) over dy.
+  void backward(const float* y, float* dy) const;
+
+ private:
+  dnnl::softmax_forward::primitive_desc fwd_pd_;
+  dnnl::softmax_backward::primitive_desc bwd_pd_;
+  dnnl::softmax_forward fwd_;
+  dnnl::softmax_backward bwd_;
+  dnnl::memory::desc md_;
+  size_t scratch_bytes_ = 0;
+  std::byte* scratch_ = nullptr;
+  bool with_backward_ = false;
+};
+
+// GFLOP/s of a single-thread 1024^3 oneDNN matmul, best of a few runs: the reference rate that
+// reported GFLOP/s are read against.
+double measure_gemm_gflops_1thread();
+
+}  // namespace ab

@@ -1,0 +1,97 @@
+#include "core/sysinfo.hpp"
+
+#include <sys/sysinfo.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+namespace ab {
+
+double wall_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+bool reset_peak_rss() {
+  FILE* f = std::fopen("/proc/self/clear_refs", "w");
+  if (!f) return false;
+  bool ok = std::fputs("5", f) >= 0;
+  ok = (std::fclose(f) == 0) && ok;
+  return ok;
+}
+
+namespace {
+size_t status_kib(const char* key) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  const std::string k = std::string(key) + ":";
+  while (std::getline(in, line)) {
+    if (line.rfind(k, 0) == 0) return std::strtoull(line.c_str() + k.size(), nullptr, 10);
+  }
+  return 0;
+}
+
+std::string cpuinfo_field(const std::string& key) {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(key, 0) == 0) {
+      auto colon = line.find(':');
+      if (colon != std::string::npos) {
+        auto v = line.substr(colon + 1);
+        v.erase(0, v.find_first_not_of(" \t"));
+        return v;
+      }
+    }
+  }
+  return "";
+}
+}  // namespace
+
+size_t current_rss_bytes() { return status_kib("VmRSS") * 1024; }
+size_t peak_rss_bytes() { return status_kib("VmHWM") * 1024; }
+
+size_t physical_memory_bytes() {
+  return static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+}
+
+MachineInfo machine_info() {
+  MachineInfo m;
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  m.host_name = host;
+  m.cpu_model = cpuinfo_field("model name");
+  m.mhz_per_cpu = std::atof(cpuinfo_field("cpu MHz").c_str());
+  m.num_cpus = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  auto add = [&](const char* type, int level, long size) {
+    if (size > 0) m.caches.push_back({type, level, size, level >= 3 ? m.num_cpus : 1});
+  };
+  add("Data", 1, sysconf(_SC_LEVEL1_DCACHE_SIZE));
+  add("Instruction", 1, sysconf(_SC_LEVEL1_ICACHE_SIZE));
+  add("Unified", 2, sysconf(_SC_LEVEL2_CACHE_SIZE));
+  add("Unified", 3, sysconf(_SC_LEVEL3_CACHE_SIZE));
+  double la[3] = {0, 0, 0};
+  if (getloadavg(la, 3) == 3) m.load_avg = {la[0], la[1], la[2]};
+  m.physical_memory = physical_memory_bytes();
+  char buf[64];
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S%z", &tm);
+  std::string d = buf;
+  if (d.size() > 2) d.insert(d.size() - 2, ":");  // Google Benchmark writes +00:00
+  m.date = d;
+  return m;
+}
+
+}  // namespace ab

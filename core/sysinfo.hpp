@@ -1,0 +1,38 @@
+// Facts about the machine and the process: clocks, resident memory, CPU description.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ab {
+
+double wall_seconds();
+// CPU time of the whole process (all threads): OpenMP code is timed by both clocks.
+double process_cpu_seconds();
+
+// Resets the kernel's resident-set high-water mark (VmHWM) through /proc/self/clear_refs.
+// Returns false where the kernel does not allow it; peak RSS then covers the process lifetime.
+bool reset_peak_rss();
+size_t current_rss_bytes();
+size_t peak_rss_bytes();
+size_t physical_memory_bytes();
+
+struct CacheInfo {
+  std::string type;
+  int level = 0;
+  long size = 0;
+  int num_sharing = 0;
+};
+
+struct MachineInfo {
+  std::string host_name, cpu_model, date;
+  int num_cpus = 0;
+  double mhz_per_cpu = 0;
+  std::vector<CacheInfo> caches;
+  std::vector<double> load_avg;
+  size_t physical_memory = 0;
+};
+MachineInfo machine_info();
+
+}  // namespace ab
