@@ -300,6 +300,13 @@ int cli_main(int argc, char** argv) {
   dump_shape.add_to(dump, false);
   dump->add_option("--out", dump_dir, "output directory")->required();
 
+  if (argc > 1 && argv[1][0] != '-') {
+    const std::string verb = argv[1];
+    if (verb != "list" && verb != "run" && verb != "dump") {
+      std::cerr << "attnbench: error: unknown verb '" << verb << "'; verbs: list, run, dump\n";
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

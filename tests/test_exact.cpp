@@ -1,1 +1,246 @@
+// vanilla and flash against the triple-loop reference: forward, backward, finite differences,
+// strided layouts, threads, and their exact working-memory counts.
+#include <gtest/gtest.h>
 
+#include <tuple>
+
+#include "core/memory.hpp"
+#include "tests/helpers.hpp"
+#include "tests/reference.hpp"
+
+namespace ab {
+namespace {
+
+using test::run_mechanism;
+
+// (mechanism, N, D, causal, threads)
+using ExactCase = std::tuple<std::string, int64_t, int64_t, bool, int>;
+
+class ExactVsReference : public ::testing::TestWithParam<ExactCase> {};
+
+TEST_P(ExactVsReference, ForwardAndBackwardMatchTripleLoop) {
+  const auto [name, N, D, causal, threads] = GetParam();
+  const Shape4 s{2, 2, N, D};
+  auto r = run_mechanism(name, s, causal, Mode::fwdbwd, {}, 11, threads);
+  const AttnArgs a = r.data->args();
+  const auto mask = ref::dense_mask(causal);
+  const auto o = ref::forward(a.q, a.k, a.v, mask);
+  EXPECT_LT(ref::rel_err(a.o.data, o), 2e-5) << name << " forward N=" << N << " D=" << D;
+  const auto g = ref::backward(a.q, a.k, a.v, a.dout, mask);
+  EXPECT_LT(ref::rel_err(a.dq.data, g.dq), 1e-4) << name << " dq";
+  EXPECT_LT(ref::rel_err(a.dk.data, g.dk), 1e-4) << name << " dk";
+  EXPECT_LT(ref::rel_err(a.dv.data, g.dv), 1e-4) << name << " dv";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    OddShapes, ExactVsReference,
+    ::testing::Combine(::testing::Values("vanilla", "flash"), ::testing::Values(1, 7, 100, 300),
+                       ::testing::Values(8, 64), ::testing::Bool(), ::testing::Values(1)));
+INSTANTIATE_TEST_SUITE_P(
+    TwoThreadsAndOddD, ExactVsReference,
+    ::testing::Combine(::testing::Values("vanilla", "flash"), ::testing::Values(129, 513),
+                       ::testing::Values(40), ::testing::Bool(), ::testing::Values(2)));
+
+// The double reference's own gradient against central differences of its loss: the oracle is
+// itself checked.
+TEST(Reference, GradientMatchesFiniteDifferences) {
+  const Shape4 s{1, 1, 5, 4};
+  AttnData d(s, 3, true);
+  AttnArgs a = d.args();
+  for (bool causal : {false, true}) {
+    const auto mask = ref::dense_mask(causal);
+    const auto g = ref::backward(a.q, a.k, a.v, a.dout, mask);
+    for (auto [t, grad] : {std::pair{a.q, &g.dq}, std::pair{a.k, &g.dk}, std::pair{a.v, &g.dv}}) {
+      for (int64_t i = 0; i < s.numel(); ++i) {
+        const float saved = t.data[i];
+        const double eps = 1e-3;
+        t.data[i] = saved + static_cast<float>(eps);
+        const double lp = ref::loss(a.q, a.k, a.v, a.dout, mask);
+        t.data[i] = saved - static_cast<float>(eps);
+        const double lm = ref::loss(a.q, a.k, a.v, a.dout, mask);
+        t.data[i] = saved;
+        // The perturbation actually applied is the float-rounded one.
+        const double h = (double(saved + static_cast<float>(eps)) - double(saved - static_cast<float>(eps)));
+        EXPECT_NEAR((lp - lm) / h, (*grad)[static_cast<size_t>(i)], 1e-5);
+      }
+    }
+  }
+}
+
+// Each mechanism's float32 backward against central differences of its own float32 forward.
+class ExactFiniteDifferences : public ::testing::TestWithParam<std::tuple<std::string, bool>> {};
+
+TEST_P(ExactFiniteDifferences, GradientsMatch) {
+  const auto [name, causal] = GetParam();
+  const Shape4 s{1, 2, 9, 16};
+  auto r = run_mechanism(name, s, causal, Mode::fwdbwd, {}, 5);
+  AttnArgs a = r.data->args();
+  // Copy the analytic gradients: later forward calls do not touch them, but be explicit.
+  const std::vector<float> dq(a.dq.data, a.dq.data + s.numel()), dk(a.dk.data, a.dk.data + s.numel()),
+      dv(a.dv.data, a.dv.data + s.numel());
+  auto loss = [&]() {
+    r.impl->forward(a);
+    double l = 0;
+    for (int64_t i = 0; i < s.numel(); ++i) l += double(a.o.data[i]) * a.dout.data[i];
+    return l;
+  };
+  const float eps = 1e-2f;
+  for (auto [t, grad] : {std::pair{a.q, &dq}, std::pair{a.k, &dk}, std::pair{a.v, &dv}}) {
+    for (int64_t i = 0; i < s.numel(); i += 7) {
+      const float saved = t.data[i];
+      t.data[i] = saved + eps;
+      const double lp = loss();
+      t.data[i] = saved - eps;
+      const double lm = loss();
+      t.data[i] = saved;
+      const double fd = (lp - lm) / (double(saved + eps) - double(saved - eps));
+      const double an = (*grad)[static_cast<size_t>(i)];
+      EXPECT_NEAR(fd, an, 2e-3 + 1e-2 * std::abs(an)) << name << " element " << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Both, ExactFiniteDifferences,
+                         ::testing::Combine(::testing::Values("vanilla", "flash"), ::testing::Bool()));
+
+TEST(Exact, BaselinesAgreeWithEachOther) {
+  for (bool causal : {false, true}) {
+    const Shape4 s{1, 3, 333, 64};
+    auto v = run_mechanism("vanilla", s, causal, Mode::fwdbwd, {}, 21);
+    auto f = run_mechanism("flash", s, causal, Mode::fwdbwd, {}, 21);
+    const auto n = static_cast<size_t>(s.numel());
+    EXPECT_LT(nmse(f.data->o.data(), v.data->o.data(), n), 1e-11);
+    EXPECT_LT(nmse(f.data->dq.data(), v.data->dq.data(), n), 1e-10);
+    EXPECT_LT(nmse(f.data->dk.data(), v.data->dk.data(), n), 1e-10);
+    EXPECT_LT(nmse(f.data->dv.data(), v.data->dv.data(), n), 1e-10);
+  }
+}
+
+// Views with non-contiguous heads: Q, K, V, O laid out (B, N, H, D) as a projection writes them.
+TEST(Exact, StridedLayoutMatchesContiguous) {
+  const Shape4 s{2, 3, 70, 16};
+  const Strides3 st{s.N * s.H * s.D, s.D, s.H * s.D};
+  for (const std::string name : {"vanilla", "flash"}) {
+    for (bool causal : {false, true}) {
+      auto ref_run = run_mechanism(name, s, causal, Mode::fwdbwd, {}, 9);
+      const AttnArgs c = ref_run.data->args();
+      std::vector<Buffer<float>> bufs;
+      std::vector<TensorView> views;
+      for (const TensorView* src : {&c.q, &c.k, &c.v, &c.o, &c.dout, &c.dq, &c.dk, &c.dv}) {
+        bufs.emplace_back(static_cast<size_t>(s.numel()));
+        TensorView v{bufs.back().data(), s, st};
+        for (int64_t b = 0; b < s.B; ++b)
+          for (int64_t h = 0; h < s.H; ++h)
+            for (int64_t n = 0; n < s.N; ++n)
+              for (int64_t d = 0; d < s.D; ++d) v.at(b, h, n, d) = src->at(b, h, n, d);
+        views.push_back(v);
+      }
+      AttnArgs a{views[0], views[1], views[2], views[3], views[4], views[5], views[6], views[7]};
+      const auto& info = find_mechanism(name);
+      auto impl = info.make(AttnProblem{s, causal, st, 1}, resolve_params(info, {}));
+      Rng rng(9, kStreamParams);
+      impl->setup(Mode::fwdbwd, rng);
+      impl->forward(a);
+      impl->backward(a);
+      for (auto [got, want] : {std::pair{a.o, c.o}, std::pair{a.dq, c.dq}, std::pair{a.dk, c.dk}, std::pair{a.dv, c.dv}})
+        for (int64_t b = 0; b < s.B; ++b)
+          for (int64_t h = 0; h < s.H; ++h)
+            for (int64_t n = 0; n < s.N; ++n)
+              for (int64_t d = 0; d < s.D; ++d)
+                ASSERT_NEAR(got.at(b, h, n, d), want.at(b, h, n, d), 1e-5) << name << " causal=" << causal;
+    }
+  }
+}
+
+TEST(Exact, NoRowProducesNaNWithLargeScores) {
+  // Scores around 1e3 overflow a naive exp; the online max keeps them finite.
+  const Shape4 s{1, 1, 300, 16};
+  for (const std::string name : {"vanilla", "flash"}) {
+    omp_set_num_threads(1);
+    const auto& info = find_mechanism(name);
+    auto impl = info.make(AttnProblem{s, true, Strides3::contiguous(s), 1}, ParamValues());
+    AttnData d(s, 1, false);
+    for (size_t i = 0; i < d.q.size(); ++i) {
+      d.q.data()[i] *= 30.0f;
+      d.k.data()[i] *= 30.0f;
+    }
+    Rng rng(1, kStreamParams);
+    impl->setup(Mode::fwd, rng);
+    impl->forward(d.args());
+    for (size_t i = 0; i < d.o.size(); ++i) ASSERT_TRUE(std::isfinite(d.o.data()[i])) << name;
+  }
+}
+
+// ---- memory: tracked bytes equal the declared count, and grow as the mechanism says ----
+
+TEST(ExactMemory, TrackedPeakEqualsDeclared) {
+  for (const std::string name : {"vanilla", "flash"})
+    for (Mode mode : {Mode::fwd, Mode::fwdbwd})
+      for (int64_t n : {100, 512, 1000})
+        for (int threads : {1, 2}) {
+          auto r = run_mechanism(name, Shape4{1, 2, n, 32}, false, mode, {}, 1, threads);
+          EXPECT_EQ(r.tracked_peak, r.declared) << name << " " << to_string(mode) << " N=" << n;
+        }
+}
+
+TEST(ExactMemory, VanillaGrowsAsNSquared) {
+  const Shape4 base{2, 4, 0, 64};
+  for (Mode mode : {Mode::fwd, Mode::fwdbwd}) {
+    const size_t per_score = (mode == Mode::fwd ? 1 : 2) * sizeof(float) * base.B * base.H;
+    std::vector<size_t> rest;
+    for (int64_t n : {256, 512, 1024}) {
+      Shape4 s = base;
+      s.N = n;
+      auto r = run_mechanism("vanilla", s, false, mode);
+      ASSERT_EQ(r.tracked_peak, r.declared);
+      ASSERT_GE(r.tracked_peak, per_score * n * n);
+      rest.push_back(r.tracked_peak - per_score * n * n);
+    }
+    // What is left beyond the (B, H, N, N) score tensors is oneDNN's scratchpad: bounded and
+    // far below one score tensor.
+    for (size_t x : rest) EXPECT_LT(x, size_t(1) << 20) << to_string(mode);
+  }
+}
+
+TEST(ExactMemory, FlashGrowsLinearly) {
+  const Shape4 base{2, 4, 0, 64};
+  std::vector<size_t> fwd, bwd;
+  for (int64_t n : {512, 1024, 2048, 4096}) {
+    Shape4 s = base;
+    s.N = n;
+    fwd.push_back(run_mechanism("flash", s, false, Mode::fwd).tracked_peak);
+    auto r = run_mechanism("flash", s, false, Mode::fwdbwd);
+    // Saved log-sum-exp and dO.O row sums: two floats per (b, h, row).
+    bwd.push_back(r.tracked_peak - 2 * sizeof(float) * base.B * base.H * n);
+  }
+  for (size_t i = 1; i < fwd.size(); ++i) {
+    EXPECT_EQ(fwd[i], fwd[0]) << "flash forward working memory must not depend on N";
+    EXPECT_EQ(bwd[i], bwd[0]) << "flash backward memory beyond 2 floats per row must not depend on N";
+  }
+}
+
+TEST(ExactMemory, TimedCallsAllocateNothing) {
+  for (const std::string name : {"vanilla", "flash"}) {
+    auto r = run_mechanism(name, Shape4{1, 2, 300, 32}, true, Mode::fwdbwd);
+    const uint64_t before = MemoryMeter::allocations();
+    const size_t cur = MemoryMeter::current();
+    r.impl->forward(r.data->args());
+    r.impl->backward(r.data->args());
+    EXPECT_EQ(MemoryMeter::allocations(), before) << name;
+    EXPECT_EQ(MemoryMeter::current(), cur) << name;
+  }
+}
+
+TEST(ExactFlops, AnalyticCounts) {
+  const auto& info = find_mechanism("flash");
+  const Shape4 s{2, 8, 4096, 64};
+  auto full = info.make(AttnProblem{s, false, Strides3::contiguous(s), 1}, ParamValues());
+  auto causal = info.make(AttnProblem{s, true, Strides3::contiguous(s), 1}, ParamValues());
+  const double per_head = 4.0 * 4096.0 * 4096.0 * 64.0;
+  EXPECT_DOUBLE_EQ(full->flops(Mode::fwd), 16 * per_head);
+  EXPECT_DOUBLE_EQ(full->flops(Mode::fwdbwd), 3.5 * 16 * per_head);
+  EXPECT_DOUBLE_EQ(causal->flops(Mode::fwd), 16 * 4.0 * 64.0 * (4096.0 * 4097.0 / 2));
+}
+
+}  // namespace
+}  // namespace ab

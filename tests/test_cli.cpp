@@ -1,0 +1,159 @@
+// The attnbench binary as a user runs it: list, run (JSON, markdown, CSV), the reproduction
+// label, and every bad input exiting 2 with a message and no output file.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "tests/helpers.hpp"
+
+namespace ab {
+namespace {
+
+using test::exec;
+
+const char* kSmall = "--batch 1 --heads 2 --dhead 16 --reps 2 --min-time 0 ";
+
+TEST(Cli, ListShowsMechanismsAndParams) {
+  auto e = exec("list");
+  EXPECT_EQ(e.code, 0) << e.out;
+  EXPECT_NE(e.out.find("| vanilla | exact |"), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("| flash | exact |"), std::string::npos) << e.out;
+  e = exec("list params flash");
+  EXPECT_EQ(e.code, 0) << e.out;
+  EXPECT_NE(e.out.find("flash has no parameters"), std::string::npos) << e.out;
+}
+
+TEST(Cli, RunWritesGoogleBenchmarkJson) {
+  const std::string path = test::temp_path("run.json");
+  auto e = exec(std::string("run --attn vanilla,flash --seq 64,100 --mode fwd,fwdbwd --error ") + kSmall +
+                "--out " + path + " --format csv");
+  ASSERT_EQ(e.code, 0) << e.out;
+  std::ifstream in(path);
+  auto doc = nlohmann::json::parse(in);
+  const auto& ctx = doc.at("context");
+  for (const char* k : {"date", "host_name", "executable", "num_cpus", "mhz_per_cpu", "caches",
+                        "library_build_type", "attnbench_version", "git_commit", "compiler", "flags",
+                        "onednn_version", "threads", "openmp", "command", "seed", "cpu_model",
+                        "gemm_gflops_per_s_1thread"})
+    EXPECT_TRUE(ctx.contains(k)) << k;
+  EXPECT_GT(ctx["gemm_gflops_per_s_1thread"].get<double>(), 1.0);
+  EXPECT_NE(ctx["command"].get<std::string>().find("--seq 64,100"), std::string::npos);
+  // 2 mechanisms x 2 N x 2 modes, each 2 repetitions + 4 aggregates.
+  const auto& b = doc.at("benchmarks");
+  ASSERT_EQ(b.size(), 8u * 6u);
+  int iterations = 0, aggregates = 0;
+  for (const auto& e : b) {
+    for (const char* k : {"name", "run_name", "run_type", "repetitions", "threads", "iterations",
+                          "real_time", "cpu_time", "time_unit", "label", "family_index",
+                          "per_family_instance_index"})
+      ASSERT_TRUE(e.contains(k)) << k << " in " << e.dump();
+    EXPECT_EQ(e["time_unit"], "ms");
+    if (e["run_type"] == "iteration") {
+      ++iterations;
+      for (const char* k : {"repetition_index", "flops", "gflops_per_s", "peak_fraction", "tokens_per_s",
+                            "peak_bytes", "peak_rss_bytes", "rss_delta_bytes", "nmse"})
+        ASSERT_TRUE(e.contains(k)) << k << " in " << e.dump();
+      EXPECT_GT(e["real_time"].get<double>(), 0.0);
+      EXPECT_LT(e["nmse"].get<double>(), 1e-10);
+      EXPECT_EQ(e["label"].get<std::string>().rfind("attnbench run --attn ", 0), 0u);
+    } else {
+      ++aggregates;
+      EXPECT_TRUE(e.contains("aggregate_name"));
+    }
+  }
+  EXPECT_EQ(iterations, 16);
+  EXPECT_EQ(aggregates, 32);
+  EXPECT_EQ(b[0]["name"],
+            "attn:vanilla/level:attention/mode:fwd/task:none/B:1/H:2/N:64/D:16/causal:0/threads:1");
+  // stdout held the CSV table: a header and one line per point.
+  EXPECT_NE(e.out.find("mechanism,params,mode"), std::string::npos) << e.out;
+  std::filesystem::remove(path);
+}
+
+TEST(Cli, LabelReproducesThePoint) {
+  auto first = exec(std::string("run --attn flash --seq 33 --causal --format json ") + kSmall, false);
+  ASSERT_EQ(first.code, 0) << first.out;
+  auto doc = nlohmann::json::parse(first.out);
+  const auto& entry = doc["benchmarks"][0];
+  std::string label = entry["label"];
+  label = label.substr(std::string("attnbench ").size());
+  auto again = exec(label + " --format json", false);
+  ASSERT_EQ(again.code, 0) << again.out;
+  auto doc2 = nlohmann::json::parse(again.out);
+  EXPECT_EQ(doc2["benchmarks"][0]["name"], entry["name"]);
+  EXPECT_EQ(doc2["benchmarks"][0]["flops"], entry["flops"]);
+}
+
+TEST(Cli, MarkdownIsTheDefault) {
+  auto e = exec(std::string("run --attn flash --seq 16 ") + kSmall, false);
+  ASSERT_EQ(e.code, 0) << e.out;
+  EXPECT_EQ(e.out.rfind("| mechanism | params |", 0), 0u) << e.out;
+}
+
+struct BadInput {
+  std::string args;
+  std::string message;
+};
+
+class CliBadInput : public ::testing::TestWithParam<BadInput> {};
+
+TEST_P(CliBadInput, ExitsTwoWithMessageAndWritesNothing) {
+  const std::string path = test::temp_path("bad.json");
+  std::filesystem::remove(path);
+  auto e = exec(GetParam().args + " --out " + path);
+  EXPECT_EQ(e.code, 2) << e.out;
+  EXPECT_NE(e.out.find(GetParam().message), std::string::npos) << e.out;
+  EXPECT_EQ(std::count(e.out.begin(), e.out.end(), '\n'), 1) << "one-line error: " << e.out;
+  EXPECT_FALSE(std::filesystem::exists(path));
+}
+
+std::string bad_input_name(const ::testing::TestParamInfo<BadInput>& info) {
+  std::string n;
+  for (char c : info.param.args) n += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  return n + "_" + std::to_string(info.index);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, CliBadInput,
+    ::testing::Values(
+        BadInput{"run --attn nosuch", "unknown mechanism 'nosuch'; known: vanilla, flash"},
+        BadInput{"run --attn flash --param block=3", "flash has no parameter 'block'"},
+        BadInput{"run --attn vanilla,flash --param block=3", "no selected mechanism has a parameter 'block'"},
+        BadInput{"run --attn flash --param nosuch.block=3", "unknown mechanism 'nosuch'"},
+        BadInput{"run --attn flash --seq 0", "'0' in '0' is not a positive integer"},
+        BadInput{"run --attn flash --seq 512:256:x2", "ends below its start"},
+        BadInput{"run --attn flash --batch 0", "sizes must be positive"},
+        BadInput{"run --attn flash --heads -2", "sizes must be positive"},
+        BadInput{"run --attn flash --dhead 0", "sizes must be positive"},
+        BadInput{"run --attn flash --threads 0", "--threads must be positive"},
+        BadInput{"run --attn flash --mode sideways", "unknown mode 'sideways'; modes: fwd, fwdbwd"},
+        BadInput{"run --attn flash --level model", "unknown level 'model'; levels: attention"},
+        BadInput{"run --attn flash --format xml", "unknown format 'xml'"},
+        BadInput{"run --attn flash --reps 0", "--reps must be at least 1"},
+        BadInput{"run --attn vanilla --seq 8192 --mem-limit 1G", "needs 2.06 GiB (predicted), above --mem-limit 1.00 GiB"},
+        BadInput{"run --attn flash --mem-limit lots", "'lots' is not a memory size"},
+        BadInput{"run --attn flash --no-such-option", "no-such-option"},
+        BadInput{"frobnicate", "unknown verb 'frobnicate'; verbs: list, run, dump"}),
+    bad_input_name);
+
+TEST(Cli, ListRejectsBadInput) {
+  auto e = exec("list params nosuch");
+  EXPECT_EQ(e.code, 2) << e.out;
+  EXPECT_NE(e.out.find("unknown mechanism 'nosuch'; known: vanilla, flash"), std::string::npos) << e.out;
+  e = exec("list sideways");
+  EXPECT_EQ(e.code, 2) << e.out;
+  EXPECT_NE(e.out.find("unknown list 'sideways'"), std::string::npos) << e.out;
+}
+
+TEST(Cli, DumpRejectsBadInput) {
+  auto e = exec("dump --attn nosuch --out " + test::temp_path("d"));
+  EXPECT_EQ(e.code, 2) << e.out;
+  e = exec("dump --attn flash --seq 64,128 --out " + test::temp_path("d"));
+  EXPECT_EQ(e.code, 2) << e.out;
+  EXPECT_NE(e.out.find("exactly one sequence length"), std::string::npos) << e.out;
+}
+
+}  // namespace
+}  // namespace ab
