@@ -4,6 +4,8 @@
 #include <fmt/ranges.h>
 #include <omp.h>
 
+#include <malloc.h>
+
 #include <CLI/CLI.hpp>
 #include <cerrno>
 #include <cstdio>
@@ -266,6 +268,10 @@ int cmd_run(const ShapeOptions& so, const std::vector<std::string>& modes, const
 }  // namespace
 
 int cli_main(int argc, char** argv) {
+  // Large buffers always come from (and go back to) mmap, so the resident set measured for one
+  // point is not inflated by heap memory glibc kept from an earlier, larger point.
+  mallopt(M_MMAP_THRESHOLD, 256 * 1024);
+  mallopt(M_TRIM_THRESHOLD, 1 << 20);
   CLI::App app{"attnbench: efficient-attention mechanisms, benchmarked honestly on the CPU"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "help for every verb");

@@ -97,6 +97,8 @@ struct BadInput {
   std::string message;
 };
 
+void PrintTo(const BadInput& b, std::ostream* os) { *os << b.args; }
+
 class CliBadInput : public ::testing::TestWithParam<BadInput> {};
 
 TEST_P(CliBadInput, ExitsTwoWithMessageAndWritesNothing) {

@@ -1,0 +1,49 @@
+"""Time and tracked memory against N (log-log), one line per mechanism and mode, from a result
+file written by `attnbench run --out`. Uses the median aggregates; failed points are left out.
+
+usage: /usr/bin/python3 scripts/plot.py RESULT.json OUT_PREFIX   (writes OUT_PREFIX.png/.svg)
+"""
+import json
+import sys
+from collections import defaultdict
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+def main():
+    path, prefix = sys.argv[1], sys.argv[2]
+    doc = json.load(open(path))
+    series = defaultdict(dict)
+    for b in doc["benchmarks"]:
+        if b.get("aggregate_name") != "median" or b.get("error_occurred"):
+            continue
+        p = b["point"]
+        key = f'{p["attn"]} {p["mode"]}' + (" causal" if p["causal"] else "")
+        series[key][p["seq"]] = (b["real_time"], b["peak_bytes"] / 2**20)
+    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for key in sorted(series):
+        ns = np.array(sorted(series[key]))
+        t = np.array([series[key][n][0] for n in ns])
+        m = np.array([series[key][n][1] for n in ns])
+        slope = np.polyfit(np.log(ns), np.log(t), 1)[0] if len(ns) > 1 else float("nan")
+        ax_t.loglog(ns, t, marker="o", label=f"{key} (time ~ N^{slope:.2f})")
+        ax_m.loglog(ns, m, marker="o", label=key)
+    ctx = doc["context"]
+    ax_t.set(xlabel="sequence length N", ylabel="median time per call (ms)",
+             title=f'time, {ctx["threads"]} thread(s), {ctx["cpu_model"]}')
+    ax_m.set(xlabel="sequence length N", ylabel="tracked working memory (MiB)", title="working memory")
+    for ax in (ax_t, ax_m):
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(ctx["command"], fontsize=7)
+    fig.tight_layout()
+    fig.savefig(prefix + ".png", dpi=120)
+    fig.savefig(prefix + ".svg")
+
+
+if __name__ == "__main__":
+    main()
