@@ -133,4 +133,15 @@ inline double dense_pairs(int64_t N, bool causal) {
                 : static_cast<double>(N) * static_cast<double>(N);
 }
 
+// Forward FLOPs of full (or causal) softmax attention over the problem's shape.
+inline double dense_attention_flops(const AttnProblem& p) {
+  return attention_pair_flops(dense_pairs(p.shape.N, p.causal), p.shape.D) *
+         static_cast<double>(p.shape.B * p.shape.H);
+}
+// Forward+backward counts 3.5x the forward, FlashAttention's convention: the backward pass
+// recomputes QK^T and does four more products of the same size.
+inline double with_backward(double forward_flops, Mode mode) {
+  return mode == Mode::fwd ? forward_flops : 3.5 * forward_flops;
+}
+
 }  // namespace ab

@@ -41,11 +41,7 @@ class Flash final : public Attention {
  public:
   explicit Flash(const AttnProblem& p) : p_(p) {}
 
-  double flops(Mode mode) const override {
-    double f = attention_pair_flops(dense_pairs(p_.shape.N, p_.causal), p_.shape.D) *
-               static_cast<double>(p_.shape.B * p_.shape.H);
-    return mode == Mode::fwd ? f : 3.5 * f;
-  }
+  double flops(Mode mode) const override { return with_backward(dense_attention_flops(p_), mode); }
 
   size_t working_bytes(Mode mode) const override {
     plan(mode);

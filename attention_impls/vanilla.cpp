@@ -21,11 +21,7 @@ class Vanilla final : public Attention {
  public:
   explicit Vanilla(const AttnProblem& p) : p_(p) {}
 
-  double flops(Mode mode) const override {
-    double f = attention_pair_flops(dense_pairs(p_.shape.N, p_.causal), p_.shape.D) *
-               static_cast<double>(p_.shape.B * p_.shape.H);
-    return mode == Mode::fwd ? f : 3.5 * f;
-  }
+  double flops(Mode mode) const override { return with_backward(dense_attention_flops(p_), mode); }
 
   size_t working_bytes(Mode mode) const override {
     const Plan& pl = plan(mode);
