@@ -14,6 +14,7 @@ const char* to_string(Mode m) {
   switch (m) {
     case Mode::fwd: return "fwd";
     case Mode::fwdbwd: return "fwdbwd";
+    case Mode::decode: return "decode";
   }
   return "?";
 }

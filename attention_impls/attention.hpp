@@ -9,6 +9,12 @@
 //      a point too large for memory is refused up front, and GFLOP/s has a fixed numerator.
 //   4. setup(mode, rng): untimed. Allocation (tracked), primitive creation, random draws.
 //   5. forward / backward: timed. No buffer allocation, no randomness.
+//
+// Decode mode (capability `decode`): the problem's N is the context length. setup(decode)
+// allocates the key-value cache or recurrent state for N + 1 tokens, decode_prefill (untimed)
+// fills it from the first tokens of K and V, and decode_step (timed) produces one new token's
+// output and stores that token; flops(decode) and working_bytes(decode) describe one step after
+// a context of N tokens.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -24,7 +30,7 @@
 
 namespace ab {
 
-enum class Mode { fwd, fwdbwd };
+enum class Mode { fwd, fwdbwd, decode };
 const char* to_string(Mode m);
 
 // The attention call being benchmarked: shapes, causality and the layout shared by Q, K, V, O
@@ -106,6 +112,20 @@ class Attention {
   virtual void backward(const AttnArgs& a) {
     (void)a;
     throw std::logic_error("backward not supported");
+  }
+  // Untimed: the cache or state after tokens [0, n) of a.k and a.v.
+  virtual void decode_prefill(const AttnArgs& a, int64_t n) {
+    (void)a;
+    (void)n;
+    throw std::logic_error("decode not supported");
+  }
+  // Timed: the output of token `pos` (views with N = 1 in t.q, t.k, t.v, t.o) given tokens
+  // [0, pos), storing token pos. Calling again with the same pos recomputes the same step;
+  // pos + 1 moves on.
+  virtual void decode_step(const AttnArgs& t, int64_t pos) {
+    (void)t;
+    (void)pos;
+    throw std::logic_error("decode not supported");
   }
   virtual std::vector<DumpTensor> dump_tensors() const { return {}; }
 };

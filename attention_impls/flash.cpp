@@ -6,7 +6,8 @@
 //   streams key/value tiles through L2: S = s Q_i K_j^T and O_i += P V_j are oneDNN matmul
 //   primitives on tile shapes (created once per shape), the softmax between them is one
 //   vectorised pass per row (max, exp, sum, rescale). Causal skips tiles above the diagonal.
-//   Backward recomputes P tile by tile from the saved log-sum-exp.
+//   Backward recomputes P tile by tile from the saved log-sum-exp. Decode: the new token against
+//   a key-value cache, tile by tile with the same online softmax.
 // Leaves out: splitting one head's key range across threads in the backward pass (threads take
 //   whole heads there, so B*H below the thread count leaves threads idle), low precision.
 #include <omp.h>
@@ -15,6 +16,7 @@
 #include <limits>
 #include <map>
 
+#include "attention_impls/kv_cache.hpp"
 #include "attention_impls/registry.hpp"
 #include "core/matmul.hpp"
 #include "core/vecmath.hpp"
@@ -29,6 +31,7 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // smaller ones.
 constexpr int64_t kFwdRows = 128, kFwdCols = 256;
 constexpr int64_t kBwdRows = 64, kBwdCols = 128;
+constexpr int64_t kDecodeTile = 256;
 
 // The matmul primitives of one (rows, cols) tile shape.
 struct TileOps {
@@ -41,9 +44,15 @@ class Flash final : public Attention {
  public:
   explicit Flash(const AttnProblem& p) : p_(p) {}
 
-  double flops(Mode mode) const override { return with_backward(dense_attention_flops(p_), mode); }
+  double flops(Mode mode) const override {
+    if (mode == Mode::decode) return softmax_decode_flops(p_.shape, p_.shape.N + 1);
+    return with_backward(dense_attention_flops(p_), mode);
+  }
 
   size_t working_bytes(Mode mode) const override {
+    if (mode == Mode::decode)
+      return KvCache::bytes(p_.shape, p_.shape.N + 1) +
+             static_cast<size_t>(p_.threads) * kDecodeTile * sizeof(float);
     plan(mode);
     const auto& s = p_.shape;
     const size_t T = static_cast<size_t>(p_.threads);
@@ -53,6 +62,11 @@ class Flash final : public Attention {
   }
 
   void setup(Mode mode, Rng&) override {
+    if (mode == Mode::decode) {
+      cache_.allocate(p_.shape, p_.shape.N + 1);
+      tiles_ = Buffer<float>(static_cast<size_t>(p_.threads) * kDecodeTile);
+      return;
+    }
     plan(mode);
     const auto& s = p_.shape;
     const int T = p_.threads;
@@ -70,6 +84,8 @@ class Flash final : public Attention {
 
   void forward(const AttnArgs& a) override;
   void backward(const AttnArgs& a) override;
+  void decode_prefill(const AttnArgs& a, int64_t n) override { cache_.prefill(a, n); }
+  void decode_step(const AttnArgs& t, int64_t pos) override;
 
  private:
   // Per-thread floats: forward S tile + running max and sum; backward P and dS tiles.
@@ -130,7 +146,42 @@ class Flash final : public Attention {
   mutable Mode plan_mode_ = Mode::fwd;
   Buffer<std::byte> scratch_;
   Buffer<float> tiles_, lse_, delta_;
+  KvCache cache_;
 };
+
+// Decode: the new token against the key-value cache, tile by tile with the online softmax, so
+// only one tile of scores exists per thread.
+void Flash::decode_step(const AttnArgs& t, int64_t pos) {
+  const auto& s = p_.shape;
+  const int64_t D = s.D, BH = s.B * s.H;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+#pragma omp parallel for schedule(static)
+  for (int64_t bh = 0; bh < BH; ++bh) {
+    const int64_t b = bh / s.H, h = bh % s.H;
+    cache_.store(b, h, pos, t.k.head(b, h), t.v.head(b, h));
+    const float* q = t.q.head(b, h);
+    float* sc = tiles_.data() + static_cast<size_t>(omp_get_thread_num()) * kDecodeTile;
+    float* o = t.o.head(b, h);
+    fill(o, D, 0.0f);
+    float m = kNegInf, l = 0.0f;
+    for (int64_t c0 = 0; c0 <= pos; c0 += kDecodeTile) {
+      const int64_t cols = std::min(kDecodeTile, pos + 1 - c0);
+      for (int64_t j = 0; j < cols; ++j) sc[j] = scale * dot(q, cache_.key(b, h, c0 + j), D);
+      const float m_new = std::max(m, max_of(sc, cols));
+      const float correction = exp_f32(m - m_new);
+      l = l * correction + exp_shift_sum(sc, sc, cols, m_new);
+      scale_inplace(o, D, correction);
+      for (int64_t j = 0; j < cols; ++j) {
+        const float p = sc[j];
+        const float* v = cache_.value(b, h, c0 + j);
+#pragma omp simd
+        for (int64_t d = 0; d < D; ++d) o[d] += p * v[d];
+      }
+      m = m_new;
+    }
+    scale_inplace(o, D, 1.0f / l);
+  }
+}
 
 // Forward, per (batch, head, query block) work item:
 //   pass 1  S = s Q_i K_j^T                       (matmul, rows x cols)
@@ -269,7 +320,7 @@ MechanismInfo flash_info() {
   m.family = "exact";
   m.summary = "softmax attention, tiled with an online softmax; scores never materialised";
   m.complexity = "O(N^2 D) time, O(N D) memory";
-  m.caps = Capabilities{.exact = true, .causal = true, .backward = true, .decode = false,
+  m.caps = Capabilities{.exact = true, .causal = true, .backward = true, .decode = true,
                         .constraints = ""};
   m.make = [](const AttnProblem& p, const ParamValues&) { return std::make_unique<Flash>(p); };
   return m;

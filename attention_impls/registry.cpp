@@ -9,6 +9,8 @@ const std::vector<MechanismInfo>& mechanisms() {
   static const std::vector<MechanismInfo> all = {
       vanilla_info(),
       flash_info(),
+      linear_info(),
+      performer_info(),
   };
   return all;
 }

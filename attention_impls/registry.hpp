@@ -16,5 +16,7 @@ std::vector<std::string> mechanism_names();
 // One entry per file in attention_impls/.
 MechanismInfo vanilla_info();
 MechanismInfo flash_info();
+MechanismInfo linear_info();
+MechanismInfo performer_info();
 
 }  // namespace ab

@@ -4,6 +4,7 @@
 //   PyTorch default of the efficient-Transformer papers' era held it).
 // Optimises: nothing beyond running each step as one large oneDNN primitive (batched matmul,
 //   softmax forward/backward), which is what a framework does.
+// Decode: a key-value cache of every token; the new token's scores are materialised.
 // Leaves out: fusion and tiling; that is `flash`. Causal runs the full N^2 products and masks,
 //   as a framework does, so its GFLOP/s on useful (causal) FLOPs is about half.
 #include <omp.h>
@@ -11,7 +12,9 @@
 #include <cmath>
 #include <limits>
 
+#include "attention_impls/kv_cache.hpp"
 #include "attention_impls/registry.hpp"
+#include "core/vecmath.hpp"
 #include "core/matmul.hpp"
 
 namespace ab {
@@ -21,14 +24,23 @@ class Vanilla final : public Attention {
  public:
   explicit Vanilla(const AttnProblem& p) : p_(p) {}
 
-  double flops(Mode mode) const override { return with_backward(dense_attention_flops(p_), mode); }
+  double flops(Mode mode) const override {
+    if (mode == Mode::decode) return softmax_decode_flops(p_.shape, p_.shape.N + 1);
+    return with_backward(dense_attention_flops(p_), mode);
+  }
 
   size_t working_bytes(Mode mode) const override {
+    if (mode == Mode::decode) return KvCache::bytes(p_.shape, p_.shape.N + 1) + decode_scores_bytes();
     const Plan& pl = plan(mode);
     return scores_bytes() * (mode == Mode::fwd ? 1 : 2) + pl.scratch_bytes;
   }
 
   void setup(Mode mode, Rng&) override {
+    if (mode == Mode::decode) {
+      cache_.allocate(p_.shape, p_.shape.N + 1);
+      scores_ = Buffer<float>(decode_scores_bytes() / sizeof(float));
+      return;
+    }
     Plan& pl = plan(mode);
     scores_ = Buffer<float>(scores_bytes() / sizeof(float));
     if (mode == Mode::fwdbwd) dscores_ = Buffer<float>(scores_bytes() / sizeof(float));
@@ -48,6 +60,33 @@ class Vanilla final : public Attention {
     pl.pv.run(0, scores_.data(), a.v.data, a.o.data);
   }
 
+  void decode_prefill(const AttnArgs& a, int64_t n) override { cache_.prefill(a, n); }
+
+  // The new token's key and value go into the cache; its scores against every cached key are
+  // materialised (pos + 1 floats per head), softmax-normalised, and weight the cached values.
+  void decode_step(const AttnArgs& t, int64_t pos) override {
+    const auto& s = p_.shape;
+    const int64_t D = s.D, BH = s.B * s.H, cap = cache_.capacity();
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+#pragma omp parallel for schedule(static)
+    for (int64_t bh = 0; bh < BH; ++bh) {
+      const int64_t b = bh / s.H, h = bh % s.H;
+      cache_.store(b, h, pos, t.k.head(b, h), t.v.head(b, h));
+      const float* q = t.q.head(b, h);
+      float* sc = scores_.data() + bh * cap;
+      for (int64_t j = 0; j <= pos; ++j) sc[j] = scale * dot(q, cache_.key(b, h, j), D);
+      const float sum = exp_shift_sum(sc, sc, pos + 1, max_of(sc, pos + 1));
+      float* o = t.o.head(b, h);
+      fill(o, D, 0.0f);
+      for (int64_t j = 0; j <= pos; ++j) {
+        const float p = sc[j] / sum;
+        const float* v = cache_.value(b, h, j);
+#pragma omp simd
+        for (int64_t d = 0; d < D; ++d) o[d] += p * v[d];
+      }
+    }
+  }
+
   // dV = P^T dO; dP = dO V^T; dS = softmax_backward(P, dP); dQ = s dS K; dK = s dS^T Q.
   void backward(const AttnArgs& a) override {
     const Plan& pl = *plan_;
@@ -64,6 +103,10 @@ class Vanilla final : public Attention {
     RowSoftmax softmax;
     size_t scratch_bytes = 0;
   };
+
+  size_t decode_scores_bytes() const {
+    return static_cast<size_t>(p_.shape.B * p_.shape.H * (p_.shape.N + 1)) * sizeof(float);
+  }
 
   size_t scores_bytes() const {
     const auto& s = p_.shape;
@@ -131,6 +174,7 @@ class Vanilla final : public Attention {
   mutable Mode plan_mode_ = Mode::fwd;
   Buffer<float> scores_, dscores_;
   Buffer<std::byte> scratch_;
+  KvCache cache_;
 };
 
 }  // namespace
@@ -141,7 +185,7 @@ MechanismInfo vanilla_info() {
   m.family = "exact";
   m.summary = "softmax attention, (B,H,N,N) scores materialised, oneDNN batched matmul + softmax";
   m.complexity = "O(N^2 D) time, O(N^2) memory";
-  m.caps = Capabilities{.exact = true, .causal = true, .backward = true, .decode = false,
+  m.caps = Capabilities{.exact = true, .causal = true, .backward = true, .decode = true,
                         .constraints = ""};
   m.make = [](const AttnProblem& p, const ParamValues&) { return std::make_unique<Vanilla>(p); };
   return m;

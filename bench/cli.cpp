@@ -166,7 +166,8 @@ struct ShapeOptions {
 Mode parse_mode(const std::string& m) {
   if (m == "fwd") return Mode::fwd;
   if (m == "fwdbwd") return Mode::fwdbwd;
-  throw InvalidInput(fmt::format("unknown mode '{}'; modes: fwd, fwdbwd", m));
+  if (m == "decode") return Mode::decode;
+  throw InvalidInput(fmt::format("unknown mode '{}'; modes: fwd, fwdbwd, decode", m));
 }
 
 std::string point_label(const PointId& id, const RunOptions& o) {
@@ -236,7 +237,7 @@ int cmd_run(const ShapeOptions& so, const std::vector<std::string>& modes, const
         id.level = level;
         id.mode = mode;
         id.shape = Shape4{so.batch, so.heads, n, so.dhead};
-        id.causal = so.causal;
+        id.causal = so.causal || mode == Mode::decode;  // decoding is causal by definition
         id.threads = so.threads;
         PreparedPoint pp = prepare_point(id, opts);
         pp.impl.reset();  // constructed again just before it runs, to hold one plan at a time
@@ -287,7 +288,7 @@ int cli_main(int argc, char** argv) {
   RunOptions ropts;
   auto* run = app.add_subcommand("run", "benchmark mechanisms over sequence lengths and modes");
   run_shape.add_to(run, true);
-  run->add_option("--mode", modes, "fwd | fwdbwd (comma-separated for several)")->delimiter(',')->capture_default_str();
+  run->add_option("--mode", modes, "fwd | fwdbwd | decode (comma-separated for several); decode: one new token after a context of N")->delimiter(',')->capture_default_str();
   run->add_option("--level", level, "attention")->capture_default_str();
   run->add_option("--reps", ropts.reps, "repetitions, every one kept")->capture_default_str();
   run->add_option("--min-time", ropts.min_time, "seconds per repetition (iterations added to reach it)")->capture_default_str();

@@ -47,7 +47,8 @@ struct PointResult {
   size_t peak_rss_bytes = 0;  // VmHWM over the measured calls
   int64_t rss_delta_bytes = 0;
   std::optional<double> nmse;
-  int64_t tokens() const { return id.shape.B * id.shape.N; }
+  // Tokens processed per call: the whole sequence, or one new token per sequence in decode.
+  int64_t tokens() const { return id.mode == Mode::decode ? id.shape.B : id.shape.B * id.shape.N; }
 };
 
 // Summary statistics of a point's repetitions.

@@ -61,9 +61,24 @@ AttnProblem problem_of(const PointId& id) {
   return p;
 }
 
+// Shape of the input tensors: decode holds the N context tokens and the new one.
+Shape4 input_shape(const PointId& id) {
+  Shape4 s = id.shape;
+  if (id.mode == Mode::decode) s.N += 1;
+  return s;
+}
+
 size_t io_bytes(const PointId& id) {
-  const size_t t = static_cast<size_t>(id.shape.numel()) * sizeof(float);
-  return (id.mode == Mode::fwd ? 4 : 8) * t;
+  const size_t t = static_cast<size_t>(input_shape(id).numel()) * sizeof(float);
+  return (id.mode == Mode::fwdbwd ? 8 : 4) * t;
+}
+
+// Views of token `pos` alone: (B, H, 1, D) windows into the full tensors.
+TensorView token_view(const TensorView& t, int64_t pos) {
+  TensorView v = t;
+  v.data = t.data + pos * t.strides.sn;
+  v.shape.N = 1;
+  return v;
 }
 }  // namespace
 
@@ -87,6 +102,11 @@ PreparedPoint prepare_point(const PointId& id, const RunOptions& opts) {
     pp.message = id.mechanism + " has no backward pass";
     return pp;
   }
+  if (id.mode == Mode::decode && !caps.decode) {
+    pp.status = Status::SKIPPED;
+    pp.message = id.mechanism + " has no decode step (no key-value cache or recurrent state)";
+    return pp;
+  }
   omp_set_num_threads(id.threads);
   pp.impl = pp.info->make(problem_of(id), id.params);
   pp.impl->validate();
@@ -98,8 +118,9 @@ PreparedPoint prepare_point(const PointId& id, const RunOptions& opts) {
     PointId ref = id;
     ref.mechanism = "flash";
     ref.params = ParamValues();
+    ref.shape = input_shape(id);
     auto f = find_mechanism("flash").make(problem_of(ref), ref.params);
-    pp.predicted_bytes += f->working_bytes(Mode::fwd) + static_cast<size_t>(s.numel()) * sizeof(float);
+    pp.predicted_bytes += f->working_bytes(Mode::fwd) + static_cast<size_t>(ref.shape.numel()) * sizeof(float);
   }
   if (opts.mem_limit && pp.predicted_bytes > opts.mem_limit)
     throw InvalidInput(fmt::format("{} at N={} needs {} (predicted), above --mem-limit {}", id.mechanism,
@@ -115,20 +136,38 @@ bool all_finite(const Tensor& t) {
   return true;
 }
 
+bool all_finite_view(const TensorView& t) {
+  for (int64_t b = 0; b < t.shape.B; ++b)
+    for (int64_t h = 0; h < t.shape.H; ++h)
+      for (int64_t n = 0; n < t.shape.N; ++n)
+        for (int64_t d = 0; d < t.shape.D; ++d)
+          if (!std::isfinite(t.at(b, h, n, d))) return false;
+  return true;
+}
+
 PointResult run_point_impl(PreparedPoint& pp, const RunOptions& opts, PointResult res) {
   const PointId& id = pp.id;
   const bool bwd = id.mode == Mode::fwdbwd;
   omp_set_num_threads(id.threads);
   const size_t rss_before = current_rss_bytes();
 
-  AttnData data(id.shape, opts.seed, bwd);
+  const bool decode = id.mode == Mode::decode;
+  AttnData data(input_shape(id), opts.seed, bwd);
   const AttnArgs args = data.args();
+  const int64_t pos = id.shape.N;  // decode: the new token follows N context tokens
+  AttnArgs token = args;
+  for (TensorView* v : {&token.q, &token.k, &token.v, &token.o}) *v = token_view(*v, pos);
   // Working memory is what the mechanism holds beyond its inputs and outputs.
   const size_t baseline = MemoryMeter::current();
   MemoryMeter::reset_peak();
   Rng rng(opts.seed, kStreamParams);
   pp.impl->setup(id.mode, rng);
+  if (decode) pp.impl->decode_prefill(args, pos);
   auto call = [&]() {
+    if (decode) {
+      pp.impl->decode_step(token, pos);
+      return;
+    }
     pp.impl->forward(args);
     if (bwd) pp.impl->backward(args);
   };
@@ -140,7 +179,7 @@ PointResult run_point_impl(PreparedPoint& pp, const RunOptions& opts, PointResul
     call();
     t_call = wall_seconds() - t0;
   }
-  if (!all_finite(data.o) || (bwd && (!all_finite(data.dq) || !all_finite(data.dk) || !all_finite(data.dv)))) {
+  if ((decode && !all_finite_view(token.o)) || (!decode && !all_finite(data.o)) || (bwd && (!all_finite(data.dq) || !all_finite(data.dk) || !all_finite(data.dv)))) {
     res.status = Status::FAILED;
     res.message = "non-finite values in the output";
     return res;
@@ -165,16 +204,31 @@ PointResult run_point_impl(PreparedPoint& pp, const RunOptions& opts, PointResul
     if (id.mechanism == "flash") {
       res.nmse = 0.0;
     } else {
-      AttnProblem p{id.shape, id.causal, Strides3::contiguous(id.shape), id.threads};
+      // flash forward on the same inputs (causal over all N + 1 tokens for decode).
+      const Shape4 s = input_shape(id);
+      AttnProblem p{s, id.causal || decode, Strides3::contiguous(s), id.threads};
       auto ref = find_mechanism("flash").make(p, ParamValues());
       Rng unused(opts.seed, kStreamParams);
       ref->setup(Mode::fwd, unused);
-      Tensor o_ref(id.shape);
+      Tensor o_ref(s);
       AttnArgs ra = args;
       ra.o = o_ref.view();
       ref->forward(ra);
-      // fwdbwd has run backward since; the forward output in data.o is unchanged by it.
-      res.nmse = nmse(data.o.data(), o_ref.data(), o_ref.size());
+      if (decode) {
+        // Compare the new token's row only.
+        const TensorView got = token.o, want = token_view(o_ref.view(), pos);
+        Tensor a(got.shape), b(got.shape);
+        for (int64_t bb = 0; bb < s.B; ++bb)
+          for (int64_t h = 0; h < s.H; ++h)
+            for (int64_t d = 0; d < s.D; ++d) {
+              a.view().at(bb, h, 0, d) = got.at(bb, h, 0, d);
+              b.view().at(bb, h, 0, d) = want.at(bb, h, 0, d);
+            }
+        res.nmse = nmse(a.data(), b.data(), a.size());
+      } else {
+        // fwdbwd has run backward since; the forward output in data.o is unchanged by it.
+        res.nmse = nmse(data.o.data(), o_ref.data(), o_ref.size());
+      }
     }
   }
   return res;

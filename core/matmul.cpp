@@ -2,7 +2,10 @@
 
 #include <omp.h>
 
+#include <fmt/format.h>
+
 #include <chrono>
+#include <cstring>
 #include <mutex>
 #include <stdexcept>
 
@@ -124,6 +127,37 @@ void Matmul::run(int slot, const float* A, const float* B, float* C) const {
 }
 
 std::string Matmul::impl() const { return pd_.impl_info_str(); }
+
+MatmulCache::Key MatmulCache::key_of(const MatmulSpec& s) {
+  int32_t alpha_bits;
+  std::memcpy(&alpha_bits, &s.alpha, sizeof(alpha_bits));
+  return Key{s.b0,   s.b1,   s.M,    s.N,    s.K,    s.a[0], s.a[1], s.a[2], s.a[3], s.b[0],
+             s.b[1], s.b[2], s.b[3], s.c[0], s.c[1], s.c[2], s.c[3], alpha_bits, s.accumulate,
+             s.single_thread};
+}
+
+void MatmulCache::add(const MatmulSpec& spec) {
+  const Key k = key_of(spec);
+  if (mms_.find(k) == mms_.end()) mms_.emplace(k, Matmul(spec));
+}
+
+const Matmul& MatmulCache::get(const MatmulSpec& spec) const {
+  auto it = mms_.find(key_of(spec));
+  if (it == mms_.end())
+    throw std::logic_error(fmt::format("matmul {}x{}x{} was not planned", spec.M, spec.N, spec.K));
+  return it->second;
+}
+
+size_t MatmulCache::scratch_per_slot() const {
+  size_t m = 0;
+  for (const auto& [k, mm] : mms_) m = std::max(m, mm.scratchpad_bytes());
+  return (m + 63) / 64 * 64;
+}
+
+void MatmulCache::bind(int slots, std::byte* scratch) {
+  const size_t stride = scratch_per_slot();
+  for (auto& [k, mm] : mms_) mm.bind(slots, scratch, stride);
+}
 
 RowSoftmax::RowSoftmax(int64_t rows, int64_t cols, bool with_backward)
     : with_backward_(with_backward) {

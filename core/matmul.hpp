@@ -7,6 +7,7 @@
 // from inside their own OpenMP loops, one slot per thread.
 #pragma once
 #include <array>
+#include <map>
 #include <cstddef>
 #include <cstdint>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -62,6 +63,30 @@ class Matmul {
   dnnl::matmul prim_;
   size_t scratch_bytes_ = 0;
   std::vector<Slot> slots_;
+};
+
+// Matmul primitives keyed by their spec: created while planning (untimed), looked up by spec in
+// the timed code, so a kernel with many tile shapes (tails, chunks) names each product where it
+// runs. All share one scratchpad region per execution slot.
+class MatmulCache {
+ public:
+  // Creates the primitive if this spec is new.
+  void add(const MatmulSpec& spec);
+  bool has(const MatmulSpec& spec) const { return mms_.count(key_of(spec)) != 0; }
+  // Throws std::logic_error for a spec that was never added: a planning bug, not bad input.
+  const Matmul& get(const MatmulSpec& spec) const;
+  void run(int slot, const MatmulSpec& spec, const float* A, const float* B, float* C) const {
+    get(spec).run(slot, A, B, C);
+  }
+  // Largest scratchpad of any primitive, rounded to a cache line: the per-slot stride.
+  size_t scratch_per_slot() const;
+  void bind(int slots, std::byte* scratch);
+  void clear() { mms_.clear(); }
+
+ private:
+  using Key = std::array<int64_t, 20>;
+  static Key key_of(const MatmulSpec& s);
+  std::map<Key, Matmul> mms_;
 };
 
 // Softmax along the last axis of a (rows, cols) row-major matrix, forward and backward,

@@ -1,0 +1,560 @@
+#include "attention_impls/kernel_attention.hpp"
+
+#include <omp.h>
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include "core/vecmath.hpp"
+
+namespace ab {
+
+namespace {
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// z += column sums of the rows x F matrix X.
+void add_colsum(const float* X, int64_t rows, int64_t F, float* z) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* x = X + i * F;
+#pragma omp simd
+    for (int64_t f = 0; f < F; ++f) z[f] += x[f];
+  }
+}
+// y += a * x
+void axpy(float a, const float* x, float* y, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+// Zero the strictly upper triangle of a len x len block (row stride ld): j > i is masked.
+void mask_upper(float* A, int64_t len, int64_t ld) {
+  for (int64_t i = 0; i < len; ++i) fill(A + i * ld + i + 1, len - i - 1, 0.0f);
+}
+}  // namespace
+
+// Per-thread workspace, in floats.
+struct KernelAttention::Layout {
+  size_t phiQ = 0, phiK = 0, lsQ = 0, lsK = 0, S = 0, z = 0, A = 0, den = 0, pmax = 0;
+  size_t dphiQ = 0, dphiK = 0, dNum = 0, dden = 0, G = 0, R = 0, r = 0;
+  size_t phiq1 = 0, phik1 = 0, ls2 = 0;  // decode
+  size_t total = 0;
+};
+
+KernelAttention::KernelAttention(const AttnProblem& p, int64_t features, int64_t chunk)
+    : p_(p), F_(features), C_(chunk) {}
+
+KernelAttention::Layout KernelAttention::layout(Mode mode) const {
+  Layout L;
+  const size_t N = static_cast<size_t>(p_.shape.N), F = static_cast<size_t>(F_),
+               D = static_cast<size_t>(p_.shape.D), C = static_cast<size_t>(C_);
+  size_t at = 0;
+  auto take = [&at](size_t n) {
+    size_t o = at;
+    at += (n + 15) / 16 * 16;  // keep each array 64-byte aligned
+    return o;
+  };
+  if (mode == Mode::decode) {
+    // Prefill works chunk by chunk through phiK/lsK; a step uses one query and one key row.
+    L.phiK = take(C * F);
+    L.lsK = take(C);
+    L.phiq1 = take(F);
+    L.phik1 = take(F);
+    L.ls2 = take(2);
+    L.total = at;
+    return L;
+  }
+  L.phiQ = take(N * F);
+  L.phiK = take(N * F);
+  L.lsQ = take(N);
+  L.lsK = take(N);
+  L.S = take(F * D);
+  L.z = take(F);
+  L.den = take(N);
+  if (p_.causal) {
+    L.A = take(C * C);
+    L.pmax = take(N);
+  }
+  if (mode == Mode::fwdbwd) {
+    L.dphiQ = take(N * F);
+    L.dphiK = take(N * F);
+    L.dNum = take(N * D);
+    L.dden = take(N);
+    L.R = take(F * D);
+    L.r = take(F);
+    if (p_.causal) L.G = take(C * C);
+  }
+  L.total = at;
+  return L;
+}
+
+std::vector<int64_t> KernelAttention::chunk_lengths(int64_t n) const {
+  std::vector<int64_t> v;
+  if (n >= C_) v.push_back(C_);
+  if (n % C_) v.push_back(n % C_);
+  return v;
+}
+
+// ---- the products ----
+MatmulSpec KernelAttention::spec_QKt(int64_t len) const {
+  return MatmulSpec::tile(len, len, F_, F_, false, F_, true, C_);
+}
+MatmulSpec KernelAttention::spec_AV(int64_t len) const {
+  return MatmulSpec::tile(len, p_.shape.D, len, C_, false, p_.strides.sn, false, p_.strides.sn);
+}
+MatmulSpec KernelAttention::spec_QS(int64_t len, bool acc) const {
+  return MatmulSpec::tile(len, p_.shape.D, F_, F_, false, p_.shape.D, false, p_.strides.sn, 1.0f, acc);
+}
+MatmulSpec KernelAttention::spec_KtV(int64_t len, bool acc) const {
+  return MatmulSpec::tile(F_, p_.shape.D, len, F_, true, p_.strides.sn, false, p_.shape.D, 1.0f, acc);
+}
+MatmulSpec KernelAttention::spec_dNumSt(int64_t len, bool acc) const {
+  const int64_t D = p_.shape.D;
+  return MatmulSpec::tile(len, F_, D, D, false, D, true, F_, 1.0f, acc);
+}
+MatmulSpec KernelAttention::spec_QtdNum(int64_t len, bool acc) const {
+  const int64_t D = p_.shape.D;
+  return MatmulSpec::tile(F_, D, len, F_, true, D, false, D, 1.0f, acc);
+}
+MatmulSpec KernelAttention::spec_VdSt(int64_t len, bool acc) const {
+  const int64_t D = p_.shape.D;
+  return MatmulSpec::tile(len, F_, D, p_.strides.sn, false, D, true, F_, 1.0f, acc);
+}
+MatmulSpec KernelAttention::spec_KdS(int64_t len, bool acc) const {
+  const int64_t D = p_.shape.D;
+  return MatmulSpec::tile(len, D, F_, F_, false, D, false, p_.strides.sn, 1.0f, acc);
+}
+MatmulSpec KernelAttention::spec_dNumVt(int64_t len) const {
+  const int64_t D = p_.shape.D;
+  return MatmulSpec::tile(len, len, D, D, false, p_.strides.sn, true, C_);
+}
+MatmulSpec KernelAttention::spec_GK(int64_t len) const {
+  return MatmulSpec::tile(len, F_, len, C_, false, F_, false, F_);
+}
+MatmulSpec KernelAttention::spec_GtQ(int64_t len) const {
+  return MatmulSpec::tile(len, F_, len, C_, true, F_, false, F_);
+}
+MatmulSpec KernelAttention::spec_AtdNum(int64_t len) const {
+  const int64_t D = p_.shape.D;
+  return MatmulSpec::tile(len, D, len, C_, true, D, false, p_.strides.sn);
+}
+
+void KernelAttention::plan(Mode mode) const {
+  if (planned_ && planned_mode_ == mode) return;
+  mm_.clear();
+  const int64_t N = p_.shape.N;
+  if (mode == Mode::decode) {
+    for (int64_t len : chunk_lengths(N)) {
+      plan_features(mm_, len);
+      mm_.add(spec_KtV(len, true));
+    }
+    plan_features(mm_, 1);
+  } else {
+    plan_features(mm_, N);
+    const bool bwd = mode == Mode::fwdbwd;
+    if (!p_.causal) {
+      mm_.add(spec_KtV(N, false));
+      mm_.add(spec_QS(N, false));
+      if (bwd) {
+        mm_.add(spec_dNumSt(N, false));
+        mm_.add(spec_QtdNum(N, false));
+        mm_.add(spec_VdSt(N, false));
+        mm_.add(spec_KdS(N, false));
+      }
+    } else {
+      for (int64_t len : chunk_lengths(N)) {
+        mm_.add(spec_QKt(len));
+        mm_.add(spec_AV(len));
+        mm_.add(spec_QS(len, true));
+        mm_.add(spec_KtV(len, true));
+        if (bwd) {
+          mm_.add(spec_dNumVt(len));
+          mm_.add(spec_GK(len));
+          mm_.add(spec_dNumSt(len, true));
+          mm_.add(spec_GtQ(len));
+          mm_.add(spec_VdSt(len, true));
+          mm_.add(spec_AtdNum(len));
+          mm_.add(spec_KdS(len, true));
+          mm_.add(spec_QtdNum(len, true));
+        }
+      }
+    }
+  }
+  planned_ = true;
+  planned_mode_ = mode;
+}
+
+double KernelAttention::flops(Mode mode) const {
+  const auto& s = p_.shape;
+  const double N = static_cast<double>(s.N), F = static_cast<double>(F_), D = static_cast<double>(s.D);
+  const double BH = static_cast<double>(s.B * s.H);
+  if (mode == Mode::decode) {
+    // Feature maps of one query and one key; S' = S + phi(k) v^T; phi(q)^T S'; normaliser.
+    return BH * (2 * feature_flops(1) + 4 * F * D + 4 * F);
+  }
+  double f = 2 * feature_flops(s.N) + 4 * N * F * D + 3 * N * F;
+  if (p_.causal) {
+    // Intra-chunk: the causal pairs of each chunk through phiQ phiK^T and A V.
+    double pairs = 0;
+    for (int64_t c0 = 0; c0 < s.N; c0 += C_) {
+      const double len = static_cast<double>(std::min(C_, s.N - c0));
+      pairs += len * (len + 1) / 2;
+    }
+    f += pairs * (2 * F + 2 * D);
+  }
+  return with_backward(BH * f, mode);
+}
+
+size_t KernelAttention::working_bytes(Mode mode) const {
+  plan(mode);
+  const size_t T = static_cast<size_t>(p_.threads);
+  size_t b = T * mm_.scratch_per_slot() + T * layout(mode).total * sizeof(float);
+  if (mode == Mode::decode) {
+    const auto& s = p_.shape;
+    b += static_cast<size_t>(s.B * s.H) * 2 * static_cast<size_t>(F_ * s.D + F_ + 1) * sizeof(float);
+  }
+  return b + feature_param_bytes();
+}
+
+void KernelAttention::setup(Mode mode, Rng& rng) {
+  plan(mode);
+  mode_ = mode;
+  const int T = p_.threads;
+  scratch_ = Buffer<std::byte>(static_cast<size_t>(T) * mm_.scratch_per_slot());
+  mm_.bind(T, scratch_.data());
+  ws_ = Buffer<float>(static_cast<size_t>(T) * layout(mode).total);
+  if (mode == Mode::decode) {
+    const auto& s = p_.shape;
+    state_ = Buffer<float>(static_cast<size_t>(s.B * s.H) * 2 * static_cast<size_t>(F_ * s.D + F_ + 1));
+  }
+  setup_features(rng);
+}
+
+float* KernelAttention::thread_ws(int tid) const {
+  return ws_.data() + static_cast<size_t>(tid) * layout(mode_).total;
+}
+
+// Key features with one common factor: rows are multiplied by exp(logscale_j - max logscale).
+void KernelAttention::features_of_keys(int tid, const float* K, int64_t rows, float* phi, float* ls) const {
+  map_features(tid, K, p_.strides.sn, rows, phi, ls);
+  if (!stabilised()) return;
+  const float c = max_of(ls, rows);
+  for (int64_t j = 0; j < rows; ++j) scale_inplace(phi + j * F_, F_, exp_f32(ls[j] - c));
+}
+
+// Causal key scaling. A query may only depend on the keys it attends, so under causality the
+// keys' common factor for query i is the prefix maximum P_i of their log-scales (over j <= i),
+// not the maximum over the whole sequence, which would let later keys change earlier outputs
+// through eps. A chunk is computed at its last row's factor C_c = P_end: its keys are scaled by
+// exp(ls_j - C_c), the running state is rescaled by exp(C_prev - C_c) when C_c grows, and row
+// i's eps becomes eps * exp(P_i - C_c), which is the same ratio as scaling everything by P_i.
+void KernelAttention::prefix_max(const float* ls, int64_t n, float* pmax) const {
+  float m = kNegInf;
+  for (int64_t i = 0; i < n; ++i) pmax[i] = m = std::max(m, ls[i]);
+}
+
+float KernelAttention::chunk_factor(const float* pmax, int64_t c0, int64_t len) const {
+  return stabilised() ? pmax[c0 + len - 1] : 0.0f;
+}
+
+void KernelAttention::scale_chunk_keys(float* Kc, const float* ls, int64_t len, float c) const {
+  if (!stabilised()) return;
+  for (int64_t j = 0; j < len; ++j) scale_inplace(Kc + j * F_, F_, exp_f32(ls[j] - c));
+}
+
+float KernelAttention::row_eps(const float* pmax, int64_t i, float c) const {
+  return stabilised() ? kEps * exp_f32(pmax[i] - c) : kEps;
+}
+
+void KernelAttention::forward(const AttnArgs& a) {
+  const auto& s = p_.shape;
+  const int64_t BH = s.B * s.H;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t bh = 0; bh < BH; ++bh) forward_head(omp_get_thread_num(), a, bh / s.H, bh % s.H);
+}
+
+void KernelAttention::backward(const AttnArgs& a) {
+  const auto& s = p_.shape;
+  const int64_t BH = s.B * s.H;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t bh = 0; bh < BH; ++bh) backward_head(omp_get_thread_num(), a, bh / s.H, bh % s.H);
+}
+
+// Forward of one (batch, head).
+//   pass 1  phiQ, phiK (keys to one common factor)
+//   non-causal: S = phiK^T V, z = colsum phiK; O = phiQ S; O_i /= phiQ_i . z + eps
+//   causal, per chunk c:  A = phiQ_c phiK_c^T masked (j <= i);  O_c = A V_c + phiQ_c S;
+//           den_i = rowsum A_i + phiQ_i . z + eps;  O_c /= den;  S += phiK_c^T V_c;  z += colsum
+void KernelAttention::forward_head(int tid, const AttnArgs& a, int64_t b, int64_t h) const {
+  const Layout L = layout(mode_);
+  float* w = thread_ws(tid);
+  float *phiQ = w + L.phiQ, *phiK = w + L.phiK, *S = w + L.S, *z = w + L.z, *den = w + L.den;
+  const int64_t N = p_.shape.N, D = p_.shape.D, F = F_, ld = p_.strides.sn;
+  const float* V = a.v.head(b, h);
+  float* O = a.o.head(b, h);
+  map_features(tid, a.q.head(b, h), ld, N, phiQ, w + L.lsQ);
+  if (!p_.causal) {
+    features_of_keys(tid, a.k.head(b, h), N, phiK, w + L.lsK);
+    mm_.run(tid, spec_KtV(N, false), phiK, V, S);
+    fill(z, F, 0.0f);
+    add_colsum(phiK, N, F, z);
+    mm_.run(tid, spec_QS(N, false), phiQ, S, O);
+    for (int64_t i = 0; i < N; ++i) scale_inplace(O + i * ld, D, 1.0f / (dot(phiQ + i * F, z, F) + kEps));
+    return;
+  }
+  const float* ls = w + L.lsK;
+  float *A = w + L.A, *pmax = w + L.pmax;
+  map_features(tid, a.k.head(b, h), ld, N, phiK, w + L.lsK);
+  prefix_max(ls, N, pmax);
+  fill(S, F * D, 0.0f);
+  fill(z, F, 0.0f);
+  float c_prev = 0.0f;
+  for (int64_t c0 = 0; c0 < N; c0 += C_) {
+    const int64_t len = std::min(C_, N - c0);
+    const float c = chunk_factor(pmax, c0, len);
+    if (c0 > 0 && c != c_prev) scale_inplace(S, F * D + F, exp_f32(c_prev - c));  // S, z adjacent
+    c_prev = c;
+    float* Kc = phiK + c0 * F;
+    scale_chunk_keys(Kc, ls + c0, len, c);
+    const float *Qc = phiQ + c0 * F, *Vc = V + c0 * ld;
+    float* Oc = O + c0 * ld;
+    mm_.run(tid, spec_QKt(len), Qc, Kc, A);
+    mask_upper(A, len, C_);
+    mm_.run(tid, spec_AV(len), A, Vc, Oc);
+    if (c0 > 0) mm_.run(tid, spec_QS(len, true), Qc, S, Oc);
+    for (int64_t i = 0; i < len; ++i) {
+      float d = row_eps(pmax, c0 + i, c) + dot(Qc + i * F, z, F);
+      for (int64_t j = 0; j <= i; ++j) d += A[i * C_ + j];
+      den[c0 + i] = d;
+      scale_inplace(Oc + i * ld, D, 1.0f / d);
+    }
+    mm_.run(tid, spec_KtV(len, true), Kc, Vc, S);
+    add_colsum(Kc, len, F, z);
+  }
+}
+
+// Backward of one (batch, head), for L = sum(dO * O). With num_i = phiQ_i S_i and
+// den_i = phiQ_i . z_i + eps:  dNum_i = dO_i / den_i,  dden_i = -(dO_i . O_i) / den_i.
+//   non-causal: dphiQ = dNum S^T + dden z^T;  dS = phiQ^T dNum;  dz = phiQ^T dden;
+//               dphiK = V dS^T + 1 dz^T;  dV = phiK dS
+//   causal, forward over chunks (prefix S, z):  G = dNum_c V_c^T + dden_c 1^T masked;
+//               dphiQ_c = G phiK_c + dNum_c S^T + dden_c z^T
+//   causal, backward over chunks (suffix R = sum phiQ^T dNum, r = sum phiQ^T dden):
+//               dphiK_c = G^T phiQ_c + V_c R^T + 1 r^T;  dV_c = A^T dNum_c + phiK_c R
+//   then the feature maps' backward gives dQ and dK.
+void KernelAttention::backward_head(int tid, const AttnArgs& a, int64_t b, int64_t h) const {
+  const Layout L = layout(mode_);
+  float* w = thread_ws(tid);
+  float *phiQ = w + L.phiQ, *phiK = w + L.phiK, *S = w + L.S, *z = w + L.z, *den = w + L.den;
+  float *dphiQ = w + L.dphiQ, *dphiK = w + L.dphiK, *dNum = w + L.dNum, *dden = w + L.dden;
+  float *R = w + L.R, *r = w + L.r;
+  const int64_t N = p_.shape.N, D = p_.shape.D, F = F_, ld = p_.strides.sn;
+  const float* V = a.v.head(b, h);
+  const float* O = a.o.head(b, h);
+  const float* dO = a.dout.head(b, h);
+  float* dV = a.dv.head(b, h);
+  map_features(tid, a.q.head(b, h), ld, N, phiQ, w + L.lsQ);
+  if (!p_.causal) features_of_keys(tid, a.k.head(b, h), N, phiK, w + L.lsK);
+  else map_features(tid, a.k.head(b, h), ld, N, phiK, w + L.lsK);
+  auto set_dnum = [&](int64_t i) {
+    const float inv = 1.0f / den[i];
+    const float* g = dO + i * ld;
+    float* dn = dNum + i * D;
+#pragma omp simd
+    for (int64_t d = 0; d < D; ++d) dn[d] = g[d] * inv;
+    dden[i] = -dot(g, O + i * ld, D) * inv;
+  };
+
+  if (!p_.causal) {
+    mm_.run(tid, spec_KtV(N, false), phiK, V, S);
+    fill(z, F, 0.0f);
+    add_colsum(phiK, N, F, z);
+    for (int64_t i = 0; i < N; ++i) {
+      den[i] = dot(phiQ + i * F, z, F) + kEps;
+      set_dnum(i);
+    }
+    mm_.run(tid, spec_dNumSt(N, false), dNum, S, dphiQ);
+    for (int64_t i = 0; i < N; ++i) axpy(dden[i], z, dphiQ + i * F, F);
+    float* dS = R;  // the suffix state is not needed without causality
+    float* dz = r;
+    mm_.run(tid, spec_QtdNum(N, false), phiQ, dNum, dS);
+    fill(dz, F, 0.0f);
+    for (int64_t i = 0; i < N; ++i) axpy(dden[i], phiQ + i * F, dz, F);
+    mm_.run(tid, spec_VdSt(N, false), V, dS, dphiK);
+    for (int64_t j = 0; j < N; ++j) axpy(1.0f, dz, dphiK + j * F, F);
+    mm_.run(tid, spec_KdS(N, false), phiK, dS, dV);
+  } else {
+    float *A = w + L.A, *G = w + L.G, *pmax = w + L.pmax;
+    const float* ls = w + L.lsK;
+    prefix_max(ls, N, pmax);
+    // The masked G = dNum_c V_c^T + dden_c 1^T of a chunk.
+    auto make_G = [&](int64_t c0, int64_t len) {
+      mm_.run(tid, spec_dNumVt(len), dNum + c0 * D, V + c0 * ld, G);
+      for (int64_t i = 0; i < len; ++i) {
+        float* g = G + i * C_;
+        const float dd = dden[c0 + i];
+        for (int64_t j = 0; j <= i; ++j) g[j] += dd;
+      }
+      mask_upper(G, len, C_);
+    };
+    fill(S, F * D, 0.0f);
+    fill(z, F, 0.0f);
+    float c_prev = 0.0f;
+    for (int64_t c0 = 0; c0 < N; c0 += C_) {
+      const int64_t len = std::min(C_, N - c0);
+      const float c = chunk_factor(pmax, c0, len);
+      if (c0 > 0 && c != c_prev) scale_inplace(S, F * D + F, exp_f32(c_prev - c));
+      c_prev = c;
+      // Keys stay scaled at their chunk's factor for the reverse pass and the map's backward.
+      scale_chunk_keys(phiK + c0 * F, ls + c0, len, c);
+      const float *Qc = phiQ + c0 * F, *Kc = phiK + c0 * F, *Vc = V + c0 * ld;
+      mm_.run(tid, spec_QKt(len), Qc, Kc, A);
+      for (int64_t i = 0; i < len; ++i) {
+        float d = row_eps(pmax, c0 + i, c) + dot(Qc + i * F, z, F);
+        for (int64_t j = 0; j <= i; ++j) d += A[i * C_ + j];
+        den[c0 + i] = d;
+        set_dnum(c0 + i);
+      }
+      make_G(c0, len);
+      float* dQc = dphiQ + c0 * F;
+      mm_.run(tid, spec_GK(len), G, Kc, dQc);
+      if (c0 > 0) {
+        mm_.run(tid, spec_dNumSt(len, true), dNum + c0 * D, S, dQc);
+        for (int64_t i = 0; i < len; ++i) axpy(dden[c0 + i], z, dQc + i * F, F);
+      }
+      mm_.run(tid, spec_KtV(len, true), Kc, Vc, S);
+      add_colsum(Kc, len, F, z);
+    }
+    fill(R, F * D, 0.0f);
+    fill(r, F, 0.0f);
+    const int64_t last = (N - 1) / C_ * C_;
+    float c_next = 0.0f;
+    for (int64_t c0 = last; c0 >= 0; c0 -= C_) {
+      const int64_t len = std::min(C_, N - c0);
+      // R, r sum later chunks' terms, whose keys were at larger factors: bring them to this
+      // chunk's factor.
+      const float c = chunk_factor(pmax, c0, len);
+      if (c0 != last && c != c_next) {
+        const float f = exp_f32(c - c_next);
+        scale_inplace(R, F * D, f);
+        scale_inplace(r, F, f);
+      }
+      c_next = c;
+      const float *Qc = phiQ + c0 * F, *Kc = phiK + c0 * F, *Vc = V + c0 * ld;
+      mm_.run(tid, spec_QKt(len), Qc, Kc, A);
+      mask_upper(A, len, C_);
+      make_G(c0, len);
+      float* dKc = dphiK + c0 * F;
+      float* dVc = dV + c0 * ld;
+      mm_.run(tid, spec_GtQ(len), G, Qc, dKc);
+      mm_.run(tid, spec_AtdNum(len), A, dNum + c0 * D, dVc);
+      if (c0 != last) {
+        mm_.run(tid, spec_VdSt(len, true), Vc, R, dKc);
+        for (int64_t j = 0; j < len; ++j) axpy(1.0f, r, dKc + j * F, F);
+        mm_.run(tid, spec_KdS(len, true), Kc, R, dVc);
+      }
+      mm_.run(tid, spec_QtdNum(len, true), Qc, dNum + c0 * D, R);
+      for (int64_t i = 0; i < len; ++i) axpy(dden[c0 + i], Qc + i * F, r, F);
+    }
+  }
+  map_features_backward(tid, a.q.head(b, h), ld, N, phiQ, dphiQ, a.dq.head(b, h));
+  map_features_backward(tid, a.k.head(b, h), ld, N, phiK, dphiK, a.dk.head(b, h));
+}
+
+// ---- recurrent decode ----
+// State per (b, h): two sets of (S (F x D), z (F), c), the key factor c being the running
+// maximum log-scale of the keys folded in. Set `decode_cur_` holds tokens [0, decode_committed_).
+
+void KernelAttention::decode_prefill(const AttnArgs& a, int64_t n) {
+  const auto& s = p_.shape;
+  const int64_t D = s.D, F = F_, ld = p_.strides.sn, BH = s.B * s.H;
+  const size_t set = static_cast<size_t>(F * D + F + 1);
+  const Layout L = layout(Mode::decode);
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t bh = 0; bh < BH; ++bh) {
+    const int tid = omp_get_thread_num();
+    float* w = thread_ws(tid);
+    float* S = state_.data() + static_cast<size_t>(bh) * 2 * set;
+    float* z = S + F * D;
+    float* c = z + F;
+    fill(S, F * D + F, 0.0f);
+    *c = stabilised() ? kNegInf : 0.0f;
+    const float* K = a.k.head(bh / s.H, bh % s.H);
+    const float* V = a.v.head(bh / s.H, bh % s.H);
+    for (int64_t c0 = 0; c0 < n; c0 += C_) {
+      const int64_t len = std::min(C_, n - c0);
+      float *phi = w + L.phiK, *ls = w + L.lsK;
+      map_features(tid, K + c0 * ld, ld, len, phi, ls);
+      if (stabilised()) {
+        const float m = max_of(ls, len);
+        if (m > *c) {
+          scale_inplace(S, F * D + F, exp_f32(*c - m));
+          *c = m;
+        }
+        for (int64_t j = 0; j < len; ++j) scale_inplace(phi + j * F, F, exp_f32(ls[j] - *c));
+      }
+      // A prefix shorter than a chunk has no planned product of its length; fold it row by row.
+      if (len == C_ || len == s.N % C_) {
+        mm_.run(tid, spec_KtV(len, true), phi, V + c0 * ld, S);
+      } else {
+        for (int64_t j = 0; j < len; ++j)
+          for (int64_t f = 0; f < F; ++f) axpy(phi[j * F + f], V + (c0 + j) * ld, S + f * D, D);
+      }
+      add_colsum(phi, len, F, z);
+    }
+  }
+  decode_cur_ = 0;
+  decode_committed_ = n;
+}
+
+// One step: S' = a S + phi(k) v^T, z' = a z + phi(k) (a rescales to a new key maximum);
+// o = phi(q)^T S' / (phi(q) . z' + eps). S', z' go to the other set; the next position keeps them.
+void KernelAttention::decode_step(const AttnArgs& t, int64_t pos) {
+  if (pos == decode_committed_ + 1) {
+    decode_cur_ ^= 1;
+    decode_committed_ = pos;
+  } else if (pos != decode_committed_) {
+    throw std::logic_error("decode_step: positions must advance one at a time");
+  }
+  const auto& s = p_.shape;
+  const int64_t D = s.D, F = F_, BH = s.B * s.H;
+  const size_t set = static_cast<size_t>(F * D + F + 1);
+  const Layout L = layout(Mode::decode);
+  const int src = decode_cur_, dst = decode_cur_ ^ 1;
+#pragma omp parallel for schedule(static)
+  for (int64_t bh = 0; bh < BH; ++bh) {
+    const int tid = omp_get_thread_num();
+    const int64_t b = bh / s.H, h = bh % s.H;
+    float* w = thread_ws(tid);
+    float* base = state_.data() + static_cast<size_t>(bh) * 2 * set;
+    const float* S0 = base + src * set;
+    const float* z0 = S0 + F * D;
+    const float c0 = z0[F];
+    float* S1 = base + dst * set;
+    float* z1 = S1 + F * D;
+    float *phiq = w + L.phiq1, *phik = w + L.phik1, *ls = w + L.ls2;
+    map_features(tid, t.k.head(b, h), p_.strides.sn, 1, phik, ls);
+    map_features(tid, t.q.head(b, h), p_.strides.sn, 1, phiq, ls + 1);
+    float alpha = 1.0f, c1 = c0;
+    if (stabilised()) {
+      c1 = std::max(c0, ls[0]);
+      alpha = exp_f32(c0 - c1);
+      scale_inplace(phik, F, exp_f32(ls[0] - c1));
+    }
+    const float* v = t.v.head(b, h);
+    for (int64_t f = 0; f < F; ++f) {
+      const float* src_row = S0 + f * D;
+      float* dst_row = S1 + f * D;
+      const float pk = phik[f];
+#pragma omp simd
+      for (int64_t d = 0; d < D; ++d) dst_row[d] = alpha * src_row[d] + pk * v[d];
+      z1[f] = alpha * z0[f] + pk;
+    }
+    z1[F] = c1;
+    float* o = t.o.head(b, h);
+    fill(o, D, 0.0f);
+    for (int64_t f = 0; f < F; ++f) axpy(phiq[f], S1 + f * D, o, D);
+    scale_inplace(o, D, 1.0f / (dot(phiq, z1, F) + kEps));
+  }
+}
+
+}  // namespace ab

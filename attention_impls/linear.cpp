@@ -1,0 +1,66 @@
+// linear: the Linear Transformer's attention.
+// Paper: Katharopoulos et al. 2020, "Transformers are RNNs: Fast Autoregressive Transformers
+//   with Linear Attention".
+// Complexity: O(N D^2) time, O(N D) memory per thread; decode O(D^2) time and memory per token,
+//   whatever the context length.
+// Optimises: phi(x) = elu(x) + 1 is one vectorised pass; the rest is the kernel-attention core
+//   (kernel_attention.cpp): every product a oneDNN matmul, causal chunk by chunk (`chunk`).
+// Leaves out: feature maps other than elu + 1; numerator and denominator are not fused into one
+//   product (the normaliser is an O(N D) dot per row).
+#include "attention_impls/kernel_attention.hpp"
+#include "attention_impls/registry.hpp"
+#include "core/vecmath.hpp"
+
+namespace ab {
+namespace {
+
+class Linear final : public KernelAttention {
+ public:
+  Linear(const AttnProblem& p, const ParamValues& v)
+      : KernelAttention(p, p.shape.D, v.get_int("chunk")) {}
+
+ protected:
+  void map_features(int, const float* X, int64_t ldx, int64_t rows, float* phi,
+                    float* logscale) const override {
+    const int64_t D = p_.shape.D;
+    for (int64_t i = 0; i < rows; ++i) {
+      const float* x = X + i * ldx;
+      float* y = phi + i * D;
+#pragma omp simd
+      for (int64_t d = 0; d < D; ++d) y[d] = x[d] > 0.0f ? x[d] + 1.0f : exp_f32(x[d]);
+      logscale[i] = 0.0f;
+    }
+  }
+  // d phi / dx = 1 for x > 0, exp(x) = phi(x) otherwise.
+  void map_features_backward(int, const float* X, int64_t ldx, int64_t rows, const float* phi,
+                             float* dphi, float* dX) const override {
+    const int64_t D = p_.shape.D;
+    for (int64_t i = 0; i < rows; ++i) {
+      const float *x = X + i * ldx, *p = phi + i * D, *g = dphi + i * D;
+      float* dx = dX + i * ldx;
+#pragma omp simd
+      for (int64_t d = 0; d < D; ++d) dx[d] = x[d] > 0.0f ? g[d] : g[d] * p[d];
+    }
+  }
+  double feature_flops(int64_t) const override { return 0; }
+  void plan_features(MatmulCache&, int64_t) const override {}
+  bool stabilised() const override { return false; }
+};
+
+}  // namespace
+
+MechanismInfo linear_info() {
+  MechanismInfo m;
+  m.name = "linear";
+  m.family = "kernel";
+  m.summary = "Linear Transformer: phi(x) = elu(x)+1, phi(Q) (phi(K)^T V) normalised; causal chunk-wise";
+  m.complexity = "O(N D^2) time, O(N D) memory; decode O(D^2) per token";
+  m.caps = Capabilities{.exact = false, .causal = true, .backward = true, .decode = true,
+                        .constraints = ""};
+  m.params = {ParamSpec{"chunk", ParamType::Int, int64_t{64}, 1, 4096, {},
+                        "causal chunk length: masked chunk x chunk products inside, running state across"}};
+  m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<Linear>(p, v); };
+  return m;
+}
+
+}  // namespace ab

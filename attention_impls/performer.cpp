@@ -1,0 +1,164 @@
+// performer: FAVOR+ positive orthogonal random features.
+// Paper: Choromanski et al. 2021, "Rethinking Attention with Performers".
+// Complexity: O(N m D) time (feature maps 2 N D m each for Q and K, the core 4 N m D),
+//   O(N m) memory per thread; decode O(m D) per token.
+// Features: phi(x) = m^(-1/2) exp(Omega x' - ||x'||^2 / 2 - c), x' = x D^(-1/4), with Omega
+//   (m, D) built from blocks of D orthogonal rows (Gram-Schmidt QR of a Gaussian matrix), each
+//   row rescaled to the norm of an independent Gaussian vector. The stabiliser c is the maximum
+//   of the exponent Omega x' - ||x'||^2/2 over features (queries: per row) or over features and
+//   sequence (keys: per batch and head; causal: over the prefix a query sees, so no output
+//   depends on a later key through eps); it cancels in the ratio up to eps, and the backward
+//   pass treats it as a constant, as the reference implementation does (stop-gradient).
+// Optimises: Omega x' is a oneDNN matmul; the exponent is one vectorised pass; the rest is the
+//   kernel-attention core.
+// Leaves out: redrawing Omega during training (drawn once per run), the ReLU kernel variant.
+#include <cmath>
+
+#include "attention_impls/kernel_attention.hpp"
+#include "attention_impls/registry.hpp"
+#include "core/vecmath.hpp"
+
+namespace ab {
+namespace {
+
+class Performer final : public KernelAttention {
+ public:
+  Performer(const AttnProblem& p, const ParamValues& v)
+      : KernelAttention(p, v.get_int("features"), v.get_int("chunk")) {}
+
+  std::vector<DumpTensor> dump_tensors() const override {
+    return {DumpTensor{"omega", {F_, p_.shape.D}, omega_.data(), nullptr}};
+  }
+
+ protected:
+  // phi~ = m^(-1/2) exp(u - max u) with u = D^(-1/4) Omega x; logscale = max u - ||x'||^2 / 2.
+  void map_features(int tid, const float* X, int64_t ldx, int64_t rows, float* phi,
+                    float* logscale) const override {
+    if (!mm_.has(spec_u(rows))) {
+      // Blocks of a planned size (decode prefill of an unplanned length).
+      int64_t i = 0;
+      for (; i + C_ <= rows && mm_.has(spec_u(C_)); i += C_)
+        map_features(tid, X + i * ldx, ldx, C_, phi + i * F_, logscale + i);
+      for (; i < rows; ++i) map_features(tid, X + i * ldx, ldx, 1, phi + i * F_, logscale + i);
+      return;
+    }
+    const int64_t D = p_.shape.D, m = F_;
+    mm_.run(tid, spec_u(rows), X, omega_.data(), phi);
+    const float norm = 1.0f / std::sqrt(static_cast<float>(m));
+    const float half_inv_sqrt_d = 0.5f / std::sqrt(static_cast<float>(D));
+    for (int64_t i = 0; i < rows; ++i) {
+      float* u = phi + i * m;
+      const float mx = max_of(u, m);
+      const float* x = X + i * ldx;
+      logscale[i] = mx - half_inv_sqrt_d * dot(x, x, D);
+      exp_shift_sum(u, u, m, mx);
+      scale_inplace(u, m, norm);
+    }
+  }
+  // dx = D^(-1/4) (dphi * phi) Omega - D^(-1/2) x sum_f(dphi * phi)
+  void map_features_backward(int tid, const float* X, int64_t ldx, int64_t rows, const float* phi,
+                             float* dphi, float* dX) const override {
+    const int64_t D = p_.shape.D, m = F_;
+    const float inv_sqrt_d = 1.0f / std::sqrt(static_cast<float>(D));
+    for (int64_t i = 0; i < rows; ++i) {
+      float* g = dphi + i * m;
+      const float* p = phi + i * m;
+#pragma omp simd
+      for (int64_t f = 0; f < m; ++f) g[f] *= p[f];
+    }
+    mm_.run(tid, spec_dx(rows), dphi, omega_.data(), dX);
+    for (int64_t i = 0; i < rows; ++i) {
+      float t = 0;
+      const float* g = dphi + i * m;
+#pragma omp simd reduction(+ : t)
+      for (int64_t f = 0; f < m; ++f) t += g[f];
+      const float* x = X + i * ldx;
+      float* dx = dX + i * ldx;
+      const float a = -inv_sqrt_d * t;
+#pragma omp simd
+      for (int64_t d = 0; d < D; ++d) dx[d] += a * x[d];
+    }
+  }
+  double feature_flops(int64_t rows) const override {
+    // Omega x' as a product, plus the exponent pass (counted as one multiply-add per feature).
+    return 2.0 * rows * p_.shape.D * F_ + 2.0 * rows * F_;
+  }
+  void plan_features(MatmulCache& mm, int64_t rows) const override {
+    mm.add(spec_u(rows));
+    mm.add(spec_dx(rows));
+  }
+  bool stabilised() const override { return true; }
+
+  size_t feature_param_bytes() const override {
+    return static_cast<size_t>(F_ * p_.shape.D) * sizeof(float);
+  }
+
+  void setup_features(Rng& rng) override {
+    const int64_t D = p_.shape.D, m = F_;
+    omega_ = Buffer<float>(static_cast<size_t>(m * D));
+    std::vector<double> block(static_cast<size_t>(D * D));
+    for (int64_t r0 = 0; r0 < m; r0 += D) {
+      // Rows of a Gaussian D x D matrix, orthonormalised (modified Gram-Schmidt = the Q of QR).
+      for (auto& x : block) x = rng.normal();
+      for (int64_t i = 0; i < D; ++i) {
+        double* ri = &block[static_cast<size_t>(i * D)];
+        for (int64_t j = 0; j < i; ++j) {
+          const double* rj = &block[static_cast<size_t>(j * D)];
+          double d = 0;
+          for (int64_t k = 0; k < D; ++k) d += ri[k] * rj[k];
+          for (int64_t k = 0; k < D; ++k) ri[k] -= d * rj[k];
+        }
+        double n = 0;
+        for (int64_t k = 0; k < D; ++k) n += ri[k] * ri[k];
+        n = std::sqrt(n);
+        for (int64_t k = 0; k < D; ++k) ri[k] /= n;
+      }
+      for (int64_t i = 0; i < D && r0 + i < m; ++i) {
+        // The row's length: the norm of an independent D-dimensional Gaussian vector.
+        double len = 0;
+        for (int64_t k = 0; k < D; ++k) {
+          const double g = rng.normal();
+          len += g * g;
+        }
+        len = std::sqrt(len);
+        for (int64_t k = 0; k < D; ++k)
+          omega_[static_cast<size_t>((r0 + i) * D + k)] = static_cast<float>(block[static_cast<size_t>(i * D + k)] * len);
+      }
+    }
+  }
+
+ private:
+  // u (rows x m) = D^(-1/4) X Omega^T
+  MatmulSpec spec_u(int64_t rows) const {
+    const int64_t D = p_.shape.D;
+    return MatmulSpec::tile(rows, F_, D, p_.strides.sn, false, D, true, F_,
+                            1.0f / std::pow(static_cast<float>(D), 0.25f));
+  }
+  // dX (rows x D) = D^(-1/4) G Omega
+  MatmulSpec spec_dx(int64_t rows) const {
+    const int64_t D = p_.shape.D;
+    return MatmulSpec::tile(rows, D, F_, F_, false, D, false, p_.strides.sn,
+                            1.0f / std::pow(static_cast<float>(D), 0.25f));
+  }
+
+  Buffer<float> omega_;
+};
+
+}  // namespace
+
+MechanismInfo performer_info() {
+  MechanismInfo m;
+  m.name = "performer";
+  m.family = "kernel";
+  m.summary = "FAVOR+: positive orthogonal random features (Omega seeded, dumped), linear attention core";
+  m.complexity = "O(N m D) time, O(N m) memory; decode O(m D) per token";
+  m.caps = Capabilities{.exact = false, .causal = true, .backward = true, .decode = true,
+                        .constraints = ""};
+  m.params = {ParamSpec{"features", ParamType::Int, int64_t{256}, 1, 65536, {}, "random features m"},
+              ParamSpec{"chunk", ParamType::Int, int64_t{64}, 1, 4096, {},
+                        "causal chunk length: masked chunk x chunk products inside, running state across"}};
+  m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<Performer>(p, v); };
+  return m;
+}
+
+}  // namespace ab
