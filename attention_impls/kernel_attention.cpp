@@ -12,6 +12,9 @@ namespace ab {
 
 namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+// The non-causal forward streams keys, then queries, in blocks of this many rows, so features
+// live in L2 and never go to memory.
+constexpr int64_t kStreamRows = 1024;
 
 // z += column sums of the rows x F matrix X.
 void add_colsum(const float* X, int64_t rows, int64_t F, float* z) {
@@ -63,6 +66,15 @@ KernelAttention::Layout KernelAttention::layout(Mode mode) const {
     L.total = at;
     return L;
   }
+  if (mode == Mode::fwd && !p_.causal) {
+    // Streaming forward: one block of features at a time.
+    L.phiK = take(static_cast<size_t>(kStreamRows) * F);
+    L.lsK = take(static_cast<size_t>(kStreamRows));
+    L.S = take(F * D);
+    L.z = take(F);
+    L.total = at;
+    return L;
+  }
   L.phiQ = take(N * F);
   L.phiK = take(N * F);
   L.lsQ = take(N);
@@ -87,10 +99,12 @@ KernelAttention::Layout KernelAttention::layout(Mode mode) const {
   return L;
 }
 
-std::vector<int64_t> KernelAttention::chunk_lengths(int64_t n) const {
+std::vector<int64_t> KernelAttention::chunk_lengths(int64_t n) const { return block_lengths(n, C_); }
+
+std::vector<int64_t> KernelAttention::block_lengths(int64_t n, int64_t block) {
   std::vector<int64_t> v;
-  if (n >= C_) v.push_back(C_);
-  if (n % C_) v.push_back(n % C_);
+  if (n >= block) v.push_back(block);
+  if (n % block) v.push_back(n % block);
   return v;
 }
 
@@ -149,12 +163,20 @@ void KernelAttention::plan(Mode mode) const {
     }
     plan_features(mm_, 1);
   } else {
-    plan_features(mm_, N);
     const bool bwd = mode == Mode::fwdbwd;
     if (!p_.causal) {
-      mm_.add(spec_KtV(N, false));
-      mm_.add(spec_QS(N, false));
+      for (int64_t len : block_lengths(N, kStreamRows)) {
+        plan_features(mm_, len);
+        mm_.add(spec_KtV(len, true));
+        mm_.add(spec_QS(len, false));
+      }
+    } else {
+      plan_features(mm_, N);
+    }
+    if (!p_.causal) {
       if (bwd) {
+        plan_features(mm_, N);
+        mm_.add(spec_KtV(N, false));
         mm_.add(spec_dNumSt(N, false));
         mm_.add(spec_QtdNum(N, false));
         mm_.add(spec_VdSt(N, false));
@@ -261,6 +283,11 @@ void KernelAttention::scale_chunk_keys(float* Kc, const float* ls, int64_t len, 
   for (int64_t j = 0; j < len; ++j) scale_inplace(Kc + j * F_, F_, exp_f32(ls[j] - c));
 }
 
+void KernelAttention::scale_state(float* S, float* z, float f) const {
+  scale_inplace(S, F_ * p_.shape.D, f);
+  scale_inplace(z, F_, f);
+}
+
 float KernelAttention::row_eps(const float* pmax, int64_t i, float c) const {
   return stabilised() ? kEps * exp_f32(pmax[i] - c) : kEps;
 }
@@ -280,8 +307,10 @@ void KernelAttention::backward(const AttnArgs& a) {
 }
 
 // Forward of one (batch, head).
-//   pass 1  phiQ, phiK (keys to one common factor)
-//   non-causal: S = phiK^T V, z = colsum phiK; O = phiQ S; O_i /= phiQ_i . z + eps
+//   non-causal, streaming in blocks of rows:
+//     pass 1  per key block: phiK_b; S += phiK_b^T V_b; z += colsum phiK_b (a stabilised map
+//             rescales S, z when the running key maximum grows, ending at the global maximum)
+//     pass 2  per query block: O_b = phiQ_b S; O_i /= phiQ_i . z + eps
 //   causal, per chunk c:  A = phiQ_c phiK_c^T masked (j <= i);  O_c = A V_c + phiQ_c S;
 //           den_i = rowsum A_i + phiQ_i . z + eps;  O_c /= den;  S += phiK_c^T V_c;  z += colsum
 void KernelAttention::forward_head(int tid, const AttnArgs& a, int64_t b, int64_t h) const {
@@ -291,16 +320,37 @@ void KernelAttention::forward_head(int tid, const AttnArgs& a, int64_t b, int64_
   const int64_t N = p_.shape.N, D = p_.shape.D, F = F_, ld = p_.strides.sn;
   const float* V = a.v.head(b, h);
   float* O = a.o.head(b, h);
-  map_features(tid, a.q.head(b, h), ld, N, phiQ, w + L.lsQ);
   if (!p_.causal) {
-    features_of_keys(tid, a.k.head(b, h), N, phiK, w + L.lsK);
-    mm_.run(tid, spec_KtV(N, false), phiK, V, S);
+    float *phi = phiK, *ls = w + L.lsK;
+    const float* K = a.k.head(b, h);
+    const float* Q = a.q.head(b, h);
+    fill(S, F * D, 0.0f);
     fill(z, F, 0.0f);
-    add_colsum(phiK, N, F, z);
-    mm_.run(tid, spec_QS(N, false), phiQ, S, O);
-    for (int64_t i = 0; i < N; ++i) scale_inplace(O + i * ld, D, 1.0f / (dot(phiQ + i * F, z, F) + kEps));
+    float c = stabilised() ? kNegInf : 0.0f;
+    for (int64_t r0 = 0; r0 < N; r0 += kStreamRows) {
+      const int64_t len = std::min(kStreamRows, N - r0);
+      map_features(tid, K + r0 * ld, ld, len, phi, ls);
+      if (stabilised()) {
+        const float m = max_of(ls, len);
+        if (m > c) {
+          if (r0 > 0) scale_state(S, z, exp_f32(c - m));
+          c = m;
+        }
+        scale_chunk_keys(phi, ls, len, c);
+      }
+      mm_.run(tid, spec_KtV(len, true), phi, V + r0 * ld, S);
+      add_colsum(phi, len, F, z);
+    }
+    for (int64_t r0 = 0; r0 < N; r0 += kStreamRows) {
+      const int64_t len = std::min(kStreamRows, N - r0);
+      map_features(tid, Q + r0 * ld, ld, len, phi, ls);
+      float* Ob = O + r0 * ld;
+      mm_.run(tid, spec_QS(len, false), phi, S, Ob);
+      for (int64_t i = 0; i < len; ++i) scale_inplace(Ob + i * ld, D, 1.0f / (dot(phi + i * F, z, F) + kEps));
+    }
     return;
   }
+  map_features(tid, a.q.head(b, h), ld, N, phiQ, w + L.lsQ);
   const float* ls = w + L.lsK;
   float *A = w + L.A, *pmax = w + L.pmax;
   map_features(tid, a.k.head(b, h), ld, N, phiK, w + L.lsK);
@@ -311,7 +361,7 @@ void KernelAttention::forward_head(int tid, const AttnArgs& a, int64_t b, int64_
   for (int64_t c0 = 0; c0 < N; c0 += C_) {
     const int64_t len = std::min(C_, N - c0);
     const float c = chunk_factor(pmax, c0, len);
-    if (c0 > 0 && c != c_prev) scale_inplace(S, F * D + F, exp_f32(c_prev - c));  // S, z adjacent
+    if (c0 > 0 && c != c_prev) scale_state(S, z, exp_f32(c_prev - c));
     c_prev = c;
     float* Kc = phiK + c0 * F;
     scale_chunk_keys(Kc, ls + c0, len, c);
@@ -402,7 +452,7 @@ void KernelAttention::backward_head(int tid, const AttnArgs& a, int64_t b, int64
     for (int64_t c0 = 0; c0 < N; c0 += C_) {
       const int64_t len = std::min(C_, N - c0);
       const float c = chunk_factor(pmax, c0, len);
-      if (c0 > 0 && c != c_prev) scale_inplace(S, F * D + F, exp_f32(c_prev - c));
+      if (c0 > 0 && c != c_prev) scale_state(S, z, exp_f32(c_prev - c));
       c_prev = c;
       // Keys stay scaled at their chunk's factor for the reverse pass and the map's backward.
       scale_chunk_keys(phiK + c0 * F, ls + c0, len, c);

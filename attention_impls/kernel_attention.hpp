@@ -58,6 +58,7 @@ class KernelAttention : public Attention {
   Layout layout(Mode mode) const;
   void plan(Mode mode) const;
   std::vector<int64_t> chunk_lengths(int64_t n) const;
+  static std::vector<int64_t> block_lengths(int64_t n, int64_t block);
   float* thread_ws(int tid) const;
 
   // Products, named by what they compute (len: rows of the chunk or sequence).
@@ -78,6 +79,7 @@ class KernelAttention : public Attention {
   float chunk_factor(const float* pmax, int64_t c0, int64_t len) const;
   void scale_chunk_keys(float* Kc, const float* ls, int64_t len, float c) const;
   float row_eps(const float* pmax, int64_t i, float c) const;
+  void scale_state(float* S, float* z, float f) const;
   void features_of_keys(int tid, const float* K, int64_t rows, float* phi, float* ls) const;
   void forward_head(int tid, const AttnArgs& a, int64_t b, int64_t h) const;
   void backward_head(int tid, const AttnArgs& a, int64_t b, int64_t h) const;
