@@ -23,23 +23,26 @@ class Linear final : public KernelAttention {
   void map_features(int, const float* X, int64_t ldx, int64_t rows, float* phi,
                     float* logscale) const override {
     const int64_t D = p_.shape.D;
-    for (int64_t i = 0; i < rows; ++i) {
+    // Contiguous rows are one flat vector loop.
+    const int64_t runs = ldx == D ? 1 : rows, len = ldx == D ? rows * D : D;
+    for (int64_t i = 0; i < runs; ++i) {
       const float* x = X + i * ldx;
       float* y = phi + i * D;
 #pragma omp simd
-      for (int64_t d = 0; d < D; ++d) y[d] = x[d] > 0.0f ? x[d] + 1.0f : exp_f32(x[d]);
-      logscale[i] = 0.0f;
+      for (int64_t d = 0; d < len; ++d) y[d] = x[d] > 0.0f ? x[d] + 1.0f : exp_f32(x[d]);
     }
+    fill(logscale, rows, 0.0f);
   }
   // d phi / dx = 1 for x > 0, exp(x) = phi(x) otherwise.
   void map_features_backward(int, const float* X, int64_t ldx, int64_t rows, const float* phi,
                              float* dphi, float* dX) const override {
     const int64_t D = p_.shape.D;
-    for (int64_t i = 0; i < rows; ++i) {
+    const int64_t runs = ldx == D ? 1 : rows, len = ldx == D ? rows * D : D;
+    for (int64_t i = 0; i < runs; ++i) {
       const float *x = X + i * ldx, *p = phi + i * D, *g = dphi + i * D;
       float* dx = dX + i * ldx;
 #pragma omp simd
-      for (int64_t d = 0; d < D; ++d) dx[d] = x[d] > 0.0f ? g[d] : g[d] * p[d];
+      for (int64_t d = 0; d < len; ++d) dx[d] = x[d] > 0.0f ? g[d] : g[d] * p[d];
     }
   }
   double feature_flops(int64_t) const override { return 0; }
