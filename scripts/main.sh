@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's main command: installs dependencies, builds, runs the default benchmark, and
+# The README's main command: installs dependencies, builds, runs the default benchmarks, and
 # writes the result files, the markdown tables and the plots.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -9,12 +9,23 @@ exe="$root/build/attnbench"
 mkdir -p "$root/results" "$root/plots"
 cd "$root"
 
-# One thread: every mechanism, forward and forward+backward, N = 256 .. 8192, error vs flash.
-"$exe" run --attn all --seq 256:8192:x2 --mode fwd,fwdbwd --threads 1 --error \
-  --out results/exact_1thread.json > results/exact_1thread.md
-# Two threads at N = 4096, for the scaling figure.
-"$exe" run --attn all --seq 4096 --mode fwd,fwdbwd --threads 2 --error \
-  --out results/exact_2threads.json > results/exact_2threads.md
+run() {  # run NAME ARGS...: results/NAME.json and results/NAME.md
+  local name="$1"
+  shift
+  echo "== $name: attnbench run $*" >&2
+  "$exe" run "$@" --out "results/$name.json" > "results/$name.md"
+}
 
-/usr/bin/python3 scripts/plot.py results/exact_1thread.json plots/exact_1thread
-echo "results/exact_1thread.md, results/exact_2threads.md, plots/exact_1thread.{png,svg}" >&2
+# Every mechanism, forward and forward+backward, N = 256 .. 8192, one thread, error vs flash.
+run attention_1thread --attn all --seq 256:8192:x2 --mode fwd,fwdbwd --threads 1 --error
+# Two threads at N = 4096, for the scaling figures.
+run attention_2threads --attn all --seq 4096 --mode fwd,fwdbwd --threads 2 --error
+# The kernel family at N = 16384, non-causal and causal.
+run kernel_16384 --attn linear,performer --seq 16384 --mode fwd,fwdbwd --threads 1
+run kernel_16384_causal --attn linear,performer --seq 16384 --mode fwd,fwdbwd --threads 1 --causal
+# Decoding one token after a context of N = 1024 .. 65536.
+run decode --attn all --seq 1024:65536:x2 --mode decode --threads 1 --error
+
+/usr/bin/python3 scripts/plot.py results/attention_1thread.json plots/attention_1thread
+/usr/bin/python3 scripts/plot.py results/decode.json plots/decode
+echo "wrote results/*.json, results/*.md, plots/attention_1thread.{png,svg}, plots/decode.{png,svg}" >&2

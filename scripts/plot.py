@@ -33,9 +33,11 @@ def main():
         ax_t.loglog(ns, t, marker="o", label=f"{key} (time ~ N^{slope:.2f})")
         ax_m.loglog(ns, m, marker="o", label=key)
     ctx = doc["context"]
-    ax_t.set(xlabel="sequence length N", ylabel="median time per call (ms)",
+    decode = "decode" in " ".join(series)
+    xlabel = "context length N" if decode else "sequence length N"
+    ax_t.set(xlabel=xlabel, ylabel="median time per new token (ms)" if decode else "median time per call (ms)",
              title=f'time, {ctx["threads"]} thread(s), {ctx["cpu_model"]}')
-    ax_m.set(xlabel="sequence length N", ylabel="tracked working memory (MiB)", title="working memory")
+    ax_m.set(xlabel=xlabel, ylabel="tracked working memory (MiB)", title="working memory")
     for ax in (ax_t, ax_m):
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)

@@ -31,6 +31,47 @@ def grads(q, k, v, dout, causal):
     return np.einsum("bhij,bhjd->bhid", ds, k), np.einsum("bhij,bhid->bhjd", ds, q), dv
 
 
+def kernel_attention(fq, fk, v, causal):
+    """O_i = sum_j (fq_i . fk_j) v_j / (sum_j fq_i . fk_j + 1e-6), j <= i when causal."""
+    w = np.einsum("bhif,bhjf->bhij", fq, fk)
+    if causal:
+        w = np.tril(w)
+    return np.einsum("bhij,bhjd->bhid", w, v) / (w.sum(-1, keepdims=True) + 1e-6)
+
+
+def favor(q, k, v, omega, causal):
+    d = q.shape[-1]
+    m = omega.shape[0]
+    def exponent(x):
+        xs = x * d ** -0.25
+        return np.einsum("bhnd,fd->bhnf", xs, omega) - (xs ** 2).sum(-1, keepdims=True) / 2
+    uq, uk = exponent(q), exponent(k)
+    fq = np.exp(uq - uq.max(-1, keepdims=True)) / np.sqrt(m)
+    kmax = uk.max(-1)  # (B, H, N)
+    if not causal:
+        fk = np.exp(uk - kmax.max(-1)[..., None, None]) / np.sqrt(m)
+        return kernel_attention(fq, fk, v, False)
+    # Causal: query i's keys share the prefix maximum over j <= i.
+    out = np.zeros_like(q)
+    prefix = np.maximum.accumulate(kmax, axis=-1)
+    for i in range(q.shape[2]):
+        fk = np.exp(uk[:, :, : i + 1] - prefix[:, :, i][..., None, None]) / np.sqrt(m)
+        w = np.einsum("bhf,bhjf->bhj", fq[:, :, i], fk)
+        out[:, :, i] = np.einsum("bhj,bhjd->bhd", w, v[:, :, : i + 1]) / (w.sum(-1)[..., None] + 1e-6)
+    return out
+
+
+def expected_output(mech, t, causal):
+    if mech in ("vanilla", "flash"):
+        return softmax_attention(t["q"], t["k"], t["v"], causal)[1]
+    if mech == "linear":
+        elu1 = lambda x: np.where(x > 0, x + 1, np.exp(np.minimum(x, 0)))
+        return kernel_attention(elu1(t["q"]), elu1(t["k"]), t["v"], causal)
+    if mech == "performer":
+        return favor(t["q"], t["k"], t["v"], t["omega"], causal)
+    raise ValueError(mech)
+
+
 def check(exe, work, mech, causal):
     out = os.path.join(work, f"{mech}_{int(causal)}")
     cmd = [exe, "dump", "--attn", mech, "--batch", "2", "--heads", "3", "--seq", "37",
@@ -40,15 +81,18 @@ def check(exe, work, mech, causal):
     assert cfg["mechanism"] == mech and cfg["causal"] == causal and cfg["seed"] == 5, cfg
     shape = (cfg["B"], cfg["H"], cfg["N"], cfg["D"])
     assert shape == (2, 3, 37, 8), shape
+    declared = {"omega": (cfg["params"].get("features", 0), shape[3])}
     t = {}
     for name, file in cfg["tensors"].items():
         arr = np.load(os.path.join(out, file))
         assert arr.dtype == np.float32, (name, arr.dtype)
-        assert arr.shape == shape, (name, arr.shape)
+        assert arr.shape == declared.get(name, shape), (name, arr.shape)
         t[name] = arr.astype(np.float64)
-    assert set(t) == {"q", "k", "v", "out", "dout", "dq", "dk", "dv"}, set(t)
-    _, o = softmax_attention(t["q"], t["k"], t["v"], causal)
-    np.testing.assert_allclose(t["out"], o, rtol=1e-4, atol=1e-5)
+    want = {"q", "k", "v", "out", "dout", "dq", "dk", "dv"} | ({"omega"} if mech == "performer" else set())
+    assert set(t) == want, set(t)
+    np.testing.assert_allclose(t["out"], expected_output(mech, t, causal), rtol=1e-4, atol=1e-5)
+    if mech not in ("vanilla", "flash"):
+        return  # kernel gradients are checked against finite differences in the C++ tests
     dq, dk, dv = grads(t["q"], t["k"], t["v"], t["dout"], causal)
     for name, want in (("dq", dq), ("dk", dk), ("dv", dv)):
         np.testing.assert_allclose(t[name], want, rtol=1e-3, atol=1e-4, err_msg=name)
@@ -59,7 +103,7 @@ def main():
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     passed = failed = 0
-    for mech in ("vanilla", "flash"):
+    for mech in ("vanilla", "flash", "linear", "performer"):
         for causal in (False, True):
             try:
                 check(exe, work, mech, causal)
