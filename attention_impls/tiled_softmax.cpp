@@ -1,0 +1,237 @@
+#include "attention_impls/tiled_softmax.hpp"
+
+#include <omp.h>
+
+#include <cmath>
+#include <limits>
+
+#include "core/vecmath.hpp"
+
+namespace ab {
+namespace {
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+std::vector<int64_t> block_sizes(int64_t n, int64_t block) {
+  std::vector<int64_t> v;
+  if (n >= block) v.push_back(block);
+  if (n % block) v.push_back(n % block);
+  return v;
+}
+}  // namespace
+
+MatmulSpec QKLogits::spec_qk(int64_t rows, int64_t cols, int64_t ldS) const {
+  return MatmulSpec::tile(rows, cols, D_, ld_q_, false, ld_k_, true, ldS, scale_);
+}
+MatmulSpec QKLogits::spec_dq(int64_t rows, int64_t cols, int64_t ldS) const {
+  return MatmulSpec::tile(rows, D_, cols, ldS, false, ld_k_, false, ld_q_, scale_, true);
+}
+MatmulSpec QKLogits::spec_dk(int64_t rows, int64_t cols, int64_t ldS) const {
+  return MatmulSpec::tile(cols, D_, rows, ldS, true, ld_q_, false, ld_k_, scale_, true);
+}
+
+void QKLogits::plan_tile(MatmulCache& mm, int64_t rows, int64_t cols, int64_t ldS, bool backward) const {
+  mm.add(spec_qk(rows, cols, ldS));
+  if (backward) {
+    mm.add(spec_dq(rows, cols, ldS));
+    mm.add(spec_dk(rows, cols, ldS));
+  }
+}
+
+void QKLogits::logits(const MatmulCache& mm, int tid, int64_t b, int64_t h, int64_t r0, int64_t rows,
+                      int64_t c0, int64_t cols, float* S, int64_t ldS) const {
+  mm.run(tid, spec_qk(rows, cols, ldS), q_.row(b, h, r0), k_.row(b, h, c0), S);
+}
+
+void QKLogits::logits_backward(const MatmulCache& mm, int tid, int64_t b, int64_t h, int64_t r0,
+                               int64_t rows, int64_t c0, int64_t cols, const float* dS, int64_t ldS) const {
+  mm.run(tid, spec_dq(rows, cols, ldS), dS, k_.row(b, h, c0), dq_.row(b, h, r0));
+  mm.run(tid, spec_dk(rows, cols, ldS), dS, q_.row(b, h, r0), dk_.row(b, h, c0));
+}
+
+void QKLogits::backward_begin(const MatmulCache&, int, int64_t b, int64_t h) const {
+  for (int64_t i = 0; i < dq_.shape.N; ++i) fill(dq_.row(b, h, i), D_, 0.0f);
+  for (int64_t j = 0; j < dk_.shape.N; ++j) fill(dk_.row(b, h, j), D_, 0.0f);
+}
+
+double TiledSoftmax::pairs() const {
+  return s_.causal ? dense_pairs(s_.Nq, true) : static_cast<double>(s_.Nq) * static_cast<double>(s_.Nk);
+}
+
+// O_i(rows, D) += P V_j
+MatmulSpec TiledSoftmax::spec_pv(int64_t rows, int64_t cols) const {
+  return MatmulSpec::tile(rows, s_.D, cols, kFwdCols, false, s_.ld_v, false, s_.ld_o, 1.0f, true);
+}
+// dV_j(cols, D) += P^T dO_i
+MatmulSpec TiledSoftmax::spec_dv(int64_t rows, int64_t cols) const {
+  return MatmulSpec::tile(cols, s_.D, rows, kBwdCols, true, s_.ld_o, false, s_.ld_v, 1.0f, true);
+}
+// dP(rows, cols) = dO_i V_j^T
+MatmulSpec TiledSoftmax::spec_dp(int64_t rows, int64_t cols) const {
+  return MatmulSpec::tile(rows, cols, s_.D, s_.ld_o, false, s_.ld_v, true, kBwdCols);
+}
+
+void TiledSoftmax::plan(Mode mode, const LogitsSource& src) {
+  mode_ = mode;
+  mm_.clear();
+  for (int64_t rows : block_sizes(s_.Nq, kFwdRows))
+    for (int64_t cols : block_sizes(s_.Nk, kFwdCols)) {
+      src.plan_tile(mm_, rows, cols, kFwdCols, false);
+      mm_.add(spec_pv(rows, cols));
+    }
+  if (mode == Mode::fwdbwd)
+    for (int64_t rows : block_sizes(s_.Nq, kBwdRows))
+      for (int64_t cols : block_sizes(s_.Nk, kBwdCols)) {
+        src.plan_tile(mm_, rows, cols, kBwdCols, true);
+        mm_.add(spec_dv(rows, cols));
+        mm_.add(spec_dp(rows, cols));
+      }
+}
+
+// Per thread: forward score tile, running max and sum; backward P and dS tiles.
+size_t TiledSoftmax::tile_floats(Mode mode) const {
+  size_t f = static_cast<size_t>(kFwdRows * kFwdCols + 2 * kFwdRows);
+  if (mode == Mode::fwdbwd) f = std::max(f, static_cast<size_t>(2 * kBwdRows * kBwdCols));
+  return f;
+}
+
+size_t TiledSoftmax::working_bytes(Mode mode) const {
+  const size_t T = static_cast<size_t>(s_.threads);
+  size_t b = T * mm_.scratch_per_slot() + T * tile_floats(mode) * sizeof(float);
+  if (mode == Mode::fwdbwd) b += 2 * static_cast<size_t>(s_.B * s_.H * s_.Nq) * sizeof(float);
+  return b;
+}
+
+void TiledSoftmax::setup(Mode mode) {
+  const int T = s_.threads;
+  scratch_ = Buffer<std::byte>(static_cast<size_t>(T) * mm_.scratch_per_slot());
+  mm_.bind(T, scratch_.data());
+  tiles_ = Buffer<float>(static_cast<size_t>(T) * tile_floats(mode));
+  if (mode == Mode::fwdbwd) {
+    lse_ = Buffer<float>(static_cast<size_t>(s_.B * s_.H * s_.Nq));
+    delta_ = Buffer<float>(static_cast<size_t>(s_.B * s_.H * s_.Nq));
+  }
+}
+
+// Forward, per (batch, head, query block) work item:
+//   pass 1  S = logits(Q_i, keys j)                   (the source: a matmul, usually)
+//   pass 2  per row: causal mask, new max m', P = exp(S - m'), l = l e^(m - m') + sum(P),
+//           O_i row *= e^(m - m')                     (one vectorised sweep)
+//   pass 3  O_i += P V_j                              (matmul with accumulation)
+//   finally O_i /= l, and lse = m + log l is kept for the backward pass.
+void TiledSoftmax::forward(const LogitsSource& src, const TensorView& v, const TensorView& o) {
+  const int64_t Nq = s_.Nq, Nk = s_.Nk, D = s_.D, nq = (Nq + kFwdRows - 1) / kFwdRows;
+  const int64_t items = s_.B * s_.H * nq;
+  const bool causal = s_.causal;
+  float* lse_all = lse_.data();
+  const size_t per_thread = tile_floats(mode_);
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t it = 0; it < items; ++it) {
+    const int tid = omp_get_thread_num();
+    const int64_t bh = it / nq, qb = it % nq, b = bh / s_.H, h = bh % s_.H;
+    const int64_t r0 = qb * kFwdRows, rows = std::min(kFwdRows, Nq - r0);
+    float* S = tiles_.data() + static_cast<size_t>(tid) * per_thread;
+    float* m = S + kFwdRows * kFwdCols;
+    float* l = m + kFwdRows;
+    const float* V = v.head(b, h);
+    float* O = o.row(b, h, r0);
+    const int64_t ldo = s_.ld_o;
+    for (int64_t r = 0; r < rows; ++r) {
+      m[r] = kNegInf;
+      l[r] = 0.0f;
+      fill(O + r * ldo, D, 0.0f);
+    }
+    const int64_t key_end = causal ? r0 + rows : Nk;
+    for (int64_t c0 = 0; c0 < key_end; c0 += kFwdCols) {
+      const int64_t cols = std::min(kFwdCols, Nk - c0);
+      src.logits(mm_, tid, b, h, r0, rows, c0, cols, S, kFwdCols);
+      for (int64_t r = 0; r < rows; ++r) {
+        float* Sr = S + r * kFwdCols;
+        // Keys c0 .. c0+valid-1 are admissible for query r0+r.
+        const int64_t valid = causal ? std::min(cols, r0 + r - c0 + 1) : cols;
+        if (valid <= 0) {
+          fill(Sr, cols, 0.0f);
+          continue;
+        }
+        const float m_new = std::max(m[r], max_of(Sr, valid));
+        if (m_new == kNegInf) {  // every admissible logit is -inf so far: nothing to add
+          fill(Sr, cols, 0.0f);
+          continue;
+        }
+        const float correction = exp_f32(m[r] - m_new);  // 0 on the first tile (m = -inf)
+        const float sum = exp_shift_sum(Sr, Sr, valid, m_new);
+        if (valid < cols) fill(Sr + valid, cols - valid, 0.0f);
+        l[r] = l[r] * correction + sum;
+        if (correction != 1.0f) scale_inplace(O + r * ldo, D, correction);
+        m[r] = m_new;
+      }
+      mm_.run(tid, spec_pv(rows, cols), S, V + c0 * s_.ld_v, O);
+    }
+    float* lse = lse_all ? lse_all + bh * Nq + r0 : nullptr;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+      scale_inplace(O + r * ldo, D, inv);
+      if (lse) lse[r] = l[r] > 0.0f ? m[r] + std::log(l[r]) : kNegInf;
+    }
+  }
+}
+
+// Backward, per (batch, head) (FlashAttention-2 order: key tiles outer, query tiles inner):
+//   pass 0  delta_i = rowsum(dO_i * O_i)
+//   for each key tile j, query tile i:
+//   pass 1  S = logits;  P = exp(S - lse_i) (masked)              (recomputed, not stored)
+//   pass 2  dV_j += P^T dO_i;  dP = dO_i V_j^T                    (matmuls)
+//   pass 3  dS = P * (dP - delta_i)                               (elementwise)
+//   pass 4  the source takes dS to its inputs (flash: dQ_i += s dS K_j, dK_j += s dS^T Q_i)
+void TiledSoftmax::backward(const LogitsSource& src, const TensorView& v, const TensorView& o,
+                            const TensorView& dout, const TensorView& dv) {
+  const int64_t Nq = s_.Nq, Nk = s_.Nk, D = s_.D, BH = s_.B * s_.H;
+  const bool causal = s_.causal;
+  const size_t per_thread = tile_floats(Mode::fwdbwd);
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t bh = 0; bh < BH; ++bh) {
+    const int tid = omp_get_thread_num();
+    const int64_t b = bh / s_.H, h = bh % s_.H;
+    float* P = tiles_.data() + static_cast<size_t>(tid) * per_thread;
+    float* dS = P + kBwdRows * kBwdCols;
+    const float* lse = lse_.data() + bh * Nq;
+    float* delta = delta_.data() + bh * Nq;
+    for (int64_t i = 0; i < Nq; ++i) delta[i] = dot(dout.row(b, h, i), o.row(b, h, i), D);
+    for (int64_t j = 0; j < Nk; ++j) fill(dv.row(b, h, j), D, 0.0f);
+    src.backward_begin(mm_, tid, b, h);
+    for (int64_t c0 = 0; c0 < Nk; c0 += kBwdCols) {
+      const int64_t cols = std::min(kBwdCols, Nk - c0);
+      const float* Vj = v.row(b, h, c0);
+      float* dVj = dv.row(b, h, c0);
+      const int64_t r_start = causal ? (c0 / kBwdRows) * kBwdRows : 0;
+      for (int64_t r0 = r_start; r0 < Nq; r0 += kBwdRows) {
+        const int64_t rows = std::min(kBwdRows, Nq - r0);
+        const float* dOi = dout.row(b, h, r0);
+        src.logits(mm_, tid, b, h, r0, rows, c0, cols, P, kBwdCols);
+        for (int64_t r = 0; r < rows; ++r) {
+          float* Pr = P + r * kBwdCols;
+          const int64_t valid = causal ? std::min(cols, r0 + r - c0 + 1) : cols;
+          const float shift = lse[r0 + r];
+          if (valid <= 0 || shift == kNegInf) {
+            fill(Pr, cols, 0.0f);
+            continue;
+          }
+          exp_shift_sum(Pr, Pr, valid, shift);
+          if (valid < cols) fill(Pr + valid, cols - valid, 0.0f);
+        }
+        mm_.run(tid, spec_dv(rows, cols), P, dOi, dVj);
+        mm_.run(tid, spec_dp(rows, cols), dOi, Vj, dS);
+        for (int64_t r = 0; r < rows; ++r) {
+          const float* Pr = P + r * kBwdCols;
+          float* dSr = dS + r * kBwdCols;
+          const float dr = delta[r0 + r];
+#pragma omp simd
+          for (int64_t c = 0; c < cols; ++c) dSr[c] = Pr[c] * (dSr[c] - dr);
+        }
+        src.logits_backward(mm_, tid, b, h, r0, rows, c0, cols, dS, kBwdCols);
+      }
+    }
+    src.backward_end(mm_, tid, b, h);
+  }
+}
+
+}  // namespace ab

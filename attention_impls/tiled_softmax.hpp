@@ -1,0 +1,109 @@
+// The tiled online-softmax engine (FlashAttention's forward and FlashAttention-2's backward),
+// shared by every mechanism whose output is softmax(logits) V over an explicit key range:
+// `flash` (logits s Q K^T), `linformer` and `memory_compressed` (s Q K'^T over projected or
+// compressed keys, Nk != Nq), `synthesizer` (logits from Q alone, or fixed).
+//
+// The engine owns the softmax, the value products and the bookkeeping (running max and sum,
+// the saved log-sum-exp, the dO.O row sums); a LogitsSource fills each score tile and, in the
+// backward pass, takes the tile's score gradient dS to its own inputs.
+#pragma once
+#include <vector>
+
+#include "attention_impls/attention.hpp"
+#include "core/matmul.hpp"
+
+namespace ab {
+
+class LogitsSource {
+ public:
+  virtual ~LogitsSource() = default;
+  // Adds the products a (rows x cols) tile needs, its scores having row stride ldS.
+  virtual void plan_tile(MatmulCache& mm, int64_t rows, int64_t cols, int64_t ldS, bool backward) const = 0;
+  // S (rows x cols, row stride ldS) = the logits of queries r0.. against keys c0.. of (b, h).
+  virtual void logits(const MatmulCache& mm, int tid, int64_t b, int64_t h, int64_t r0, int64_t rows,
+                      int64_t c0, int64_t cols, float* S, int64_t ldS) const = 0;
+  // Backward: dS (rows x cols) = dL/dlogits of the tile; accumulate into the inputs' gradients.
+  virtual void logits_backward(const MatmulCache& mm, int tid, int64_t b, int64_t h, int64_t r0,
+                               int64_t rows, int64_t c0, int64_t cols, const float* dS,
+                               int64_t ldS) const = 0;
+  // Around the backward pass of one (b, h), on the thread that runs it.
+  virtual void backward_begin(const MatmulCache&, int, int64_t, int64_t) const {}
+  virtual void backward_end(const MatmulCache&, int, int64_t, int64_t) const {}
+};
+
+// logits = s Q K^T; backward dQ += s dS K, dK += s dS^T Q. The views are bound per call.
+class QKLogits final : public LogitsSource {
+ public:
+  QKLogits() = default;
+  QKLogits(int64_t D, int64_t ld_q, int64_t ld_k, float scale) : D_(D), ld_q_(ld_q), ld_k_(ld_k), scale_(scale) {}
+  void bind(const TensorView& q, const TensorView& k) {
+    q_ = q;
+    k_ = k;
+  }
+  void bind_grads(const TensorView& dq, const TensorView& dk) {
+    dq_ = dq;
+    dk_ = dk;
+  }
+  void plan_tile(MatmulCache& mm, int64_t rows, int64_t cols, int64_t ldS, bool backward) const override;
+  void logits(const MatmulCache& mm, int tid, int64_t b, int64_t h, int64_t r0, int64_t rows, int64_t c0,
+              int64_t cols, float* S, int64_t ldS) const override;
+  void logits_backward(const MatmulCache& mm, int tid, int64_t b, int64_t h, int64_t r0, int64_t rows,
+                       int64_t c0, int64_t cols, const float* dS, int64_t ldS) const override;
+  // Zeroes the (b, h) rows of dQ and dK before they accumulate.
+  void backward_begin(const MatmulCache& mm, int tid, int64_t b, int64_t h) const override;
+
+ private:
+  MatmulSpec spec_qk(int64_t rows, int64_t cols, int64_t ldS) const;
+  MatmulSpec spec_dq(int64_t rows, int64_t cols, int64_t ldS) const;
+  MatmulSpec spec_dk(int64_t rows, int64_t cols, int64_t ldS) const;
+  int64_t D_ = 0, ld_q_ = 0, ld_k_ = 0;
+  float scale_ = 1.0f;
+  TensorView q_, k_, dq_, dk_;
+};
+
+struct TiledSoftmaxShape {
+  int64_t B = 1, H = 1, Nq = 1, Nk = 1, D = 1;
+  bool causal = false;  // only with Nq == Nk: query i sees keys j <= i
+  int64_t ld_v = 0;     // row stride of V and dV
+  int64_t ld_o = 0;     // row stride of O and dO
+  int threads = 1;
+};
+
+class TiledSoftmax {
+ public:
+  TiledSoftmax() = default;
+  explicit TiledSoftmax(const TiledSoftmaxShape& s) : s_(s) {}
+  // Creates the primitives (value products here, logits products through `src`).
+  void plan(Mode mode, const LogitsSource& src);
+  // Everything setup() will allocate: tiles, scratchpads, the saved log-sum-exp and row sums.
+  size_t working_bytes(Mode mode) const;
+  void setup(Mode mode);
+  // O = softmax(logits) V, per (b, h) and block of query rows.
+  void forward(const LogitsSource& src, const TensorView& v, const TensorView& o);
+  // dV, and through src the logits' inputs; dv is overwritten.
+  void backward(const LogitsSource& src, const TensorView& v, const TensorView& o,
+                const TensorView& dout, const TensorView& dv);
+  const MatmulCache& mm() const { return mm_; }
+  // Useful (query, key) pairs: Nq Nk, or N(N+1)/2 when causal.
+  double pairs() const;
+
+  // Tile sizes: a forward score tile of 128 x 256 floats (128 KiB) plus the K and V tiles
+  // (64 KiB each at D = 64) stay in a 1 MiB L2; the backward pass keeps two score-sized tiles,
+  // so it uses smaller ones.
+  static constexpr int64_t kFwdRows = 128, kFwdCols = 256;
+  static constexpr int64_t kBwdRows = 64, kBwdCols = 128;
+
+ private:
+  size_t tile_floats(Mode mode) const;
+  MatmulSpec spec_pv(int64_t rows, int64_t cols) const;
+  MatmulSpec spec_dv(int64_t rows, int64_t cols) const;
+  MatmulSpec spec_dp(int64_t rows, int64_t cols) const;
+
+  TiledSoftmaxShape s_;
+  Mode mode_ = Mode::fwd;
+  MatmulCache mm_;
+  Buffer<std::byte> scratch_;
+  Buffer<float> tiles_, lse_, delta_;
+};
+
+}  // namespace ab
