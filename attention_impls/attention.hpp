@@ -93,12 +93,13 @@ struct Capabilities {
   std::string constraints;  // shape constraints in words, e.g. "N multiple of block"
 };
 
-// Named random or learned tensors a mechanism writes for `attnbench dump`.
+// A mechanism's random or learned tensors, by the names and shapes of mechanisms.md: written by
+// `attnbench dump`, and writable by tests (after setup) to set known values.
 struct DumpTensor {
   std::string name;
   std::vector<int64_t> shape;
-  const float* f32 = nullptr;
-  const int64_t* i64 = nullptr;
+  float* f32 = nullptr;
+  int64_t* i64 = nullptr;
 };
 
 class Attention {

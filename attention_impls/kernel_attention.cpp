@@ -213,7 +213,7 @@ double KernelAttention::flops(Mode mode) const {
     // Feature maps of one query and one key; S' = S + phi(k) v^T; phi(q)^T S'; normaliser.
     return BH * (2 * feature_flops(1) + 4 * F * D + 4 * F);
   }
-  double f = 2 * feature_flops(s.N) + 4 * N * F * D + 3 * N * F;
+  double f = 4 * N * F * D + 3 * N * F;
   if (p_.causal) {
     // Intra-chunk: the causal pairs of each chunk through phiQ phiK^T and A V.
     double pairs = 0;
@@ -223,7 +223,12 @@ double KernelAttention::flops(Mode mode) const {
     }
     f += pairs * (2 * F + 2 * D);
   }
-  return with_backward(BH * f, mode);
+  // The core's backward is counted at 2.5x its forward (3.5x in all, the softmax convention; the
+  // non-causal backward does exactly five products of the forward's two sizes). The feature
+  // maps run twice (forward, recomputed in backward) plus their backward, a product of the
+  // same size.
+  const double maps = 2 * feature_flops(s.N);
+  return BH * (mode == Mode::fwd ? f + maps : 3.5 * f + 3 * maps);
 }
 
 size_t KernelAttention::working_bytes(Mode mode) const {

@@ -9,6 +9,9 @@ const std::vector<MechanismInfo>& mechanisms() {
   static const std::vector<MechanismInfo> all = {
       vanilla_info(),
       flash_info(),
+      linformer_info(),
+      memory_compressed_info(),
+      synthesizer_info(),
       linear_info(),
       performer_info(),
   };

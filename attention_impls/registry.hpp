@@ -18,5 +18,8 @@ MechanismInfo vanilla_info();
 MechanismInfo flash_info();
 MechanismInfo linear_info();
 MechanismInfo performer_info();
+MechanismInfo linformer_info();
+MechanismInfo memory_compressed_info();
+MechanismInfo synthesizer_info();
 
 }  // namespace ab

@@ -1,0 +1,288 @@
+// synthesizer: attention whose logits do not come from query-key dot products.
+// Paper: Tay et al. 2020, "Synthesizer: Rethinking Self-Attention in Transformer Models".
+// Complexity: O(N^2 D) time for every variant (the softmax over N keys and the product with V
+//   stay quadratic: the mechanism tests whether dot products are needed, not cost); memory
+//   O(N D) for dense, O(H N^2) for random (the logits are parameters), O(N k) for factorized.
+// Computes: O = softmax(A + M) V, M = -inf above the diagonal when causal, with
+//   dense:      A_i = relu(q_i W1 + b1) W2 + b2, first N columns of W2 (D, max_len);
+//   random:     A = R (N, N) per head, fixed;
+//   factorized: A = R1 R2^T, R1, R2 (N, k).
+//   Parameters are seeded (weights Glorot-uniform, biases uniform +-0.1, R, R1, R2 standard
+//   normal) and dumped.
+// Optimises: the logits are produced tile by tile inside the tiled online-softmax engine (a
+//   oneDNN matmul per tile for dense and factorized, a copy for random), never as an N x N
+//   matrix beyond random's own parameter.
+// Leaves out: mixing with dot-product attention (the paper's hybrids); gradients for the
+//   synthesizer's own parameters (the benchmark's backward gives dQ, dK, dV: dK is zero, and so
+//   is dQ for random and factorized, whose logits do not depend on the input).
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "attention_impls/registry.hpp"
+#include "attention_impls/tiled_softmax.hpp"
+#include "core/vecmath.hpp"
+
+namespace ab {
+namespace {
+
+enum class Variant { dense, random, factorized };
+
+class Synthesizer final : public Attention, private LogitsSource {
+ public:
+  Synthesizer(const AttnProblem& p, const ParamValues& v)
+      : p_(p),
+        variant_(v.get_choice("variant") == "dense"    ? Variant::dense
+                 : v.get_choice("variant") == "random" ? Variant::random
+                                                       : Variant::factorized),
+        max_len_(v.get_int("max_len") == 0 ? p.shape.N : v.get_int("max_len")),
+        k_(v.get_int("k")),
+        core_(TiledSoftmaxShape{p.shape.B, p.shape.H, p.shape.N, p.shape.N, p.shape.D, p.causal,
+                                p.strides.sn, p.strides.sn, p.threads}) {}
+
+  void validate() const override {
+    if (variant_ == Variant::dense && max_len_ < p_.shape.N)
+      throw InvalidInput("synthesizer: max_len=" + std::to_string(max_len_) + " is below N=" +
+                         std::to_string(p_.shape.N) + "; it must be 0 (= N) or at least N");
+  }
+
+  double flops(Mode mode) const override {
+    const auto& s = p_.shape;
+    const double p = core_.pairs(), D = static_cast<double>(s.D), N = static_cast<double>(s.N);
+    const bool fwd = mode == Mode::fwd;
+    // P V forward; dV and dP backward (2 p D each).
+    double per_head = (fwd ? 2.0 : 6.0) * p * D;
+    // dense: H1 = relu(Q W1 + b1) (2 N D^2), logits H1 W2 (2 p D); backward recomputes the
+    // logits, and adds dH1 = dA W2^T (2 p D) and dQ = dpre W1^T (2 N D^2).
+    if (variant_ == Variant::dense) per_head += fwd ? 2.0 * N * D * D + 2.0 * p * D : 4.0 * N * D * D + 6.0 * p * D;
+    // factorized: logits R1 R2^T (2 p k), recomputed in the backward pass.
+    if (variant_ == Variant::factorized) per_head += (fwd ? 2.0 : 4.0) * p * static_cast<double>(k_);
+    return per_head * static_cast<double>(s.B * s.H);
+  }
+
+  size_t working_bytes(Mode mode) const override {
+    plan(mode);
+    size_t b = param_floats() * sizeof(float) + core_.working_bytes(mode);
+    if (variant_ == Variant::dense)
+      b += (mode == Mode::fwdbwd ? 2 : 1) * hidden_floats() * sizeof(float) +
+           static_cast<size_t>(p_.threads) * hidden_mm_.scratch_per_slot();
+    return b;
+  }
+
+  void setup(Mode mode, Rng& rng) override {
+    plan(mode);
+    const auto& s = p_.shape;
+    const int64_t D = s.D, N = s.N, H = s.H;
+    if (variant_ == Variant::dense) {
+      W1_ = Buffer<float>(static_cast<size_t>(H * D * D));
+      b1_ = Buffer<float>(static_cast<size_t>(H * D));
+      W2_ = Buffer<float>(static_cast<size_t>(H * D * max_len_));
+      b2_ = Buffer<float>(static_cast<size_t>(H * max_len_));
+      const double l1 = std::sqrt(6.0 / (2.0 * D)), l2 = std::sqrt(6.0 / static_cast<double>(D + max_len_));
+      rng.fill_uniform(W1_.data(), static_cast<int64_t>(W1_.size()), -l1, l1);
+      rng.fill_uniform(b1_.data(), static_cast<int64_t>(b1_.size()), -0.1, 0.1);
+      rng.fill_uniform(W2_.data(), static_cast<int64_t>(W2_.size()), -l2, l2);
+      rng.fill_uniform(b2_.data(), static_cast<int64_t>(b2_.size()), -0.1, 0.1);
+      hidden_ = Buffer<float>(hidden_floats());
+      if (mode == Mode::fwdbwd) dhidden_ = Buffer<float>(hidden_floats());
+      h_scratch_ = Buffer<std::byte>(static_cast<size_t>(p_.threads) * hidden_mm_.scratch_per_slot());
+      hidden_mm_.bind(p_.threads, h_scratch_.data());
+    } else if (variant_ == Variant::random) {
+      R_ = Buffer<float>(static_cast<size_t>(H * N * N));
+      rng.fill_normal(R_.data(), static_cast<int64_t>(R_.size()));
+    } else {
+      R1_ = Buffer<float>(static_cast<size_t>(H * N * k_));
+      R2_ = Buffer<float>(static_cast<size_t>(H * N * k_));
+      rng.fill_normal(R1_.data(), static_cast<int64_t>(R1_.size()));
+      rng.fill_normal(R2_.data(), static_cast<int64_t>(R2_.size()));
+    }
+    core_.setup(mode);
+  }
+
+  void forward(const AttnArgs& a) override {
+    a_ = a;
+    if (variant_ == Variant::dense) compute_hidden(a);
+    core_.forward(*this, a.v, a.o);
+  }
+
+  void backward(const AttnArgs& a) override {
+    a_ = a;
+    core_.backward(*this, a.v, a.o, a.dout, a.dv);
+  }
+
+  std::vector<DumpTensor> dump_tensors() const override {
+    const auto& s = p_.shape;
+    switch (variant_) {
+      case Variant::dense:
+        return {DumpTensor{"W1", {s.H, s.D, s.D}, W1_.data(), nullptr},
+                DumpTensor{"b1", {s.H, s.D}, b1_.data(), nullptr},
+                DumpTensor{"W2", {s.H, s.D, max_len_}, W2_.data(), nullptr},
+                DumpTensor{"b2", {s.H, max_len_}, b2_.data(), nullptr}};
+      case Variant::random: return {DumpTensor{"R", {s.H, s.N, s.N}, R_.data(), nullptr}};
+      case Variant::factorized:
+        return {DumpTensor{"R1", {s.H, s.N, k_}, R1_.data(), nullptr},
+                DumpTensor{"R2", {s.H, s.N, k_}, R2_.data(), nullptr}};
+    }
+    return {};
+  }
+
+ private:
+  // ---- the logits source ----
+  void plan_tile(MatmulCache& mm, int64_t rows, int64_t cols, int64_t ldS, bool backward) const override {
+    if (variant_ == Variant::dense) {
+      mm.add(spec_hw2(rows, cols, ldS));
+      if (backward) mm.add(spec_dhidden(rows, cols, ldS));
+    } else if (variant_ == Variant::factorized) {
+      mm.add(spec_r1r2(rows, cols, ldS));
+    }
+  }
+
+  void logits(const MatmulCache& mm, int tid, int64_t b, int64_t h, int64_t r0, int64_t rows, int64_t c0,
+              int64_t cols, float* S, int64_t ldS) const override {
+    const int64_t N = p_.shape.N;
+    switch (variant_) {
+      case Variant::dense: {
+        mm.run(tid, spec_hw2(rows, cols, ldS), hidden_row(b, h, r0), W2_.data() + h * p_.shape.D * max_len_ + c0, S);
+        const float* bias = b2_.data() + h * max_len_ + c0;
+        for (int64_t r = 0; r < rows; ++r) {
+          float* Sr = S + r * ldS;
+#pragma omp simd
+          for (int64_t c = 0; c < cols; ++c) Sr[c] += bias[c];
+        }
+        break;
+      }
+      case Variant::random:
+        for (int64_t r = 0; r < rows; ++r)
+          std::memcpy(S + r * ldS, R_.data() + (h * N + r0 + r) * N + c0, static_cast<size_t>(cols) * sizeof(float));
+        break;
+      case Variant::factorized:
+        mm.run(tid, spec_r1r2(rows, cols, ldS), R1_.data() + (h * N + r0) * k_, R2_.data() + (h * N + c0) * k_, S);
+        break;
+    }
+  }
+
+  // Dense: dH1(rows) += dA W2[:, cols]^T; the rest is done per head in backward_end.
+  void logits_backward(const MatmulCache& mm, int tid, int64_t b, int64_t h, int64_t r0, int64_t rows, int64_t c0,
+                       int64_t cols, const float* dS, int64_t ldS) const override {
+    (void)c0;
+    if (variant_ != Variant::dense) return;
+    mm.run(tid, spec_dhidden(rows, cols, ldS), dS, W2_.data() + h * p_.shape.D * max_len_ + c0,
+           dhidden_.data() + ((b * p_.shape.H + h) * p_.shape.N + r0) * p_.shape.D);
+  }
+
+  void backward_begin(const MatmulCache&, int, int64_t b, int64_t h) const override {
+    const int64_t N = p_.shape.N, D = p_.shape.D;
+    for (int64_t i = 0; i < N; ++i) {
+      fill(a_.dq.row(b, h, i), D, 0.0f);
+      fill(a_.dk.row(b, h, i), D, 0.0f);
+    }
+    if (variant_ == Variant::dense) fill(dhidden_.data() + (b * p_.shape.H + h) * N * D, N * D, 0.0f);
+  }
+
+  // Dense: dpre = dH1 * (pre > 0), dQ = dpre W1^T (H1 = relu(pre) > 0 exactly where pre > 0).
+  void backward_end(const MatmulCache&, int tid, int64_t b, int64_t h) const override {
+    if (variant_ != Variant::dense) return;
+    const int64_t N = p_.shape.N, D = p_.shape.D;
+    float* dH = dhidden_.data() + (b * p_.shape.H + h) * N * D;
+    const float* H1 = hidden_row(b, h, 0);
+    for (int64_t i = 0; i < N * D; ++i) dH[i] = H1[i] > 0.0f ? dH[i] : 0.0f;
+    hidden_mm_.run(tid, spec_dq(), dH, W1_.data() + h * D * D, a_.dq.head(b, h));
+  }
+
+  // H1 = relu(Q W1 + b1) per (b, h), kept for the tiles and the backward pass.
+  void compute_hidden(const AttnArgs& a) const {
+    const auto& s = p_.shape;
+    const int64_t BH = s.B * s.H, N = s.N, D = s.D;
+#pragma omp parallel for schedule(static)
+    for (int64_t bh = 0; bh < BH; ++bh) {
+      const int tid = omp_get_thread_num();
+      const int64_t b = bh / s.H, h = bh % s.H;
+      float* H1 = hidden_.data() + bh * N * D;
+      hidden_mm_.run(tid, spec_qw1(), a.q.head(b, h), W1_.data() + h * D * D, H1);
+      const float* bias = b1_.data() + h * D;
+      for (int64_t i = 0; i < N; ++i) {
+        float* x = H1 + i * D;
+#pragma omp simd
+        for (int64_t d = 0; d < D; ++d) x[d] = std::max(x[d] + bias[d], 0.0f);
+      }
+    }
+  }
+
+  const float* hidden_row(int64_t b, int64_t h, int64_t r) const {
+    return hidden_.data() + ((b * p_.shape.H + h) * p_.shape.N + r) * p_.shape.D;
+  }
+  // S(rows, cols) = H1(rows, D) W2(D, cols)
+  MatmulSpec spec_hw2(int64_t rows, int64_t cols, int64_t ldS) const {
+    return MatmulSpec::tile(rows, cols, p_.shape.D, p_.shape.D, false, max_len_, false, ldS);
+  }
+  // dH1(rows, D) += dS(rows, cols) W2(D, cols)^T
+  MatmulSpec spec_dhidden(int64_t rows, int64_t cols, int64_t ldS) const {
+    return MatmulSpec::tile(rows, p_.shape.D, cols, ldS, false, max_len_, true, p_.shape.D, 1.0f, true);
+  }
+  // S(rows, cols) = R1(rows, k) R2(cols, k)^T
+  MatmulSpec spec_r1r2(int64_t rows, int64_t cols, int64_t ldS) const {
+    return MatmulSpec::tile(rows, cols, k_, k_, false, k_, true, ldS);
+  }
+  // H1(N, D) = Q(N, D) W1(D, D)
+  MatmulSpec spec_qw1() const {
+    return MatmulSpec::tile(p_.shape.N, p_.shape.D, p_.shape.D, p_.strides.sn, false, p_.shape.D, false, p_.shape.D);
+  }
+  // dQ(N, D) = dpre(N, D) W1^T
+  MatmulSpec spec_dq() const {
+    return MatmulSpec::tile(p_.shape.N, p_.shape.D, p_.shape.D, p_.shape.D, false, p_.shape.D, true, p_.strides.sn);
+  }
+
+  void plan(Mode mode) const {
+    if (planned_ && planned_mode_ == mode) return;
+    hidden_mm_.clear();
+    if (variant_ == Variant::dense) {
+      hidden_mm_.add(spec_qw1());
+      if (mode == Mode::fwdbwd) hidden_mm_.add(spec_dq());
+    }
+    core_.plan(mode, *this);
+    planned_ = true;
+    planned_mode_ = mode;
+  }
+  size_t param_floats() const {
+    const auto& s = p_.shape;
+    switch (variant_) {
+      case Variant::dense: return static_cast<size_t>(s.H * (s.D * s.D + s.D + s.D * max_len_ + max_len_));
+      case Variant::random: return static_cast<size_t>(s.H * s.N * s.N);
+      case Variant::factorized: return static_cast<size_t>(2 * s.H * s.N * k_);
+    }
+    return 0;
+  }
+  size_t hidden_floats() const { return static_cast<size_t>(p_.shape.B * p_.shape.H * p_.shape.N * p_.shape.D); }
+
+  AttnProblem p_;
+  Variant variant_;
+  int64_t max_len_, k_;
+  mutable TiledSoftmax core_;
+  mutable MatmulCache hidden_mm_;
+  mutable bool planned_ = false;
+  mutable Mode planned_mode_ = Mode::fwd;
+  AttnArgs a_;
+  Buffer<float> W1_, b1_, W2_, b2_, R_, R1_, R2_, hidden_, dhidden_;
+  Buffer<std::byte> h_scratch_;
+};
+
+}  // namespace
+
+MechanismInfo synthesizer_info() {
+  MechanismInfo m;
+  m.name = "synthesizer";
+  m.family = "synthetic";
+  m.summary = "softmax of synthesized logits: dense MLP of the query, a random matrix, or R1 R2^T";
+  m.complexity = "O(N^2 D) time; memory O(N D) dense, O(H N^2) random, O(N k) factorized";
+  m.caps = Capabilities{.exact = false, .causal = true, .backward = true, .decode = false,
+                        .constraints = "dense: max_len >= N"};
+  m.params = {ParamSpec{"variant", ParamType::Choice, std::string("dense"), 0, 0, {"dense", "random", "factorized"},
+                        "how the logits are made"},
+              ParamSpec{"max_len", ParamType::Int, int64_t{0}, 0, 1 << 24, {}, "dense: columns of W2 (0 = N)"},
+              ParamSpec{"k", ParamType::Int, int64_t{8}, 1, 4096, {}, "factorized: rank of R1 R2^T"}};
+  m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<Synthesizer>(p, v); };
+  return m;
+}
+
+}  // namespace ab

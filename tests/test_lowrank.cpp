@@ -1,0 +1,374 @@
+// linformer, memory_compressed and synthesizer against direct references of their formulas,
+// the identity settings that reduce the first two to vanilla, finite differences, memory and
+// FLOPs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/vecmath.hpp"
+#include "tests/helpers.hpp"
+#include "tests/reference.hpp"
+
+namespace ab {
+namespace {
+
+using test::run_mechanism;
+
+DumpTensor tensor(const Attention& impl, const std::string& name) {
+  for (const auto& t : impl.dump_tensors())
+    if (t.name == name) return t;
+  ADD_FAILURE() << "no tensor " << name;
+  return {};
+}
+
+int64_t numel(const DumpTensor& t) {
+  int64_t n = 1;
+  for (int64_t d : t.shape) n *= d;
+  return n;
+}
+
+// softmax(s Q K'^T) V' with explicit per-(b, h) keys and values (rows x D), in double.
+std::vector<double> attend(const TensorView& q, const std::vector<std::vector<double>>& keys,
+                           const std::vector<std::vector<double>>& values, int64_t b, int64_t h,
+                           double scale, bool use_scale_logits = true) {
+  (void)use_scale_logits;
+  const int64_t N = q.shape.N, D = q.shape.D, T = static_cast<int64_t>(keys.size());
+  std::vector<double> out(static_cast<size_t>(N * D), 0.0);
+  for (int64_t i = 0; i < N; ++i) {
+    std::vector<double> s(static_cast<size_t>(T));
+    double mx = -1e300;
+    for (int64_t t = 0; t < T; ++t) {
+      double d = 0;
+      for (int64_t c = 0; c < D; ++c) d += double(q.at(b, h, i, c)) * keys[t][c];
+      s[t] = d * scale;
+      mx = std::max(mx, s[t]);
+    }
+    double sum = 0;
+    for (auto& x : s) sum += (x = std::exp(x - mx));
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t c = 0; c < D; ++c) out[i * D + c] += s[t] / sum * values[t][c];
+  }
+  return out;
+}
+
+double max_abs_diff(const TensorView& o, int64_t b, int64_t h, const std::vector<double>& want) {
+  double w = 0;
+  for (int64_t i = 0; i < o.shape.N; ++i)
+    for (int64_t d = 0; d < o.shape.D; ++d) w = std::max(w, std::abs(o.at(b, h, i, d) - want[i * o.shape.D + d]));
+  return w;
+}
+
+// ---- linformer ----
+TEST(Linformer, IdentityProjectionsEqualVanilla) {
+  const Shape4 s{2, 2, 50, 16};
+  auto r = run_mechanism("linformer", s, false, Mode::fwd, {"k=50"}, 3);
+  for (const char* name : {"E", "F"}) {
+    DumpTensor t = tensor(*r.impl, name);
+    ASSERT_EQ(t.shape, (std::vector<int64_t>{2, 50, 50}));
+    for (int64_t h = 0; h < 2; ++h)
+      for (int64_t i = 0; i < 50; ++i)
+        for (int64_t j = 0; j < 50; ++j) t.f32[(h * 50 + i) * 50 + j] = i == j ? 1.0f : 0.0f;
+  }
+  AttnArgs a = r.data->args();
+  r.impl->forward(a);
+  EXPECT_LT(ref::rel_err(a.o.data, ref::forward(a.q, a.k, a.v, ref::dense_mask(false))), 2e-5);
+}
+
+std::vector<double> linformer_reference(const Attention& impl, const AttnArgs& a, int64_t k) {
+  const auto& s = a.q.shape;
+  DumpTensor E = tensor(impl, "E"), F = tensor(impl, "F");
+  std::vector<double> out(static_cast<size_t>(s.numel()));
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t h = 0; h < s.H; ++h) {
+      std::vector<std::vector<double>> kp(k, std::vector<double>(s.D, 0.0)), vp = kp;
+      for (int64_t t = 0; t < k; ++t)
+        for (int64_t j = 0; j < s.N; ++j)
+          for (int64_t d = 0; d < s.D; ++d) {
+            kp[t][d] += double(E.f32[(h * k + t) * s.N + j]) * a.k.at(b, h, j, d);
+            vp[t][d] += double(F.f32[(h * k + t) * s.N + j]) * a.v.at(b, h, j, d);
+          }
+      auto o = attend(a.q, kp, vp, b, h, 1.0 / std::sqrt(double(s.D)));
+      for (int64_t i = 0; i < s.N; ++i)
+        for (int64_t d = 0; d < s.D; ++d) out[ref::idx(s, b, h, i, d)] = o[i * s.D + d];
+    }
+  return out;
+}
+
+TEST(Linformer, MatchesDirectFormula) {
+  for (int64_t N : {1, 37, 300})
+    for (const char* share : {"false", "true"}) {
+      const Shape4 s{2, 2, N, 16};
+      auto r = run_mechanism("linformer", s, false, Mode::fwd, {"k=24", std::string("share_kv=") + share}, 5);
+      const int64_t k = std::min<int64_t>(24, N);
+      EXPECT_LT(ref::rel_err(r.data->o.data(), linformer_reference(*r.impl, r.data->args(), k)), 2e-5)
+          << "N=" << N << " share=" << share;
+      if (std::string(share) == "true") {
+        DumpTensor E = tensor(*r.impl, "E"), F = tensor(*r.impl, "F");
+        EXPECT_EQ(E.f32, F.f32);
+      }
+    }
+}
+
+TEST(Linformer, EntriesAreUniformWithinBound) {
+  auto r = run_mechanism("linformer", Shape4{1, 2, 512, 16}, false, Mode::fwd, {"k=64"}, 5);
+  DumpTensor E = tensor(*r.impl, "E");
+  double mx = 0, sum2 = 0;
+  for (int64_t i = 0; i < numel(E); ++i) {
+    mx = std::max(mx, double(std::abs(E.f32[i])));
+    sum2 += double(E.f32[i]) * E.f32[i];
+  }
+  EXPECT_LE(mx, 1.0 / 8.0);
+  // Uniform on [-a, a] has variance a^2 / 3.
+  EXPECT_NEAR(sum2 / numel(E), (1.0 / 64.0) / 3.0, 2e-4);
+}
+
+// ---- memory_compressed ----
+TEST(MemoryCompressed, StrideOneIdentityKernelsEqualVanilla) {
+  const Shape4 s{1, 2, 70, 16};
+  auto r = run_mechanism("memory_compressed", s, false, Mode::fwd, {"stride=1"}, 2);
+  for (const char* name : {"Wk", "Wv"}) {
+    DumpTensor t = tensor(*r.impl, name);
+    ASSERT_EQ(t.shape, (std::vector<int64_t>{2, 1, 16, 16}));
+    for (int64_t i = 0; i < numel(t); ++i) t.f32[i] = (i % (16 * 16)) / 16 == i % 16 ? 1.0f : 0.0f;
+  }
+  AttnArgs a = r.data->args();
+  r.impl->forward(a);
+  EXPECT_LT(ref::rel_err(a.o.data, ref::forward(a.q, a.k, a.v, ref::dense_mask(false))), 2e-5);
+}
+
+TEST(MemoryCompressed, MatchesPaddedConvolutionReference) {
+  for (int64_t stride : {3, 5})
+    for (int64_t N : {100, 101, 2}) {
+      const Shape4 s{2, 2, N, 8};
+      auto r = run_mechanism("memory_compressed", s, false, Mode::fwd, {"stride=" + std::to_string(stride)}, 4);
+      DumpTensor Wk = tensor(*r.impl, "Wk"), Wv = tensor(*r.impl, "Wv");
+      const AttnArgs a = r.data->args();
+      const int64_t T = (N + stride - 1) / stride, D = s.D;
+      double worst = 0;
+      for (int64_t b = 0; b < s.B; ++b)
+        for (int64_t h = 0; h < s.H; ++h) {
+          std::vector<std::vector<double>> kc(T, std::vector<double>(D, 0.0)), vc = kc;
+          for (int64_t t = 0; t < T; ++t)
+            for (int64_t rr = 0; rr < stride; ++rr) {
+              const int64_t row = t * stride + rr;
+              if (row >= N) continue;  // zero padding
+              for (int64_t i = 0; i < D; ++i)
+                for (int64_t o = 0; o < D; ++o) {
+                  const size_t w = static_cast<size_t>(((h * stride + rr) * D + i) * D + o);
+                  kc[t][o] += double(a.k.at(b, h, row, i)) * Wk.f32[w];
+                  vc[t][o] += double(a.v.at(b, h, row, i)) * Wv.f32[w];
+                }
+            }
+          worst = std::max(worst, max_abs_diff(a.o, b, h, attend(a.q, kc, vc, b, h, 1.0 / std::sqrt(double(D)))));
+        }
+      EXPECT_LT(worst, 1e-5) << "stride " << stride << " N " << N;
+    }
+}
+
+// ---- synthesizer ----
+// Direct reference: logits A (N x N) per (b, h) from the dumped parameters, then softmax(A + M) V.
+std::vector<double> synthesizer_reference(const Attention& impl, const AttnArgs& a, const std::string& variant,
+                                          bool causal, int64_t k) {
+  const auto& s = a.q.shape;
+  const int64_t N = s.N, D = s.D;
+  std::vector<double> out(static_cast<size_t>(s.numel()));
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t h = 0; h < s.H; ++h) {
+      std::vector<double> A(static_cast<size_t>(N * N));
+      if (variant == "dense") {
+        DumpTensor W1 = tensor(impl, "W1"), b1 = tensor(impl, "b1"), W2 = tensor(impl, "W2"), b2 = tensor(impl, "b2");
+        const int64_t L = W2.shape[2];
+        for (int64_t i = 0; i < N; ++i) {
+          std::vector<double> hid(static_cast<size_t>(D));
+          for (int64_t o = 0; o < D; ++o) {
+            double x = b1.f32[h * D + o];
+            for (int64_t c = 0; c < D; ++c) x += double(a.q.at(b, h, i, c)) * W1.f32[(h * D + c) * D + o];
+            hid[o] = std::max(x, 0.0);
+          }
+          for (int64_t j = 0; j < N; ++j) {
+            double x = b2.f32[h * L + j];
+            for (int64_t o = 0; o < D; ++o) x += hid[o] * W2.f32[(h * D + o) * L + j];
+            A[i * N + j] = x;
+          }
+        }
+      } else if (variant == "random") {
+        DumpTensor R = tensor(impl, "R");
+        for (int64_t i = 0; i < N * N; ++i) A[i] = R.f32[h * N * N + i];
+      } else {
+        DumpTensor R1 = tensor(impl, "R1"), R2 = tensor(impl, "R2");
+        for (int64_t i = 0; i < N; ++i)
+          for (int64_t j = 0; j < N; ++j) {
+            double x = 0;
+            for (int64_t t = 0; t < k; ++t) x += double(R1.f32[(h * N + i) * k + t]) * R2.f32[(h * N + j) * k + t];
+            A[i * N + j] = x;
+          }
+      }
+      for (int64_t i = 0; i < N; ++i) {
+        const int64_t jmax = causal ? i : N - 1;
+        double mx = -1e300, sum = 0;
+        for (int64_t j = 0; j <= jmax; ++j) mx = std::max(mx, A[i * N + j]);
+        for (int64_t j = 0; j <= jmax; ++j) sum += std::exp(A[i * N + j] - mx);
+        for (int64_t d = 0; d < D; ++d) {
+          double o = 0;
+          for (int64_t j = 0; j <= jmax; ++j) o += std::exp(A[i * N + j] - mx) / sum * a.v.at(b, h, j, d);
+          out[ref::idx(s, b, h, i, d)] = o;
+        }
+      }
+    }
+  return out;
+}
+
+class SynthesizerVsDirect : public ::testing::TestWithParam<std::tuple<std::string, bool, int64_t>> {};
+
+TEST_P(SynthesizerVsDirect, Matches) {
+  const auto [variant, causal, N] = GetParam();
+  const Shape4 s{2, 2, N, 16};
+  std::vector<std::string> params = {"variant=" + variant, "k=5"};
+  if (variant == "dense") params.push_back("max_len=" + std::to_string(N + 9));
+  auto r = run_mechanism("synthesizer", s, causal, Mode::fwd, params, 6);
+  EXPECT_LT(ref::rel_err(r.data->o.data(), synthesizer_reference(*r.impl, r.data->args(), variant, causal, 5)), 2e-5);
+}
+INSTANTIATE_TEST_SUITE_P(All, SynthesizerVsDirect,
+                         ::testing::Combine(::testing::Values("dense", "random", "factorized"), ::testing::Bool(),
+                                            ::testing::Values(1, 77, 300)));
+
+TEST(Synthesizer, MaxLenBelowNIsRejected) {
+  const auto& info = find_mechanism("synthesizer");
+  const Shape4 s{1, 1, 100, 16};
+  auto impl = info.make(AttnProblem{s, false, Strides3::contiguous(s), 1}, resolve_params(info, {"max_len=50"}));
+  EXPECT_THROW(impl->validate(), InvalidInput);
+}
+
+// ---- backward against finite differences ----
+class LowRankFiniteDifferences : public ::testing::TestWithParam<std::tuple<std::string, std::vector<std::string>, bool>> {};
+
+TEST_P(LowRankFiniteDifferences, GradientsMatch) {
+  const auto& [name, params, causal] = GetParam();
+  const Shape4 s{1, 2, 11, 8};
+  auto r = run_mechanism(name, s, causal, Mode::fwdbwd, params, 5);
+  AttnArgs a = r.data->args();
+  const std::vector<float> dq(a.dq.data, a.dq.data + s.numel()), dk(a.dk.data, a.dk.data + s.numel()),
+      dv(a.dv.data, a.dv.data + s.numel());
+  auto loss = [&]() {
+    r.impl->forward(a);
+    double l = 0;
+    for (int64_t i = 0; i < s.numel(); ++i) l += double(a.o.data[i]) * a.dout.data[i];
+    return l;
+  };
+  const float eps = 1e-2f;
+  // The dense synthesizer has a ReLU on q W1 + b1: a central difference across a kink measures
+  // neither side, so query rows with a pre-activation within reach of zero are left out.
+  auto near_kink = [&](const TensorView& t, int64_t i) {
+    if (t.data != a.q.data || name != "synthesizer" || params[0] != "variant=dense") return false;
+    DumpTensor W1 = tensor(*r.impl, "W1"), b1 = tensor(*r.impl, "b1");
+    const int64_t D = s.D, h = i / (s.N * D), row = (i / D) % s.N;
+    for (int64_t o = 0; o < D; ++o) {
+      double pre = b1.f32[h * D + o], reach = 0;
+      for (int64_t c = 0; c < D; ++c) {
+        pre += double(a.q.at(0, h, row, c)) * W1.f32[(h * D + c) * D + o];
+        reach = std::max(reach, 2.0 * eps * std::abs(W1.f32[(h * D + c) * D + o]));
+      }
+      if (std::abs(pre) < reach) return true;
+    }
+    return false;
+  };
+  int checked = 0;
+  for (auto [t, grad] : {std::pair{a.q, &dq}, std::pair{a.k, &dk}, std::pair{a.v, &dv}}) {
+    for (int64_t i = 0; i < s.numel(); i += 3) {
+      if (near_kink(t, i)) continue;
+      ++checked;
+      const float saved = t.data[i];
+      t.data[i] = saved + eps;
+      const double lp = loss();
+      t.data[i] = saved - eps;
+      const double lm = loss();
+      t.data[i] = saved;
+      const double fd = (lp - lm) / (double(saved + eps) - double(saved - eps));
+      const double an = (*grad)[static_cast<size_t>(i)];
+      EXPECT_NEAR(fd, an, 2e-3 + 1e-2 * std::abs(an)) << name << " element " << i;
+    }
+  }
+  EXPECT_GT(checked, 150);
+}
+INSTANTIATE_TEST_SUITE_P(
+    All, LowRankFiniteDifferences,
+    ::testing::Values(std::make_tuple("linformer", std::vector<std::string>{"k=5"}, false),
+                      std::make_tuple("linformer", std::vector<std::string>{"k=5", "share_kv=true"}, false),
+                      std::make_tuple("memory_compressed", std::vector<std::string>{"stride=3"}, false),
+                      std::make_tuple("memory_compressed", std::vector<std::string>{"stride=1"}, false),
+                      std::make_tuple("synthesizer", std::vector<std::string>{"variant=dense"}, false),
+                      std::make_tuple("synthesizer", std::vector<std::string>{"variant=dense"}, true),
+                      std::make_tuple("synthesizer", std::vector<std::string>{"variant=random"}, true),
+                      std::make_tuple("synthesizer", std::vector<std::string>{"variant=factorized", "k=3"}, false)));
+
+// ---- memory and FLOPs ----
+TEST(LowRankMemory, TrackedPeakEqualsDeclared) {
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {"linformer", {"k=32"}}, {"linformer", {"k=32", "share_kv=true"}}, {"memory_compressed", {}},
+      {"synthesizer", {}},     {"synthesizer", {"variant=random"}},       {"synthesizer", {"variant=factorized"}}};
+  for (const auto& [name, params] : cases)
+    for (Mode mode : {Mode::fwd, Mode::fwdbwd})
+      for (int64_t n : {100, 512}) {
+        auto r = run_mechanism(name, Shape4{1, 2, n, 16}, false, mode, params, 1, 2);
+        EXPECT_EQ(r.tracked_peak, r.declared) << name << " " << to_string(mode) << " N=" << n;
+      }
+}
+
+double declared_flops(const std::string& name, const std::vector<std::string>& params, int64_t n, Mode mode) {
+  const auto& info = find_mechanism(name);
+  const Shape4 s{1, 8, n, 64};
+  return info.make(AttnProblem{s, false, Strides3::contiguous(s), 1}, resolve_params(info, params))->flops(mode);
+}
+size_t declared_bytes(const std::string& name, const std::vector<std::string>& params, int64_t n) {
+  const auto& info = find_mechanism(name);
+  const Shape4 s{1, 8, n, 64};
+  return info.make(AttnProblem{s, false, Strides3::contiguous(s), 1}, resolve_params(info, params))
+      ->working_bytes(Mode::fwd);
+}
+
+TEST(LowRankCost, LinformerIsLinearInN) {
+  const double f1 = declared_flops("linformer", {}, 4096, Mode::fwd), f2 = declared_flops("linformer", {}, 8192, Mode::fwd);
+  EXPECT_DOUBLE_EQ(f1, 8.0 * 4096 * 256 * 64 * 8);
+  EXPECT_DOUBLE_EQ(f2, 2 * f1);
+  EXPECT_DOUBLE_EQ(declared_flops("linformer", {}, 4096, Mode::fwdbwd), 22.0 * 4096 * 256 * 64 * 8);
+  // Bytes: E and F (H k N floats each) plus a constant; the step from N to 2N is the same twice.
+  const double b1 = double(declared_bytes("linformer", {}, 2048)), b2 = double(declared_bytes("linformer", {}, 4096)),
+               b3 = double(declared_bytes("linformer", {}, 8192));
+  EXPECT_NEAR(b3 - b2, 2 * (b2 - b1), 64 * 1024);
+  EXPECT_NEAR(b2 - b1, 2.0 * 8 * 256 * 2048 * 4, 64 * 1024);
+}
+
+TEST(LowRankCost, MemoryCompressedMemoryIsLinearAndAttentionQuadraticInNOverStride) {
+  const double n = 6144, D = 64, T = 2048;
+  EXPECT_DOUBLE_EQ(declared_flops("memory_compressed", {}, 6144, Mode::fwd), 8 * (4 * n * D * D + 4 * n * T * D));
+  const double b1 = double(declared_bytes("memory_compressed", {}, 3072)),
+               b2 = double(declared_bytes("memory_compressed", {}, 6144)),
+               b3 = double(declared_bytes("memory_compressed", {}, 12288));
+  EXPECT_NEAR(b3 - b2, 2 * (b2 - b1), 64 * 1024);
+}
+
+TEST(LowRankCost, SynthesizerDenseAndRandomAreQuadratic) {
+  for (const char* v : {"variant=dense", "variant=random"}) {
+    const double f1 = declared_flops("synthesizer", {v}, 2048, Mode::fwd), f2 = declared_flops("synthesizer", {v}, 4096, Mode::fwd);
+    EXPECT_GT(f2 / f1, 3.5) << v;
+  }
+  EXPECT_DOUBLE_EQ(declared_flops("synthesizer", {"variant=random"}, 1024, Mode::fwd), 8 * 2.0 * 1024 * 1024 * 64);
+  // random's logits are an (N, N) parameter per head: memory quadratic.
+  const double r1 = double(declared_bytes("synthesizer", {"variant=random"}, 1024)),
+               r2 = double(declared_bytes("synthesizer", {"variant=random"}, 2048));
+  EXPECT_NEAR(r2 - r1, 8.0 * (2048.0 * 2048 - 1024.0 * 1024) * 4, 64 * 1024);
+  EXPECT_NE(find_mechanism("synthesizer").complexity.find("N^2"), std::string::npos);
+}
+
+TEST(LowRankCaps, LinformerAndMemoryCompressedRefuseCausal) {
+  EXPECT_FALSE(find_mechanism("linformer").caps.causal);
+  EXPECT_FALSE(find_mechanism("memory_compressed").caps.causal);
+  EXPECT_TRUE(find_mechanism("synthesizer").caps.causal);
+  auto e = test::exec("run --attn linformer,memory_compressed --seq 64 --causal --reps 1 --min-time 0 --format csv", false);
+  EXPECT_EQ(e.code, 0) << e.out;
+  EXPECT_NE(e.out.find("SKIPPED: linformer cannot be causal"), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("SKIPPED: memory_compressed cannot be causal"), std::string::npos) << e.out;
+}
+
+}  // namespace
+}  // namespace ab
