@@ -61,7 +61,36 @@ def favor(q, k, v, omega, causal):
     return out
 
 
-def expected_output(mech, t, causal):
+def softmax_rows(a, causal):
+    if causal:
+        n = a.shape[-1]
+        a = np.where(np.tril(np.ones((n, n), dtype=bool)), a, -np.inf)
+    a = a - a.max(-1, keepdims=True)
+    p = np.exp(a)
+    return p / p.sum(-1, keepdims=True)
+
+
+def compressed(x, w):
+    """K'_t = sum_r x[t*stride + r] @ w[h, r], the last window zero-padded."""
+    b, h, n, d = x.shape
+    stride = w.shape[1]
+    t = -(-n // stride)
+    pad = np.zeros((b, h, t * stride, d))
+    pad[:, :, :n] = x
+    win = pad.reshape(b, h, t, stride, d)
+    return np.einsum("bhtri,hrio->bhto", win, w)
+
+
+def synthesized_logits(t, variant, n):
+    if variant == "dense":
+        hid = np.maximum(np.einsum("bhnd,hde->bhne", t["q"], t["W1"]) + t["b1"][None, :, None, :], 0)
+        return np.einsum("bhne,hem->bhnm", hid, t["W2"][:, :, :n]) + t["b2"][None, :, None, :n]
+    if variant == "random":
+        return np.broadcast_to(t["R"][None], (t["q"].shape[0],) + t["R"].shape)
+    return np.broadcast_to(np.einsum("hik,hjk->hij", t["R1"], t["R2"])[None], (t["q"].shape[0],) + t["R1"].shape[:2] + (n,))
+
+
+def expected_output(mech, t, causal, params):
     if mech in ("vanilla", "flash"):
         return softmax_attention(t["q"], t["k"], t["v"], causal)[1]
     if mech == "linear":
@@ -69,28 +98,54 @@ def expected_output(mech, t, causal):
         return kernel_attention(elu1(t["q"]), elu1(t["k"]), t["v"], causal)
     if mech == "performer":
         return favor(t["q"], t["k"], t["v"], t["omega"], causal)
+    scale = 1 / np.sqrt(t["q"].shape[-1])
+    if mech == "linformer":
+        kp = np.einsum("hkn,bhnd->bhkd", t["E"], t["k"])
+        vp = np.einsum("hkn,bhnd->bhkd", t["F"], t["v"])
+        p = softmax_rows(np.einsum("bhid,bhkd->bhik", t["q"], kp) * scale, False)
+        return np.einsum("bhik,bhkd->bhid", p, vp)
+    if mech == "memory_compressed":
+        kc, vc = compressed(t["k"], t["Wk"]), compressed(t["v"], t["Wv"])
+        p = softmax_rows(np.einsum("bhid,bhtd->bhit", t["q"], kc) * scale, False)
+        return np.einsum("bhit,bhtd->bhid", p, vc)
+    if mech == "synthesizer":
+        a = synthesized_logits(t, params["variant"], t["q"].shape[2])
+        return np.einsum("bhij,bhjd->bhid", softmax_rows(a, causal), t["v"])
     raise ValueError(mech)
 
 
-def check(exe, work, mech, causal):
-    out = os.path.join(work, f"{mech}_{int(causal)}")
+def check(exe, work, mech, causal, params=()):
+    out = os.path.join(work, f"{mech}_{int(causal)}_{'_'.join(params)}".replace("=", "-"))
     cmd = [exe, "dump", "--attn", mech, "--batch", "2", "--heads", "3", "--seq", "37",
            "--dhead", "8", "--seed", "5", "--out", out] + (["--causal"] if causal else [])
+    for p in params:
+        cmd += ["--param", p]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     cfg = json.load(open(os.path.join(out, "config.json")))
     assert cfg["mechanism"] == mech and cfg["causal"] == causal and cfg["seed"] == 5, cfg
     shape = (cfg["B"], cfg["H"], cfg["N"], cfg["D"])
     assert shape == (2, 3, 37, 8), shape
-    declared = {"omega": (cfg["params"].get("features", 0), shape[3])}
+    B, H, N, D = shape
+    prm = cfg["params"]
+    k = min(prm.get("k", 0), N)
+    stride = prm.get("stride", 0)
+    max_len = prm.get("max_len", 0) or N
+    declared = {"omega": (prm.get("features", 0), D), "E": (H, k, N), "F": (H, k, N),
+                "Wk": (H, stride, D, D), "Wv": (H, stride, D, D), "W1": (H, D, D), "b1": (H, D),
+                "W2": (H, D, max_len), "b2": (H, max_len), "R": (H, N, N),
+                "R1": (H, N, prm.get("k", 0)), "R2": (H, N, prm.get("k", 0))}
+    own = {"performer": {"omega"}, "linformer": {"E", "F"}, "memory_compressed": {"Wk", "Wv"},
+           "synthesizer": {"dense": {"W1", "b1", "W2", "b2"}, "random": {"R"},
+                           "factorized": {"R1", "R2"}}.get(prm.get("variant"), set())}
     t = {}
     for name, file in cfg["tensors"].items():
         arr = np.load(os.path.join(out, file))
         assert arr.dtype == np.float32, (name, arr.dtype)
         assert arr.shape == declared.get(name, shape), (name, arr.shape)
         t[name] = arr.astype(np.float64)
-    want = {"q", "k", "v", "out", "dout", "dq", "dk", "dv"} | ({"omega"} if mech == "performer" else set())
+    want = {"q", "k", "v", "out", "dout", "dq", "dk", "dv"} | own.get(mech, set())
     assert set(t) == want, set(t)
-    np.testing.assert_allclose(t["out"], expected_output(mech, t, causal), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(t["out"], expected_output(mech, t, causal, prm), rtol=1e-4, atol=1e-5)
     if mech not in ("vanilla", "flash"):
         return  # kernel gradients are checked against finite differences in the C++ tests
     dq, dk, dv = grads(t["q"], t["k"], t["v"], t["dout"], causal)
@@ -103,14 +158,18 @@ def main():
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     passed = failed = 0
-    for mech in ("vanilla", "flash", "linear", "performer"):
-        for causal in (False, True):
-            try:
-                check(exe, work, mech, causal)
-                passed += 1
-            except Exception as e:  # report every case, then fail
-                print(f"FAIL {mech} causal={causal}: {e!r}")
-                failed += 1
+    cases = [(m, c, ()) for m in ("vanilla", "flash", "linear", "performer") for c in (False, True)]
+    cases += [("linformer", False, ("k=16",)), ("linformer", False, ("k=16", "share_kv=true")),
+              ("memory_compressed", False, ("stride=3",))]
+    cases += [("synthesizer", c, (f"variant={v}", "max_len=40", "k=4"))
+              for v in ("dense", "random", "factorized") for c in (False, True)]
+    for mech, causal, params in cases:
+        try:
+            check(exe, work, mech, causal, params)
+            passed += 1
+        except Exception as e:  # report every case, then fail
+            print(f"FAIL {mech} causal={causal} {params}: {e!r}")
+            failed += 1
     print(f"{passed} passed, {failed} failed")
     sys.exit(1 if failed else 0)
 
