@@ -20,6 +20,11 @@ run() {  # run NAME ARGS...: results/NAME.json and results/NAME.md
 run attention_1thread --attn all --seq 256:8192:x2 --mode fwd,fwdbwd --threads 1 --error
 # Two threads at N = 4096, for the scaling figures.
 run attention_2threads --attn all --seq 4096 --mode fwd,fwdbwd --threads 2 --error
+# Low-rank and compressed keys at the sizes their targets name; synthesizer's other variants.
+run lowrank --attn linformer --seq 16384 --mode fwd,fwdbwd --threads 1
+run memory_compressed_8192 --attn memory_compressed --seq 8192 --mode fwd,fwdbwd --threads 1
+run synthesizer_variants --attn synthesizer --param variant=random --seq 1024,4096 --mode fwd,fwdbwd --threads 1 --error
+run synthesizer_factorized --attn synthesizer --param variant=factorized --seq 1024,4096 --mode fwd,fwdbwd --threads 1 --error
 # The kernel family at N = 16384, non-causal and causal.
 run kernel_16384 --attn linear,performer --seq 16384 --mode fwd,fwdbwd --threads 1
 run kernel_16384_causal --attn linear,performer --seq 16384 --mode fwd,fwdbwd --threads 1 --causal
