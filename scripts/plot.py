@@ -24,14 +24,20 @@ def main():
         p = b["point"]
         key = f'{p["attn"]} {p["mode"]}' + (" causal" if p["causal"] else "")
         series[key][p["seq"]] = (b["real_time"], b["peak_bytes"] / 2**20)
-    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(14, 5.5))
+    # One colour per mechanism, one line style per mode, so every line is told apart.
+    mechs = sorted({k.split()[0] for k in series})
+    colour = {m: plt.cm.tab10(i % 10) for i, m in enumerate(mechs)}
+    style = {"fwd": "-", "fwdbwd": "--", "decode": "-", "train": ":"}
     for key in sorted(series):
         ns = np.array(sorted(series[key]))
         t = np.array([series[key][n][0] for n in ns])
         m = np.array([series[key][n][1] for n in ns])
         slope = np.polyfit(np.log(ns), np.log(t), 1)[0] if len(ns) > 1 else float("nan")
-        ax_t.loglog(ns, t, marker="o", label=f"{key} (time ~ N^{slope:.2f})")
-        ax_m.loglog(ns, m, marker="o", label=key)
+        mech, mode = key.split()[:2]
+        fmt = dict(marker="o", color=colour[mech], linestyle=style.get(mode, "-"), markersize=4)
+        ax_t.loglog(ns, t, label=f"{key} (time ~ N^{slope:.2f})", **fmt)
+        ax_m.loglog(ns, m, label=key, **fmt)
     ctx = doc["context"]
     decode = "decode" in " ".join(series)
     xlabel = "context length N" if decode else "sequence length N"
@@ -40,7 +46,8 @@ def main():
     ax_m.set(xlabel=xlabel, ylabel="tracked working memory (MiB)", title="working memory")
     for ax in (ax_t, ax_m):
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
+    ax_t.legend(fontsize=7, loc="upper left")
+    ax_m.legend(fontsize=7, loc="upper left")
     fig.suptitle(ctx["command"], fontsize=7)
     fig.tight_layout()
     fig.savefig(prefix + ".png", dpi=120)

@@ -136,6 +136,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"run --attn flash --reps 0", "--reps must be at least 1"},
         BadInput{"run --attn vanilla --seq 8192 --mem-limit 1G", "needs 2.06 GiB (predicted), above --mem-limit 1.00 GiB"},
         BadInput{"run --attn flash --mem-limit lots", "'lots' is not a memory size"},
+        BadInput{"run --attn synthesizer --param max_len=10 --seq 64", "synthesizer: max_len=10 is below N=64"},
+        BadInput{"run --attn linformer --param k=0", "linformer: parameter k=0 is invalid; expected integer in [1, 1.04858e+06]"},
+        BadInput{"run --attn synthesizer --param variant=sparse", "expected one of dense, random, factorized"},
         BadInput{"run --attn flash --no-such-option", "no-such-option"},
         BadInput{"frobnicate", "unknown verb 'frobnicate'; verbs: list, run, dump"}),
     bad_input_name);
