@@ -6,6 +6,8 @@
 
 #include <array>
 #include <cstdio>
+#include <functional>
+#include <tuple>
 #include <memory>
 #include <string>
 
@@ -40,6 +42,41 @@ inline Run run_mechanism(const std::string& name, const Shape4& s, bool causal, 
   if (mode == Mode::fwdbwd) r.impl->backward(r.data->args());
   r.tracked_peak = MemoryMeter::peak() - base;
   return r;
+}
+
+// Checks a finished fwdbwd run's dQ, dK, dV against central differences of the mechanism's own
+// float32 forward (loss sum(dO * O)), every `step`-th element; `skip(tensor, i)` leaves out
+// elements where a difference is not meaningful. Returns how many elements were compared.
+inline int check_gradients_by_differences(
+    Run& r, int64_t step, double tol_abs, double tol_rel, float eps = 1e-2f,
+    const std::function<bool(const TensorView&, int64_t)>& skip = nullptr) {
+  AttnArgs a = r.data->args();
+  const int64_t n = a.q.shape.numel();
+  const std::vector<float> dq(a.dq.data, a.dq.data + n), dk(a.dk.data, a.dk.data + n),
+      dv(a.dv.data, a.dv.data + n);
+  auto loss = [&]() {
+    r.impl->forward(a);
+    double l = 0;
+    for (int64_t i = 0; i < n; ++i) l += double(a.o.data[i]) * a.dout.data[i];
+    return l;
+  };
+  int checked = 0;
+  for (auto [t, grad, label] : {std::tuple{a.q, &dq, "dq"}, std::tuple{a.k, &dk, "dk"}, std::tuple{a.v, &dv, "dv"}}) {
+    for (int64_t i = 0; i < n; i += step) {
+      if (skip && skip(t, i)) continue;
+      ++checked;
+      const float saved = t.data[i];
+      t.data[i] = saved + eps;
+      const double lp = loss();
+      t.data[i] = saved - eps;
+      const double lm = loss();
+      t.data[i] = saved;
+      const double fd = (lp - lm) / (double(saved + eps) - double(saved - eps));
+      const double an = (*grad)[static_cast<size_t>(i)];
+      EXPECT_NEAR(fd, an, tol_abs + tol_rel * std::abs(an)) << label << " element " << i;
+    }
+  }
+  return checked;
 }
 
 struct Exec {

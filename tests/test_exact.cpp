@@ -74,30 +74,7 @@ TEST_P(ExactFiniteDifferences, GradientsMatch) {
   const auto [name, causal] = GetParam();
   const Shape4 s{1, 2, 9, 16};
   auto r = run_mechanism(name, s, causal, Mode::fwdbwd, {}, 5);
-  AttnArgs a = r.data->args();
-  // Copy the analytic gradients: later forward calls do not touch them, but be explicit.
-  const std::vector<float> dq(a.dq.data, a.dq.data + s.numel()), dk(a.dk.data, a.dk.data + s.numel()),
-      dv(a.dv.data, a.dv.data + s.numel());
-  auto loss = [&]() {
-    r.impl->forward(a);
-    double l = 0;
-    for (int64_t i = 0; i < s.numel(); ++i) l += double(a.o.data[i]) * a.dout.data[i];
-    return l;
-  };
-  const float eps = 1e-2f;
-  for (auto [t, grad] : {std::pair{a.q, &dq}, std::pair{a.k, &dk}, std::pair{a.v, &dv}}) {
-    for (int64_t i = 0; i < s.numel(); i += 7) {
-      const float saved = t.data[i];
-      t.data[i] = saved + eps;
-      const double lp = loss();
-      t.data[i] = saved - eps;
-      const double lm = loss();
-      t.data[i] = saved;
-      const double fd = (lp - lm) / (double(saved + eps) - double(saved - eps));
-      const double an = (*grad)[static_cast<size_t>(i)];
-      EXPECT_NEAR(fd, an, 2e-3 + 1e-2 * std::abs(an)) << name << " element " << i;
-    }
-  }
+  test::check_gradients_by_differences(r, 7, 2e-3, 1e-2);
 }
 
 INSTANTIATE_TEST_SUITE_P(Both, ExactFiniteDifferences,

@@ -287,29 +287,7 @@ TEST_P(KernelFiniteDifferences, GradientsMatch) {
   std::vector<std::string> params = {"chunk=5"};
   if (name == "performer") params.push_back("features=12");
   auto r = run_mechanism(name, s, causal, Mode::fwdbwd, params, 5);
-  AttnArgs a = r.data->args();
-  const std::vector<float> dq(a.dq.data, a.dq.data + s.numel()), dk(a.dk.data, a.dk.data + s.numel()),
-      dv(a.dv.data, a.dv.data + s.numel());
-  auto loss = [&]() {
-    r.impl->forward(a);
-    double l = 0;
-    for (int64_t i = 0; i < s.numel(); ++i) l += double(a.o.data[i]) * a.dout.data[i];
-    return l;
-  };
-  const float eps = 1e-2f;
-  for (auto [t, grad] : {std::pair{a.q, &dq}, std::pair{a.k, &dk}, std::pair{a.v, &dv}}) {
-    for (int64_t i = 0; i < s.numel(); i += 3) {
-      const float saved = t.data[i];
-      t.data[i] = saved + eps;
-      const double lp = loss();
-      t.data[i] = saved - eps;
-      const double lm = loss();
-      t.data[i] = saved;
-      const double fd = (lp - lm) / (double(saved + eps) - double(saved - eps));
-      const double an = (*grad)[static_cast<size_t>(i)];
-      EXPECT_NEAR(fd, an, 3e-3 + 2e-2 * std::abs(an)) << name << " element " << i;
-    }
-  }
+  test::check_gradients_by_differences(r, 3, 3e-3, 2e-2);
 }
 INSTANTIATE_TEST_SUITE_P(Both, KernelFiniteDifferences,
                          ::testing::Combine(::testing::Values("linear", "performer"), ::testing::Bool()));
