@@ -49,39 +49,54 @@ void QKLogits::logits_backward(const MatmulCache& mm, int tid, int64_t b, int64_
 }
 
 void QKLogits::backward_begin(const MatmulCache&, int, int64_t b, int64_t h) const {
+  if (accumulate_) return;
   for (int64_t i = 0; i < dq_.shape.N; ++i) fill(dq_.row(b, h, i), D_, 0.0f);
   for (int64_t j = 0; j < dk_.shape.N; ++j) fill(dk_.row(b, h, j), D_, 0.0f);
 }
 
+std::pair<int64_t, int64_t> TiledSoftmax::keys_of(int64_t i) const {
+  std::pair<int64_t, int64_t> r = s_.keys ? s_.keys(i) : std::pair<int64_t, int64_t>{0, s_.Nk};
+  r.first = std::max<int64_t>(r.first, 0);
+  r.second = std::min(r.second, s_.Nk);
+  if (s_.causal) r.second = std::min(r.second, i + 1);
+  return r;
+}
+
 double TiledSoftmax::pairs() const {
-  return s_.causal ? dense_pairs(s_.Nq, true) : static_cast<double>(s_.Nq) * static_cast<double>(s_.Nk);
+  if (!s_.keys) return s_.causal ? dense_pairs(s_.Nq, true) : static_cast<double>(s_.Nq) * static_cast<double>(s_.Nk);
+  double p = 0;
+  for (int64_t i = 0; i < s_.Nq; ++i) {
+    const auto [lo, hi] = keys_of(i);
+    p += static_cast<double>(std::max<int64_t>(hi - lo, 0));
+  }
+  return p;
 }
 
 // O_i(rows, D) += P V_j
 MatmulSpec TiledSoftmax::spec_pv(int64_t rows, int64_t cols) const {
-  return MatmulSpec::tile(rows, s_.D, cols, kFwdCols, false, s_.ld_v, false, s_.ld_o, 1.0f, true);
+  return MatmulSpec::tile(rows, s_.D, cols, s_.fwd_cols, false, s_.ld_v, false, s_.ld_o, 1.0f, true);
 }
 // dV_j(cols, D) += P^T dO_i
 MatmulSpec TiledSoftmax::spec_dv(int64_t rows, int64_t cols) const {
-  return MatmulSpec::tile(cols, s_.D, rows, kBwdCols, true, s_.ld_o, false, s_.ld_v, 1.0f, true);
+  return MatmulSpec::tile(cols, s_.D, rows, s_.bwd_cols, true, s_.ld_o, false, s_.ld_v, 1.0f, true);
 }
 // dP(rows, cols) = dO_i V_j^T
 MatmulSpec TiledSoftmax::spec_dp(int64_t rows, int64_t cols) const {
-  return MatmulSpec::tile(rows, cols, s_.D, s_.ld_o, false, s_.ld_v, true, kBwdCols);
+  return MatmulSpec::tile(rows, cols, s_.D, s_.ld_o, false, s_.ld_v, true, s_.bwd_cols);
 }
 
 void TiledSoftmax::plan(Mode mode, const LogitsSource& src) {
   mode_ = mode;
   mm_.clear();
-  for (int64_t rows : block_sizes(s_.Nq, kFwdRows))
-    for (int64_t cols : block_sizes(s_.Nk, kFwdCols)) {
-      src.plan_tile(mm_, rows, cols, kFwdCols, false);
+  for (int64_t rows : block_sizes(s_.Nq, s_.fwd_rows))
+    for (int64_t cols : block_sizes(s_.Nk, s_.fwd_cols)) {
+      src.plan_tile(mm_, rows, cols, s_.fwd_cols, false);
       mm_.add(spec_pv(rows, cols));
     }
   if (mode == Mode::fwdbwd)
-    for (int64_t rows : block_sizes(s_.Nq, kBwdRows))
-      for (int64_t cols : block_sizes(s_.Nk, kBwdCols)) {
-        src.plan_tile(mm_, rows, cols, kBwdCols, true);
+    for (int64_t rows : block_sizes(s_.Nq, s_.bwd_rows))
+      for (int64_t cols : block_sizes(s_.Nk, s_.bwd_cols)) {
+        src.plan_tile(mm_, rows, cols, s_.bwd_cols, true);
         mm_.add(spec_dv(rows, cols));
         mm_.add(spec_dp(rows, cols));
       }
@@ -89,15 +104,17 @@ void TiledSoftmax::plan(Mode mode, const LogitsSource& src) {
 
 // Per thread: forward score tile, running max and sum; backward P and dS tiles.
 size_t TiledSoftmax::tile_floats(Mode mode) const {
-  size_t f = static_cast<size_t>(kFwdRows * kFwdCols + 2 * kFwdRows);
-  if (mode == Mode::fwdbwd) f = std::max(f, static_cast<size_t>(2 * kBwdRows * kBwdCols));
+  size_t f = static_cast<size_t>(s_.fwd_rows * s_.fwd_cols + 2 * s_.fwd_rows);
+  if (mode == Mode::fwdbwd) f = std::max(f, static_cast<size_t>(2 * s_.bwd_rows * s_.bwd_cols));
   return f;
 }
 
 size_t TiledSoftmax::working_bytes(Mode mode) const {
   const size_t T = static_cast<size_t>(s_.threads);
   size_t b = T * mm_.scratch_per_slot() + T * tile_floats(mode) * sizeof(float);
-  if (mode == Mode::fwdbwd) b += 2 * static_cast<size_t>(s_.B * s_.H * s_.Nq) * sizeof(float);
+  const size_t rows = static_cast<size_t>(s_.B * s_.H * s_.Nq) * sizeof(float);
+  if (mode == Mode::fwdbwd) b += 2 * rows;
+  else if (s_.keep_lse) b += rows;
   return b;
 }
 
@@ -106,10 +123,8 @@ void TiledSoftmax::setup(Mode mode) {
   scratch_ = Buffer<std::byte>(static_cast<size_t>(T) * mm_.scratch_per_slot());
   mm_.bind(T, scratch_.data());
   tiles_ = Buffer<float>(static_cast<size_t>(T) * tile_floats(mode));
-  if (mode == Mode::fwdbwd) {
-    lse_ = Buffer<float>(static_cast<size_t>(s_.B * s_.H * s_.Nq));
-    delta_ = Buffer<float>(static_cast<size_t>(s_.B * s_.H * s_.Nq));
-  }
+  if (mode == Mode::fwdbwd || s_.keep_lse) lse_ = Buffer<float>(static_cast<size_t>(s_.B * s_.H * s_.Nq));
+  if (mode == Mode::fwdbwd) delta_ = Buffer<float>(static_cast<size_t>(s_.B * s_.H * s_.Nq));
 }
 
 // Forward, per (batch, head, query block) work item:
@@ -119,9 +134,10 @@ void TiledSoftmax::setup(Mode mode) {
 //   pass 3  O_i += P V_j                              (matmul with accumulation)
 //   finally O_i /= l, and lse = m + log l is kept for the backward pass.
 void TiledSoftmax::forward(const LogitsSource& src, const TensorView& v, const TensorView& o) {
+  const int64_t kFwdRows = s_.fwd_rows, kFwdCols = s_.fwd_cols;
   const int64_t Nq = s_.Nq, Nk = s_.Nk, D = s_.D, nq = (Nq + kFwdRows - 1) / kFwdRows;
   const int64_t items = s_.B * s_.H * nq;
-  const bool causal = s_.causal;
+  const bool ranged = s_.causal || s_.keys;
   float* lse_all = lse_.data();
   const size_t per_thread = tile_floats(mode_);
 #pragma omp parallel for schedule(dynamic, 1)
@@ -140,26 +156,34 @@ void TiledSoftmax::forward(const LogitsSource& src, const TensorView& v, const T
       l[r] = 0.0f;
       fill(O + r * ldo, D, 0.0f);
     }
-    const int64_t key_end = causal ? r0 + rows : Nk;
-    for (int64_t c0 = 0; c0 < key_end; c0 += kFwdCols) {
+    // Keys any row of this block may use; tiles start on the grid of kFwdCols.
+    const int64_t key_lo = ranged ? keys_of(r0).first : 0;
+    const int64_t key_hi = ranged ? keys_of(r0 + rows - 1).second : Nk;
+    for (int64_t c0 = key_lo / kFwdCols * kFwdCols; c0 < key_hi; c0 += kFwdCols) {
       const int64_t cols = std::min(kFwdCols, Nk - c0);
       src.logits(mm_, tid, b, h, r0, rows, c0, cols, S, kFwdCols);
       for (int64_t r = 0; r < rows; ++r) {
         float* Sr = S + r * kFwdCols;
-        // Keys c0 .. c0+valid-1 are admissible for query r0+r.
-        const int64_t valid = causal ? std::min(cols, r0 + r - c0 + 1) : cols;
-        if (valid <= 0) {
+        // Keys c0+a .. c0+e-1 are admissible for query r0+r.
+        int64_t a = 0, e = cols;
+        if (ranged) {
+          const auto [lo, hi] = keys_of(r0 + r);
+          a = std::max<int64_t>(lo - c0, 0);
+          e = std::min(hi - c0, cols);
+        }
+        if (e <= a) {
           fill(Sr, cols, 0.0f);
           continue;
         }
-        const float m_new = std::max(m[r], max_of(Sr, valid));
+        const float m_new = std::max(m[r], max_of(Sr + a, e - a));
         if (m_new == kNegInf) {  // every admissible logit is -inf so far: nothing to add
           fill(Sr, cols, 0.0f);
           continue;
         }
         const float correction = exp_f32(m[r] - m_new);  // 0 on the first tile (m = -inf)
-        const float sum = exp_shift_sum(Sr, Sr, valid, m_new);
-        if (valid < cols) fill(Sr + valid, cols - valid, 0.0f);
+        const float sum = exp_shift_sum(Sr + a, Sr + a, e - a, m_new);
+        if (a > 0) fill(Sr, a, 0.0f);
+        if (e < cols) fill(Sr + e, cols - e, 0.0f);
         l[r] = l[r] * correction + sum;
         if (correction != 1.0f) scale_inplace(O + r * ldo, D, correction);
         m[r] = m_new;
@@ -183,40 +207,73 @@ void TiledSoftmax::forward(const LogitsSource& src, const TensorView& v, const T
 //   pass 3  dS = P * (dP - delta_i)                               (elementwise)
 //   pass 4  the source takes dS to its inputs (flash: dQ_i += s dS K_j, dK_j += s dS^T Q_i)
 void TiledSoftmax::backward(const LogitsSource& src, const TensorView& v, const TensorView& o,
-                            const TensorView& dout, const TensorView& dv) {
+                            const TensorView& dout, const TensorView& dv, bool accumulate,
+                            const LseView* external_lse) {
+  const int64_t kBwdRows = s_.bwd_rows, kBwdCols = s_.bwd_cols;
   const int64_t Nq = s_.Nq, Nk = s_.Nk, D = s_.D, BH = s_.B * s_.H;
-  const bool causal = s_.causal;
+  const bool ranged = s_.causal || s_.keys;
   const size_t per_thread = tile_floats(Mode::fwdbwd);
+  // The query rows that use some key of [c0, c1): contiguous, since both ends of the key
+  // ranges never decrease.
+  auto query_rows = [&](int64_t c0, int64_t c1) -> std::pair<int64_t, int64_t> {
+    if (!ranged) return {0, Nq};
+    int64_t lo = 0, hi = Nq;  // first row whose range ends after c0
+    while (lo < hi) {
+      const int64_t mid = (lo + hi) / 2;
+      if (keys_of(mid).second > c0) hi = mid;
+      else lo = mid + 1;
+    }
+    int64_t first = lo;
+    lo = first;
+    hi = Nq;  // first row whose range starts at or after c1
+    while (lo < hi) {
+      const int64_t mid = (lo + hi) / 2;
+      if (keys_of(mid).first >= c1) hi = mid;
+      else lo = mid + 1;
+    }
+    return {first, lo};
+  };
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t bh = 0; bh < BH; ++bh) {
     const int tid = omp_get_thread_num();
     const int64_t b = bh / s_.H, h = bh % s_.H;
     float* P = tiles_.data() + static_cast<size_t>(tid) * per_thread;
     float* dS = P + kBwdRows * kBwdCols;
-    const float* lse = lse_.data() + bh * Nq;
+    const float* lse_own = lse_.data() + bh * Nq;
+    auto lse_at = [&](int64_t i) {
+      return external_lse ? external_lse->base[bh * external_lse->bh_stride + i * external_lse->row_stride]
+                          : lse_own[i];
+    };
     float* delta = delta_.data() + bh * Nq;
     for (int64_t i = 0; i < Nq; ++i) delta[i] = dot(dout.row(b, h, i), o.row(b, h, i), D);
-    for (int64_t j = 0; j < Nk; ++j) fill(dv.row(b, h, j), D, 0.0f);
+    if (!accumulate)
+      for (int64_t j = 0; j < Nk; ++j) fill(dv.row(b, h, j), D, 0.0f);
     src.backward_begin(mm_, tid, b, h);
     for (int64_t c0 = 0; c0 < Nk; c0 += kBwdCols) {
       const int64_t cols = std::min(kBwdCols, Nk - c0);
       const float* Vj = v.row(b, h, c0);
       float* dVj = dv.row(b, h, c0);
-      const int64_t r_start = causal ? (c0 / kBwdRows) * kBwdRows : 0;
-      for (int64_t r0 = r_start; r0 < Nq; r0 += kBwdRows) {
+      const auto [q_first, q_end] = query_rows(c0, c0 + cols);
+      for (int64_t r0 = q_first / kBwdRows * kBwdRows; r0 < q_end; r0 += kBwdRows) {
         const int64_t rows = std::min(kBwdRows, Nq - r0);
         const float* dOi = dout.row(b, h, r0);
         src.logits(mm_, tid, b, h, r0, rows, c0, cols, P, kBwdCols);
         for (int64_t r = 0; r < rows; ++r) {
           float* Pr = P + r * kBwdCols;
-          const int64_t valid = causal ? std::min(cols, r0 + r - c0 + 1) : cols;
-          const float shift = lse[r0 + r];
-          if (valid <= 0 || shift == kNegInf) {
+          int64_t a = 0, e = cols;
+          if (ranged) {
+            const auto [lo, hi] = keys_of(r0 + r);
+            a = std::max<int64_t>(lo - c0, 0);
+            e = std::min(hi - c0, cols);
+          }
+          const float shift = lse_at(r0 + r);
+          if (e <= a || shift == kNegInf) {
             fill(Pr, cols, 0.0f);
             continue;
           }
-          exp_shift_sum(Pr, Pr, valid, shift);
-          if (valid < cols) fill(Pr + valid, cols - valid, 0.0f);
+          exp_shift_sum(Pr + a, Pr + a, e - a, shift);
+          if (a > 0) fill(Pr, a, 0.0f);
+          if (e < cols) fill(Pr + e, cols - e, 0.0f);
         }
         mm_.run(tid, spec_dv(rows, cols), P, dOi, dVj);
         mm_.run(tid, spec_dp(rows, cols), dOi, Vj, dS);

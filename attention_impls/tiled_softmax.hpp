@@ -1,3 +1,7 @@
+// Default tile sizes: a forward score tile of 128 x 256 floats (128 KiB) plus the K and V tiles
+// (64 KiB each at D = 64) stay in a 1 MiB L2; the backward pass keeps two score-sized tiles, so
+// it uses smaller ones. Sparse patterns use smaller tiles still, to waste less at range edges.
+//
 // The tiled online-softmax engine (FlashAttention's forward and FlashAttention-2's backward),
 // shared by every mechanism whose output is softmax(logits) V over an explicit key range:
 // `flash` (logits s Q K^T), `linformer` and `memory_compressed` (s Q K'^T over projected or
@@ -7,6 +11,8 @@
 // the saved log-sum-exp, the dO.O row sums); a LogitsSource fills each score tile and, in the
 // backward pass, takes the tile's score gradient dS to its own inputs.
 #pragma once
+#include <functional>
+#include <utility>
 #include <vector>
 
 #include "attention_impls/attention.hpp"
@@ -40,9 +46,11 @@ class QKLogits final : public LogitsSource {
     q_ = q;
     k_ = k;
   }
-  void bind_grads(const TensorView& dq, const TensorView& dk) {
+  // accumulate: add to dq, dk instead of starting them at zero.
+  void bind_grads(const TensorView& dq, const TensorView& dk, bool accumulate = false) {
     dq_ = dq;
     dk_ = dk;
+    accumulate_ = accumulate;
   }
   void plan_tile(MatmulCache& mm, int64_t rows, int64_t cols, int64_t ldS, bool backward) const override;
   void logits(const MatmulCache& mm, int tid, int64_t b, int64_t h, int64_t r0, int64_t rows, int64_t c0,
@@ -58,8 +66,12 @@ class QKLogits final : public LogitsSource {
   MatmulSpec spec_dk(int64_t rows, int64_t cols, int64_t ldS) const;
   int64_t D_ = 0, ld_q_ = 0, ld_k_ = 0;
   float scale_ = 1.0f;
+  bool accumulate_ = false;
   TensorView q_, k_, dq_, dk_;
 };
+
+// The keys query row i may use: [first, second), never decreasing with i (both ends).
+using KeyRangeFn = std::function<std::pair<int64_t, int64_t>(int64_t)>;
 
 struct TiledSoftmaxShape {
   int64_t B = 1, H = 1, Nq = 1, Nk = 1, D = 1;
@@ -67,6 +79,21 @@ struct TiledSoftmaxShape {
   int64_t ld_v = 0;     // row stride of V and dV
   int64_t ld_o = 0;     // row stride of O and dO
   int threads = 1;
+  // Sparse patterns: each query's admissible keys as one contiguous range (null: all keys).
+  // Tiles outside every row's range are skipped, tiles across a range's edge are masked.
+  KeyRangeFn keys;
+  // Tile sizes (score tiles: forward rows x cols, backward rows x cols).
+  int64_t fwd_rows = 128, fwd_cols = 256, bwd_rows = 64, bwd_cols = 128;
+  // Keep the row log-sum-exp after forward also without backward (for merging segments).
+  bool keep_lse = false;
+};
+
+// Where a backward pass reads each row's log-sum-exp when it is given from outside (the
+// merged one of a union of key sets): row t of (b, h) is at base[(b * H + h) * bh_stride +
+// t * row_stride].
+struct LseView {
+  const float* base = nullptr;
+  int64_t bh_stride = 0, row_stride = 1;
 };
 
 class TiledSoftmax {
@@ -80,18 +107,19 @@ class TiledSoftmax {
   void setup(Mode mode);
   // O = softmax(logits) V, per (b, h) and block of query rows.
   void forward(const LogitsSource& src, const TensorView& v, const TensorView& o);
-  // dV, and through src the logits' inputs; dv is overwritten.
+  // dV, and through src the logits' inputs; dv is overwritten, or accumulated into when
+  // `accumulate`. `lse`, when given, replaces the forward's own (see LseView).
   void backward(const LogitsSource& src, const TensorView& v, const TensorView& o,
-                const TensorView& dout, const TensorView& dv);
+                const TensorView& dout, const TensorView& dv, bool accumulate = false,
+                const LseView* lse = nullptr);
+  // The forward's row log-sum-exp of (b, h) (needs keep_lse or backward mode).
+  const float* lse(int64_t b, int64_t h) const { return lse_.data() + (b * s_.H + h) * s_.Nq; }
+  // Admissible keys of query row i (pattern and causality).
+  std::pair<int64_t, int64_t> keys_of(int64_t i) const;
   const MatmulCache& mm() const { return mm_; }
-  // Useful (query, key) pairs: Nq Nk, or N(N+1)/2 when causal.
+  // Useful (query, key) pairs: the sum over rows of their admissible keys.
   double pairs() const;
-
-  // Tile sizes: a forward score tile of 128 x 256 floats (128 KiB) plus the K and V tiles
-  // (64 KiB each at D = 64) stay in a 1 MiB L2; the backward pass keeps two score-sized tiles,
-  // so it uses smaller ones.
-  static constexpr int64_t kFwdRows = 128, kFwdCols = 256;
-  static constexpr int64_t kBwdRows = 64, kBwdCols = 128;
+  const TiledSoftmaxShape& shape() const { return s_; }
 
  private:
   size_t tile_floats(Mode mode) const;
