@@ -9,6 +9,12 @@ const std::vector<MechanismInfo>& mechanisms() {
   static const std::vector<MechanismInfo> all = {
       vanilla_info(),
       flash_info(),
+      local_info(),
+      sliding_info(),
+      dilated_info(),
+      strided_info(),
+      longformer_info(),
+      bigbird_info(),
       linformer_info(),
       memory_compressed_info(),
       synthesizer_info(),

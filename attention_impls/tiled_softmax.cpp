@@ -241,7 +241,8 @@ void TiledSoftmax::backward(const LogitsSource& src, const TensorView& v, const 
     float* dS = P + kBwdRows * kBwdCols;
     const float* lse_own = lse_.data() + bh * Nq;
     auto lse_at = [&](int64_t i) {
-      return external_lse ? external_lse->base[bh * external_lse->bh_stride + i * external_lse->row_stride]
+      return external_lse ? external_lse->base[b * external_lse->b_stride + h * external_lse->h_stride +
+                                               i * external_lse->row_stride]
                           : lse_own[i];
     };
     float* delta = delta_.data() + bh * Nq;

@@ -89,11 +89,11 @@ struct TiledSoftmaxShape {
 };
 
 // Where a backward pass reads each row's log-sum-exp when it is given from outside (the
-// merged one of a union of key sets): row t of (b, h) is at base[(b * H + h) * bh_stride +
+// merged one of a union of key sets): row t of (b, h) is at base[b * b_stride + h * h_stride +
 // t * row_stride].
 struct LseView {
   const float* base = nullptr;
-  int64_t bh_stride = 0, row_stride = 1;
+  int64_t b_stride = 0, h_stride = 0, row_stride = 1;
 };
 
 class TiledSoftmax {

@@ -1,0 +1,50 @@
+// dilated: dilated sliding-window attention (Longformer-style, no global tokens).
+// Paper: Beltagy et al. 2020, "Longformer: The Long-Document Transformer".
+// Complexity: O(N window D) time, O(threads * tile) extra memory.
+// Computes: S(i) = { j : |i - j| = t dilation, t = 0..window }, causal i - j = t dilation.
+// Optimises: queries and keys of one residue class modulo `dilation` form a subsequence (a view
+//   with row stride dilation, no copy) on which the pattern is a plain band of `window`: one
+//   banded segment per residue, so no masked-out key is ever scored.
+// Leaves out: per-head dilation rates (the paper varies them across heads).
+#include <algorithm>
+
+#include "attention_impls/registry.hpp"
+#include "attention_impls/sparse_segments.hpp"
+
+namespace ab {
+namespace {
+
+class Dilated final : public SparseAttention {
+ public:
+  Dilated(const AttnProblem& p, const ParamValues& v)
+      : SparseAttention(p), window_(v.get_int("window")), dilation_(v.get_int("dilation")) {}
+
+ protected:
+  std::vector<Segment> make_segments(Rng*) const override {
+    std::vector<Segment> s;
+    const int64_t N = p_.shape.N, d = dilation_;
+    for (int64_t r = 0; r < std::min(d, N); ++r)
+      s.push_back(band(rows(r, (N - r + d - 1) / d, d), window_, p_.causal ? 0 : window_, p_.causal));
+    return s;
+  }
+
+ private:
+  int64_t window_, dilation_;
+};
+
+}  // namespace
+
+MechanismInfo dilated_info() {
+  MechanismInfo m;
+  m.name = "dilated";
+  m.family = "sparse";
+  m.summary = "dilated sliding window: keys at multiples of `dilation` within `window` steps";
+  m.complexity = "O(N window D) time, O(N) memory";
+  m.caps = Capabilities{.exact = true, .causal = true, .backward = true, .decode = false, .constraints = ""};
+  m.params = {ParamSpec{"window", ParamType::Int, int64_t{64}, 0, 1 << 24, {}, "steps on each side"},
+              ParamSpec{"dilation", ParamType::Int, int64_t{2}, 1, 1 << 20, {}, "distance between attended keys"}};
+  m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<Dilated>(p, v); };
+  return m;
+}
+
+}  // namespace ab

@@ -1,0 +1,51 @@
+// local: blocked local attention.
+// Paper: the local attention of Parmar et al. 2018 ("Image Transformer") and Child et al. 2019,
+//   as benchmarked by Long Range Arena.
+// Complexity: O(N (lookback + lookahead + 1) block D) time, O(threads * tile) extra memory.
+// Computes: the sequence in blocks of `block` (the last may be shorter); a query in block b
+//   attends every key of blocks b - lookback .. b + lookahead; causal forces lookahead = 0 and
+//   masks later keys.
+// Optimises: one segment on the sparse core: the engine visits only the key tiles of each query
+//   block's window (64 x 64 score tiles), masking at the window's edges.
+// Leaves out: memory-efficient overlap between neighbouring windows (each query tile recomputes
+//   its own window's scores, as in the definition).
+#include "attention_impls/registry.hpp"
+#include "attention_impls/sparse_segments.hpp"
+
+namespace ab {
+namespace {
+
+class Local final : public SparseAttention {
+ public:
+  Local(const AttnProblem& p, const ParamValues& v)
+      : SparseAttention(p), block_(v.get_int("block")), back_(v.get_int("lookback")),
+        ahead_(p.causal ? 0 : v.get_int("lookahead")) {}
+
+ protected:
+  std::vector<Segment> make_segments(Rng*) const override {
+    std::vector<Segment> s;
+    s.push_back(block_band(rows(0, p_.shape.N), block_, back_, ahead_, p_.causal));
+    return s;
+  }
+
+ private:
+  int64_t block_, back_, ahead_;
+};
+
+}  // namespace
+
+MechanismInfo local_info() {
+  MechanismInfo m;
+  m.name = "local";
+  m.family = "sparse";
+  m.summary = "blocked local attention: each query block attends blocks b-lookback .. b+lookahead";
+  m.complexity = "O(N block D) time, O(N) memory";
+  m.caps = Capabilities{.exact = true, .causal = true, .backward = true, .decode = false, .constraints = ""};
+  m.params = {ParamSpec{"block", ParamType::Int, int64_t{64}, 1, 1 << 20, {}, "block length"},
+              ParamSpec{"lookback", ParamType::Int, int64_t{1}, 0, 1 << 20, {}, "earlier blocks attended"},
+              ParamSpec{"lookahead", ParamType::Int, int64_t{1}, 0, 1 << 20, {}, "later blocks attended (0 when causal)"}};
+  m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<Local>(p, v); };
+  return m;
+}
+
+}  // namespace ab

@@ -1,0 +1,59 @@
+// longformer: sliding window plus global tokens.
+// Paper: Beltagy et al. 2020, "Longformer: The Long-Document Transformer".
+// Complexity: O(N (window + global) D) time, O(N) extra memory.
+// Computes: the (optionally dilated) sliding window, plus the first `global` positions G: a
+//   global query attends every key, every query attends every global key. Not causal (global
+//   tokens see ahead).
+// Optimises: disjoint segments: global queries over all keys (a dense strip), the other
+//   queries over the global keys (a dense strip) and over the non-global keys of their window
+//   (one band per residue of the dilation, as views).
+// Leaves out: separate projections for global attention (the paper's Q_g, K_g, V_g): the same
+//   Q, K, V serve both, as mechanisms.md defines it.
+#include <algorithm>
+
+#include "attention_impls/registry.hpp"
+#include "attention_impls/sparse_segments.hpp"
+
+namespace ab {
+namespace {
+
+class Longformer final : public SparseAttention {
+ public:
+  Longformer(const AttnProblem& p, const ParamValues& v)
+      : SparseAttention(p), window_(v.get_int("window")), dilation_(v.get_int("dilation")),
+        global_(v.get_int("global")) {}
+
+ protected:
+  std::vector<Segment> make_segments(Rng*) const override {
+    const int64_t N = p_.shape.N, g = std::min(global_, N), d = dilation_;
+    std::vector<Segment> s;
+    if (g > 0) s.push_back(dense(rows(0, g), rows(0, N)));  // global queries
+    if (N > g) {
+      if (g > 0) s.push_back(dense(rows(g, N - g), rows(0, g)));  // global keys
+      for (int64_t r = 0; r < std::min(d, N - g); ++r)        // the window over non-global keys
+        s.push_back(band(rows(g + r, (N - g - r + d - 1) / d, d), window_, window_, false));
+    }
+    return s;
+  }
+
+ private:
+  int64_t window_, dilation_, global_;
+};
+
+}  // namespace
+
+MechanismInfo longformer_info() {
+  MechanismInfo m;
+  m.name = "longformer";
+  m.family = "sparse";
+  m.summary = "sliding window (optionally dilated) + the first `global` tokens attending and attended globally";
+  m.complexity = "O(N (window + global) D) time, O(N) memory";
+  m.caps = Capabilities{.exact = true, .causal = false, .backward = true, .decode = false, .constraints = ""};
+  m.params = {ParamSpec{"window", ParamType::Int, int64_t{64}, 0, 1 << 24, {}, "one-sided window (in steps)"},
+              ParamSpec{"dilation", ParamType::Int, int64_t{1}, 1, 1 << 20, {}, "distance between window keys"},
+              ParamSpec{"global", ParamType::Int, int64_t{16}, 0, 1 << 24, {}, "number of leading global tokens"}};
+  m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<Longformer>(p, v); };
+  return m;
+}
+
+}  // namespace ab

@@ -1,0 +1,42 @@
+// sliding: sliding-window (banded) attention.
+// Paper: the band of Beltagy et al. 2020 ("Longformer") without global tokens.
+// Complexity: O(N window D) time, O(threads * tile) extra memory.
+// Computes: S(i) = { j : |i - j| <= window }, causal 0 <= i - j <= window.
+// Optimises: one banded segment on the sparse core (64 x 64 tiles along the band).
+// Leaves out: nothing of the definition; decode against a window cache is not implemented.
+#include "attention_impls/registry.hpp"
+#include "attention_impls/sparse_segments.hpp"
+
+namespace ab {
+namespace {
+
+class Sliding final : public SparseAttention {
+ public:
+  Sliding(const AttnProblem& p, const ParamValues& v) : SparseAttention(p), window_(v.get_int("window")) {}
+
+ protected:
+  std::vector<Segment> make_segments(Rng*) const override {
+    std::vector<Segment> s;
+    s.push_back(band(rows(0, p_.shape.N), window_, p_.causal ? 0 : window_, p_.causal));
+    return s;
+  }
+
+ private:
+  int64_t window_;
+};
+
+}  // namespace
+
+MechanismInfo sliding_info() {
+  MechanismInfo m;
+  m.name = "sliding";
+  m.family = "sparse";
+  m.summary = "sliding-window attention: keys within `window` positions of the query";
+  m.complexity = "O(N window D) time, O(N) memory";
+  m.caps = Capabilities{.exact = true, .causal = true, .backward = true, .decode = false, .constraints = ""};
+  m.params = {ParamSpec{"window", ParamType::Int, int64_t{64}, 0, 1 << 24, {}, "one-sided window"}};
+  m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<Sliding>(p, v); };
+  return m;
+}
+
+}  // namespace ab

@@ -1,0 +1,244 @@
+#include "attention_impls/sparse_attention.hpp"
+
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "core/vecmath.hpp"
+
+namespace ab {
+namespace {
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+}
+
+TensorView RowSet::of(const TensorView& t) const {
+  TensorView v = t;
+  v.data = t.data + first * t.strides.sn;
+  v.shape.N = n;
+  if (fold) {
+    v.shape.B = t.shape.B * t.shape.H;
+    v.shape.H = fold;
+    v.strides = {t.strides.sh, t.strides.sn, step * t.strides.sn};
+  } else {
+    v.strides.sn = step * t.strides.sn;
+  }
+  return v;
+}
+
+struct SparseAttention::Part {
+  Segment seg;
+  QKLogits qk;
+  TiledSoftmax engine;
+  Buffer<float> kg, vg, dkg, dvg;  // gathered keys and values, and their gradients
+  bool gathered() const { return seg.gathered; }
+};
+
+SparseAttention::SparseAttention(const AttnProblem& p) : p_(p) {}
+SparseAttention::~SparseAttention() = default;
+
+void SparseAttention::build(Rng* rng) const {
+  const auto& s = p_.shape;
+  const auto& st = p_.strides;
+  parts_.clear();
+  for (Segment& seg : make_segments(rng)) {
+    if (seg.queries.n <= 0 || seg.keys.n <= 0) continue;
+    if (seg.queries.fold && st.sb != s.H * st.sh)
+      throw InvalidInput("strided patterns need Q, K, V with contiguous (batch, head) strides");
+    auto part = std::make_unique<Part>();
+    const bool gathered = seg.gathered;
+    const int64_t ld_q = seg.queries.step * st.sn;
+    const int64_t ld_k = gathered ? s.D : seg.keys.step * st.sn;
+    part->qk = QKLogits(s.D, ld_q, ld_k, 1.0f / std::sqrt(static_cast<float>(s.D)));
+    TiledSoftmaxShape sh;
+    sh.B = seg.queries.fold ? s.B * s.H : s.B;
+    sh.H = seg.queries.fold ? seg.queries.fold : s.H;
+    sh.Nq = seg.queries.n;
+    sh.Nk = seg.keys.n;
+    sh.D = s.D;
+    sh.causal = seg.causal;
+    sh.ld_v = ld_k;
+    sh.ld_o = ld_q;
+    sh.threads = p_.threads;
+    sh.keys = seg.range;
+    sh.fwd_rows = sh.fwd_cols = sh.bwd_rows = sh.bwd_cols = seg.tile;
+    sh.keep_lse = true;
+    part->engine = TiledSoftmax(sh);
+    part->seg = std::move(seg);
+    parts_.push_back(std::move(part));
+  }
+  built_ = true;
+  planned_ = false;
+}
+
+double SparseAttention::pairs() const {
+  if (!built_) build(nullptr);
+  double p = 0;
+  for (const auto& part : parts_) {
+    const auto& sh = part->engine.shape();
+    p += part->engine.pairs() * static_cast<double>(sh.B * sh.H);
+  }
+  return p;
+}
+
+double SparseAttention::flops(Mode mode) const {
+  return with_backward(attention_pair_flops(pairs(), p_.shape.D), mode);
+}
+
+size_t SparseAttention::working_bytes(Mode mode) const {
+  if (!built_) build(nullptr);
+  const auto& s = p_.shape;
+  size_t b = 0;
+  for (auto& part : parts_) {
+    if (!planned_ || planned_mode_ != mode) part->engine.plan(mode, part->qk);
+    b += part->engine.working_bytes(mode);
+    if (part->gathered())
+      b += (mode == Mode::fwdbwd ? 4 : 2) * static_cast<size_t>(s.B * s.H * part->seg.keys.n * s.D) * sizeof(float) +
+           static_cast<size_t>(s.H * part->seg.keys.n) * sizeof(int64_t);
+  }
+  b += pattern_bytes();
+  planned_ = true;
+  planned_mode_ = mode;
+  // The segment output buffer (laid out like O) and the merged log-sum-exp.
+  const auto& st = p_.strides;
+  const size_t o_floats = static_cast<size_t>((s.B - 1) * st.sb + (s.H - 1) * st.sh + (s.N - 1) * st.sn + s.D);
+  return b + (o_floats + static_cast<size_t>(s.B * s.H * s.N)) * sizeof(float);
+}
+
+void SparseAttention::setup(Mode mode, Rng& rng) {
+  build(&rng);
+  mode_ = mode;
+  const auto& s = p_.shape;
+  const auto& st = p_.strides;
+  for (auto& part : parts_) {
+    part->engine.plan(mode, part->qk);
+    part->engine.setup(mode);
+    if (part->gathered()) {
+      const size_t n = static_cast<size_t>(s.B * s.H * part->seg.keys.n * s.D);
+      part->kg = Buffer<float>(n);
+      part->vg = Buffer<float>(n);
+      if (mode == Mode::fwdbwd) {
+        part->dkg = Buffer<float>(n);
+        part->dvg = Buffer<float>(n);
+      }
+    }
+  }
+  planned_ = true;
+  planned_mode_ = mode;
+  o_tmp_ = Buffer<float>(static_cast<size_t>((s.B - 1) * st.sb + (s.H - 1) * st.sh + (s.N - 1) * st.sn + s.D));
+  lse_ = Buffer<float>(static_cast<size_t>(s.B * s.H * s.N));
+}
+
+namespace {
+TensorView contiguous_view(const Buffer<float>& buf, int64_t B, int64_t H, int64_t N, int64_t D) {
+  const Shape4 s{B, H, N, D};
+  return TensorView{buf.data(), s, Strides3::contiguous(s)};
+}
+}  // namespace
+
+TensorView SparseAttention::keys_view(const Part& part, const TensorView& t, const Buffer<float>& gathered) const {
+  if (part.gathered()) return contiguous_view(gathered, p_.shape.B, p_.shape.H, part.seg.keys.n, p_.shape.D);
+  return part.seg.keys.of(t);
+}
+
+// Forward: O = 0, lse = -inf; per segment: its engine writes the segment's output to a scratch
+// tensor, which is merged into O row by row with the log-sum-exps:
+//   m = max(lse, lse_s);  O = (e^(lse - m) O + e^(lse_s - m) O_s) / (e^(lse - m) + e^(lse_s - m))
+void SparseAttention::forward(const AttnArgs& a) {
+  const auto& s = p_.shape;
+  const int64_t D = s.D;
+  const TensorView tmp{o_tmp_.data(), s, p_.strides};
+  const TensorView lse{lse_.data(), Shape4{s.B, s.H, s.N, 1}, Strides3{s.H * s.N, s.N, 1}};
+#pragma omp parallel for schedule(static)
+  for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
+    for (int64_t i = 0; i < s.N; ++i) fill(a.o.row(bh / s.H, bh % s.H, i), D, 0.0f);
+    fill(lse_.data() + bh * s.N, s.N, kNegInf);
+  }
+  for (auto& part : parts_) {
+    const Segment& seg = part->seg;
+    if (part->gathered()) {
+      const int64_t nk = seg.keys.n;
+#pragma omp parallel for schedule(static)
+      for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
+        const int64_t b = bh / s.H, h = bh % s.H;
+        for (int64_t u = 0; u < nk; ++u) {
+          const int64_t row = seg.gather[static_cast<size_t>(h * nk + u)];
+          std::memcpy(part->kg.data() + (bh * nk + u) * D, a.k.row(b, h, row), static_cast<size_t>(D) * sizeof(float));
+          std::memcpy(part->vg.data() + (bh * nk + u) * D, a.v.row(b, h, row), static_cast<size_t>(D) * sizeof(float));
+        }
+      }
+    }
+    const TensorView q = seg.queries.of(a.q), o_seg = seg.queries.of(tmp), o = seg.queries.of(a.o);
+    const TensorView l = seg.queries.of(lse);
+    part->qk.bind(q, keys_view(*part, a.k, part->kg));
+    part->engine.forward(part->qk, keys_view(*part, a.v, part->vg), o_seg);
+    const int64_t Bp = q.shape.B, Hp = q.shape.H, n = q.shape.N;
+#pragma omp parallel for schedule(static)
+    for (int64_t bh = 0; bh < Bp * Hp; ++bh) {
+      const int64_t b = bh / Hp, h = bh % Hp;
+      const float* ls = part->engine.lse(b, h);
+      for (int64_t t = 0; t < n; ++t) {
+        if (ls[t] == kNegInf) continue;
+        float& L = l.at(b, h, t, 0);
+        const float m = std::max(L, ls[t]);
+        const float wa = exp_f32(L - m), wb = exp_f32(ls[t] - m), inv = 1.0f / (wa + wb);
+        float* out = o.row(b, h, t);
+        const float* part_out = o_seg.row(b, h, t);
+#pragma omp simd
+        for (int64_t d = 0; d < D; ++d) out[d] = (wa * out[d] + wb * part_out[d]) * inv;
+        L = m + std::log(wa + wb);
+      }
+    }
+  }
+}
+
+// Backward: every segment's engine with the merged lse and output, accumulating into dQ, dK, dV
+// (gathered keys through their buffers, scattered back).
+void SparseAttention::backward(const AttnArgs& a) {
+  const auto& s = p_.shape;
+  const int64_t D = s.D;
+  const TensorView lse{lse_.data(), Shape4{s.B, s.H, s.N, 1}, Strides3{s.H * s.N, s.N, 1}};
+#pragma omp parallel for schedule(static)
+  for (int64_t bh = 0; bh < s.B * s.H; ++bh)
+    for (int64_t i = 0; i < s.N; ++i) {
+      const int64_t b = bh / s.H, h = bh % s.H;
+      fill(a.dq.row(b, h, i), D, 0.0f);
+      fill(a.dk.row(b, h, i), D, 0.0f);
+      fill(a.dv.row(b, h, i), D, 0.0f);
+    }
+  for (auto& part : parts_) {
+    const Segment& seg = part->seg;
+    if (part->gathered()) {
+      part->dkg.zero();
+      part->dvg.zero();
+    }
+    const TensorView l = seg.queries.of(lse);
+    const LseView lv{l.data, l.strides.sb, l.strides.sh, l.strides.sn};
+    part->qk.bind(seg.queries.of(a.q), keys_view(*part, a.k, part->kg));
+    part->qk.bind_grads(seg.queries.of(a.dq), keys_view(*part, a.dk, part->dkg), true);
+    part->engine.backward(part->qk, keys_view(*part, a.v, part->vg), seg.queries.of(a.o),
+                          seg.queries.of(a.dout), keys_view(*part, a.dv, part->dvg), true, &lv);
+    if (part->gathered()) {
+      const int64_t nk = seg.keys.n;
+#pragma omp parallel for schedule(static)
+      for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
+        const int64_t b = bh / s.H, h = bh % s.H;
+        for (int64_t u = 0; u < nk; ++u) {
+          const int64_t row = seg.gather[static_cast<size_t>(h * nk + u)];
+          float* dk = a.dk.row(b, h, row);
+          float* dv = a.dv.row(b, h, row);
+          const float* gk = part->dkg.data() + (bh * nk + u) * D;
+          const float* gv = part->dvg.data() + (bh * nk + u) * D;
+#pragma omp simd
+          for (int64_t d = 0; d < D; ++d) {
+            dk[d] += gk[d];
+            dv[d] += gv[d];
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace ab

@@ -1,0 +1,74 @@
+// The shared core of the fixed sparse patterns (`local`, `sliding`, `dilated`, `strided`,
+// `longformer`, `bigbird`): each pattern is a union of disjoint *segments*, and each segment is
+// softmax attention of a set of query rows over a set of key rows with one contiguous range of
+// keys per query, run on the tiled online-softmax engine. Segment outputs are merged by their
+// row log-sum-exps (exactly the softmax over the union). The backward pass runs every segment's
+// engine with the merged log-sum-exp and output, accumulating dQ, dK, dV: the softmax gradient
+// is additive over disjoint key sets once P is taken from the union's normaliser.
+//
+// Rows are selected by views, never copied, except for scattered key sets (BigBird's random
+// blocks, the fixed pattern's summary columns), which are gathered into a buffer per call.
+// Work and memory are O(N |S(i)|): only admissible (tiles of) keys are touched.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "attention_impls/attention.hpp"
+#include "attention_impls/tiled_softmax.hpp"
+
+namespace ab {
+
+// A set of rows of a (B, H, N, D) tensor: rows first + t * step for t < n of every (b, h); or,
+// folded, residues first + r (r < count) of every (b, h) as count separate sequences
+// first + r + t * step, t < n (Sparse Transformer's strided part: one segment for all residues).
+struct RowSet {
+  int64_t first = 0, step = 1, n = 0;
+  int64_t fold = 0;  // 0: not folded; else the number of residues (B' = B H, H' = fold)
+  TensorView of(const TensorView& t) const;
+};
+
+struct Segment {
+  RowSet queries, keys;
+  // Scattered keys: gather[h * keys.n + u] is the original row of key u of head h; keys.first
+  // and step are then unused. The index is filled only when segments are made for setup.
+  bool gathered = false;
+  Buffer<int64_t> gather;
+  bool causal = false;  // in segment indices (queries and keys the same rows)
+  KeyRangeFn range;     // keys of query t, in segment key indices (null: all)
+  int64_t tile = 64;    // score tile edge
+};
+
+class SparseAttention : public Attention {
+ public:
+  ~SparseAttention() override;
+  double flops(Mode mode) const override;
+  size_t working_bytes(Mode mode) const override;
+  void setup(Mode mode, Rng& rng) override;
+  void forward(const AttnArgs& a) override;
+  void backward(const AttnArgs& a) override;
+  // Admissible (query, key) pairs: the analytic work is 4 D per pair per head.
+  double pairs() const;
+
+ protected:
+  explicit SparseAttention(const AttnProblem& p);
+  // The pattern as segments. Called with rng == nullptr for planning (structure only: no
+  // gather index, no random draw) and once more in setup with the run's generator.
+  virtual std::vector<Segment> make_segments(Rng* rng) const = 0;
+  // Tracked bytes the derived mechanism allocates in make_segments(rng) besides gather indices.
+  virtual size_t pattern_bytes() const { return 0; }
+  AttnProblem p_;
+
+ private:
+  struct Part;
+  void build(Rng* rng) const;
+  TensorView keys_view(const Part& part, const TensorView& t, const Buffer<float>& gathered) const;
+
+  mutable std::vector<std::unique_ptr<Part>> parts_;
+  mutable bool built_ = false;
+  mutable Mode planned_mode_ = Mode::fwd;
+  mutable bool planned_ = false;
+  Mode mode_ = Mode::fwd;
+  Buffer<float> o_tmp_, lse_;
+};
+
+}  // namespace ab

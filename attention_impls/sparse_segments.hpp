@@ -1,0 +1,40 @@
+// Building blocks for the fixed sparse patterns' segments (see sparse_attention.hpp).
+#pragma once
+#include "attention_impls/sparse_attention.hpp"
+
+namespace ab {
+
+inline RowSet rows(int64_t first, int64_t n, int64_t step = 1) { return RowSet{first, step, n, 0}; }
+
+// Queries and keys the same rows; key range [t - before, t + after + 1) (after may be -1 to
+// stop before the query itself).
+inline Segment band(RowSet same, int64_t before, int64_t after, bool causal) {
+  Segment s;
+  s.queries = s.keys = same;
+  s.causal = causal;
+  s.range = [before, after](int64_t t) { return std::pair<int64_t, int64_t>{t - before, t + after + 1}; };
+  return s;
+}
+
+// Queries and keys the same rows cut into blocks of `block`; query block q uses key blocks
+// q - before .. q + after.
+inline Segment block_band(RowSet same, int64_t block, int64_t before, int64_t after, bool causal) {
+  Segment s;
+  s.queries = s.keys = same;
+  s.causal = causal;
+  s.range = [block, before, after](int64_t t) {
+    const int64_t q = t / block;
+    return std::pair<int64_t, int64_t>{(q - before) * block, (q + after + 1) * block};
+  };
+  return s;
+}
+
+// Every query of `queries` uses every key of `keys`.
+inline Segment dense(RowSet queries, RowSet keys) {
+  Segment s;
+  s.queries = queries;
+  s.keys = keys;
+  return s;
+}
+
+}  // namespace ab

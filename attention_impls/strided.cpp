@@ -1,0 +1,118 @@
+// strided: the Sparse Transformer's factorised patterns.
+// Paper: Child et al. 2019, "Generating Long Sequences with Sparse Transformers".
+// Complexity: O(N (l + N/l) D) time (O(N sqrt(N) D) at l = sqrt(N)), O(N) extra memory.
+// Computes, with stride l (`stride`, 0 means round(sqrt(N))):
+//   pattern=strided: S(i) = { |i - j| < l } u { (i - j) mod l = 0 };
+//   pattern=fixed:   S(i) = { floor(j/l) = floor(i/l) } u { j mod l >= l - c }, c = `summary`;
+//   causal keeps j <= i.
+// Optimises: the union is split into disjoint segments: for strided, the band left and right of
+//   the query and the query's residue class modulo l (all residues at once as a folded view with
+//   row stride l, no copy); for fixed, the query's block and the summary columns of the other
+//   blocks (gathered once per call). No masked-out pair is scored outside tile edges.
+// Leaves out: the paper's per-head split of the two halves (here every head attends the union).
+#include <cmath>
+
+#include "attention_impls/registry.hpp"
+#include "attention_impls/sparse_segments.hpp"
+
+namespace ab {
+namespace {
+
+class Strided final : public SparseAttention {
+ public:
+  Strided(const AttnProblem& p, const ParamValues& v)
+      : SparseAttention(p),
+        fixed_(v.get_choice("pattern") == "fixed"),
+        l_(v.get_int("stride") == 0 ? std::max<int64_t>(1, std::llround(std::sqrt(double(p.shape.N)))) : v.get_int("stride")),
+        c_(v.get_int("summary")) {}
+
+  void validate() const override {
+    if (fixed_ && c_ > l_)
+      throw InvalidInput("strided: summary=" + std::to_string(c_) + " exceeds stride=" + std::to_string(l_));
+  }
+
+ protected:
+  std::vector<Segment> make_segments(Rng* rng) const override {
+    return fixed_ ? fixed_segments(rng != nullptr) : strided_segments();
+  }
+
+ private:
+  std::vector<Segment> strided_segments() const {
+    const int64_t N = p_.shape.N, l = l_;
+    std::vector<Segment> s;
+    // The band without the query itself: [i - l + 1, i) and, non-causal, (i, i + l).
+    if (l > 1) {
+      s.push_back(band(rows(0, N), l - 1, -1, false));
+      if (!p_.causal) {
+        Segment right;
+        right.queries = right.keys = rows(0, N);
+        right.range = [l](int64_t t) { return std::pair<int64_t, int64_t>{t + 1, t + l}; };
+        s.push_back(std::move(right));
+      }
+    }
+    // The residue class of the query, the query itself included: residues r < N mod l have
+    // ceil(N / l) rows, the others floor(N / l); each group is one folded segment.
+    const int64_t q = N / l, rem = N % l;
+    auto residues = [&](int64_t first, int64_t count, int64_t n) {
+      if (count <= 0 || n <= 0) return;
+      Segment r;
+      r.queries = r.keys = RowSet{first, l, n, count};
+      r.causal = p_.causal;
+      s.push_back(std::move(r));
+    };
+    residues(0, std::min(rem, l), q + 1);
+    residues(rem, l - rem, q);
+    return s;
+  }
+
+  std::vector<Segment> fixed_segments(bool with_index) const {
+    const int64_t N = p_.shape.N, l = l_, c = c_, H = p_.shape.H;
+    std::vector<Segment> s;
+    s.push_back(block_band(rows(0, N), l, 0, 0, p_.causal));
+    // Summary rows j with j mod l >= l - c, in order: block b's start at index b * c.
+    std::vector<int64_t> summary;
+    for (int64_t j = 0; j < N; ++j)
+      if (j % l >= l - c) summary.push_back(j);
+    const int64_t nk = static_cast<int64_t>(summary.size());
+    if (nk == 0) return s;
+    auto summaries = [&](KeyRangeFn range) {
+      Segment g;
+      g.queries = rows(0, N);
+      g.keys = rows(0, nk);
+      g.gathered = true;
+      if (with_index) {
+        g.gather = Buffer<int64_t>(static_cast<size_t>(H * nk));
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t u = 0; u < nk; ++u) g.gather[static_cast<size_t>(h * nk + u)] = summary[static_cast<size_t>(u)];
+      }
+      g.range = std::move(range);
+      s.push_back(std::move(g));
+    };
+    // Other blocks' summaries: earlier blocks, and (non-causal) later ones.
+    summaries([l, c](int64_t t) { return std::pair<int64_t, int64_t>{0, t / l * c}; });
+    if (!p_.causal) summaries([l, c, nk](int64_t t) { return std::pair<int64_t, int64_t>{(t / l + 1) * c, nk}; });
+    return s;
+  }
+
+  bool fixed_;
+  int64_t l_, c_;
+};
+
+}  // namespace
+
+MechanismInfo strided_info() {
+  MechanismInfo m;
+  m.name = "strided";
+  m.family = "sparse";
+  m.summary = "Sparse Transformer: local band + every l-th key (strided), or block + summary columns (fixed)";
+  m.complexity = "O(N sqrt(N) D) time at l = sqrt(N), O(N) memory";
+  m.caps = Capabilities{.exact = true, .causal = true, .backward = true, .decode = false,
+                        .constraints = "fixed: summary <= stride"};
+  m.params = {ParamSpec{"pattern", ParamType::Choice, std::string("strided"), 0, 0, {"strided", "fixed"}, "which factorisation"},
+              ParamSpec{"stride", ParamType::Int, int64_t{64}, 0, 1 << 20, {}, "stride l (0: round(sqrt(N)))"},
+              ParamSpec{"summary", ParamType::Int, int64_t{8}, 1, 1 << 20, {}, "fixed: summary columns c per block"}};
+  m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<Strided>(p, v); };
+  return m;
+}
+
+}  // namespace ab

@@ -1,0 +1,275 @@
+// The fixed sparse patterns against the triple-loop reference under the dense mask of each
+// pattern (written here from mechanisms.md, independently of the segment decomposition),
+// forward and backward, causal where allowed, edge-case parameters; BigBird's random blocks;
+// memory and FLOPs linear in N; bad parameters.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "tests/helpers.hpp"
+#include "tests/reference.hpp"
+
+namespace ab {
+namespace {
+
+using test::run_mechanism;
+
+int64_t param(const std::vector<std::string>& ps, const std::string& name, int64_t def) {
+  for (const auto& p : ps)
+    if (p.rfind(name + "=", 0) == 0) return std::stoll(p.substr(name.size() + 1));
+  return def;
+}
+
+// The dense mask of each pattern, from its definition.
+ref::Mask pattern_mask(const std::string& mech, const std::vector<std::string>& ps, int64_t N, bool causal) {
+  ref::Mask m;
+  if (mech == "local") {
+    const int64_t L = param(ps, "block", 64), back = param(ps, "lookback", 1),
+                  ahead = causal ? 0 : param(ps, "lookahead", 1);
+    m = [=](int64_t i, int64_t j) { return j / L >= i / L - back && j / L <= i / L + ahead; };
+  } else if (mech == "sliding") {
+    const int64_t w = param(ps, "window", 64);
+    m = [=](int64_t i, int64_t j) { return std::abs(i - j) <= w; };
+  } else if (mech == "dilated") {
+    const int64_t w = param(ps, "window", 64), d = param(ps, "dilation", 2);
+    m = [=](int64_t i, int64_t j) { return std::abs(i - j) % d == 0 && std::abs(i - j) / d <= w; };
+  } else if (mech == "strided") {
+    int64_t l = param(ps, "stride", 64);
+    if (l == 0) l = std::max<int64_t>(1, std::llround(std::sqrt(double(N))));
+    const int64_t c = param(ps, "summary", 8);
+    const bool fixed = std::find(ps.begin(), ps.end(), "pattern=fixed") != ps.end();
+    if (fixed) m = [=](int64_t i, int64_t j) { return j / l == i / l || j % l >= l - c; };
+    else m = [=](int64_t i, int64_t j) { return std::abs(i - j) < l || (i - j) % l == 0; };
+  } else if (mech == "longformer") {
+    const int64_t w = param(ps, "window", 64), d = param(ps, "dilation", 1), g = param(ps, "global", 16);
+    m = [=](int64_t i, int64_t j) {
+      return i < g || j < g || (std::abs(i - j) % d == 0 && std::abs(i - j) / d <= w);
+    };
+  }
+  if (!causal) return m;
+  return [m](int64_t i, int64_t j) { return j <= i && m(i, j); };
+}
+
+struct SparseCase {
+  std::string mech;
+  std::vector<std::string> params;
+  int64_t N;
+  bool causal;
+};
+void PrintTo(const SparseCase& c, std::ostream* os) {
+  *os << c.mech << " N=" << c.N << (c.causal ? " causal" : "");
+  for (const auto& p : c.params) *os << " " << p;
+}
+
+class SparseVsMaskedVanilla : public ::testing::TestWithParam<SparseCase> {};
+
+TEST_P(SparseVsMaskedVanilla, ForwardAndBackward) {
+  const SparseCase& c = GetParam();
+  const Shape4 s{2, 2, c.N, 16};
+  auto r = run_mechanism(c.mech, s, c.causal, Mode::fwdbwd, c.params, 17, 2);
+  const AttnArgs a = r.data->args();
+  const auto mask = pattern_mask(c.mech, c.params, c.N, c.causal);
+  EXPECT_LT(ref::rel_err(a.o.data, ref::forward(a.q, a.k, a.v, mask)), 2e-5);
+  const auto g = ref::backward(a.q, a.k, a.v, a.dout, mask);
+  EXPECT_LT(ref::rel_err(a.dq.data, g.dq), 1e-4) << "dq";
+  EXPECT_LT(ref::rel_err(a.dk.data, g.dk), 1e-4) << "dk";
+  EXPECT_LT(ref::rel_err(a.dv.data, g.dv), 1e-4) << "dv";
+  EXPECT_EQ(r.tracked_peak, r.declared);
+}
+
+std::vector<SparseCase> sparse_cases() {
+  std::vector<SparseCase> v;
+  for (bool causal : {false, true})
+    for (int64_t N : {1, 7, 100, 130}) {
+      v.push_back({"local", {"block=16"}, N, causal});
+      v.push_back({"local", {"block=16", "lookback=0", "lookahead=0"}, N, causal});
+      v.push_back({"local", {"block=5", "lookback=2", "lookahead=1"}, N, causal});
+      v.push_back({"local", {"block=200"}, N, causal});  // one block
+      v.push_back({"sliding", {"window=9"}, N, causal});
+      v.push_back({"sliding", {"window=0"}, N, causal});
+      v.push_back({"sliding", {"window=500"}, N, causal});  // window >= N
+      v.push_back({"dilated", {"window=5", "dilation=3"}, N, causal});
+      v.push_back({"dilated", {"window=0", "dilation=2"}, N, causal});
+      v.push_back({"dilated", {"window=70", "dilation=1"}, N, causal});
+      v.push_back({"strided", {"stride=8"}, N, causal});
+      v.push_back({"strided", {"stride=0"}, N, causal});
+      v.push_back({"strided", {"stride=1"}, N, causal});
+      v.push_back({"strided", {"pattern=fixed", "stride=10", "summary=3"}, N, causal});
+      v.push_back({"strided", {"pattern=fixed", "stride=16", "summary=16"}, N, causal});
+    }
+  for (int64_t N : {1, 7, 100, 130}) {
+    v.push_back({"longformer", {"window=6", "global=5"}, N, false});
+    v.push_back({"longformer", {"window=6", "global=0"}, N, false});
+    v.push_back({"longformer", {"window=4", "dilation=3", "global=2"}, N, false});
+    v.push_back({"longformer", {"window=2", "global=200"}, N, false});
+  }
+  return v;
+}
+INSTANTIATE_TEST_SUITE_P(Patterns, SparseVsMaskedVanilla, ::testing::ValuesIn(sparse_cases()));
+
+// ---- BigBird: its mask depends on the dumped random draw, per head ----
+ref::Mask bigbird_mask(const int64_t* drawn, int64_t h, int64_t nb, int64_t b, int64_t g, int64_t r) {
+  const int64_t g1 = (g + 1) / 2, g2 = g / 2;
+  auto global = [=](int64_t k) { return k < g1 || k >= nb - g2; };
+  return [=](int64_t i, int64_t j) {
+    const int64_t q = i / b, k = j / b;
+    if (global(q) || global(k) || std::abs(q - k) <= 1) return true;
+    for (int64_t t = 0; t < r; ++t)
+      if (drawn[(h * nb + q) * r + t] == k) return true;
+    return false;
+  };
+}
+
+TEST(BigBird, EqualsMaskedVanillaPerHead) {
+  struct C {
+    int64_t N, b, g, r;
+  };
+  for (C c : {C{128, 8, 2, 3}, C{64, 8, 0, 2}, C{64, 8, 3, 1}, C{48, 16, 2, 3}, C{16, 16, 2, 3}, C{96, 8, 2, 20}}) {
+    const Shape4 s{2, 3, c.N, 16};
+    const std::vector<std::string> ps = {"block=" + std::to_string(c.b), "global_blocks=" + std::to_string(c.g),
+                                         "random_blocks=" + std::to_string(c.r)};
+    auto run = run_mechanism("bigbird", s, false, Mode::fwdbwd, ps, 23, 2);
+    EXPECT_EQ(run.tracked_peak, run.declared);
+    const DumpTensor d = run.impl->dump_tensors()[0];
+    ASSERT_EQ(d.name, "random_blocks");
+    ASSERT_EQ(d.shape, (std::vector<int64_t>{3, c.N / c.b, c.r}));
+    const AttnArgs a = run.data->args();
+    for (int64_t b = 0; b < s.B; ++b)
+      for (int64_t h = 0; h < s.H; ++h) {
+        auto head = [&](const TensorView& t) {
+          return TensorView{t.head(b, h), Shape4{1, 1, s.N, s.D}, t.strides};
+        };
+        const auto mask = bigbird_mask(d.i64, h, c.N / c.b, c.b, c.g, c.r);
+        const auto o = ref::forward(head(a.q), head(a.k), head(a.v), mask);
+        const auto g = ref::backward(head(a.q), head(a.k), head(a.v), head(a.dout), mask);
+        double eo = 0, eg = 0, so = 1e-2, sg = 1e-2;
+        for (int64_t i = 0; i < s.N; ++i)
+          for (int64_t x = 0; x < s.D; ++x) {
+            const size_t k = static_cast<size_t>(i * s.D + x);
+            eo = std::max(eo, std::abs(head(a.o).at(0, 0, i, x) - o[k]));
+            so = std::max(so, std::abs(o[k]));
+            for (auto [got, want] : {std::pair{head(a.dq), &g.dq}, std::pair{head(a.dk), &g.dk}, std::pair{head(a.dv), &g.dv}}) {
+              eg = std::max(eg, std::abs(got.at(0, 0, i, x) - (*want)[k]));
+              sg = std::max(sg, std::abs((*want)[k]));
+            }
+          }
+        EXPECT_LT(eo / so, 2e-5) << "N=" << c.N << " head " << h;
+        EXPECT_LT(eg / sg, 1e-4) << "N=" << c.N << " head " << h;
+      }
+  }
+}
+
+TEST(BigBird, RandomBlocksAreSeededAndDrawnWithoutReplacementFromUnattendedBlocks) {
+  const Shape4 s{1, 4, 512, 16};
+  const int64_t nb = 8, r = 3;
+  auto one = run_mechanism("bigbird", s, false, Mode::fwd, {"block=64"}, 5);
+  auto same = run_mechanism("bigbird", s, false, Mode::fwd, {"block=64"}, 5);
+  auto other = run_mechanism("bigbird", s, false, Mode::fwd, {"block=64"}, 6);
+  const int64_t* d1 = one.impl->dump_tensors()[0].i64;
+  const int64_t* d2 = same.impl->dump_tensors()[0].i64;
+  const int64_t* d3 = other.impl->dump_tensors()[0].i64;
+  bool differs = false;
+  for (int64_t h = 0; h < s.H; ++h)
+    for (int64_t q = 0; q < nb; ++q) {
+      std::set<int64_t> seen;
+      for (int64_t t = 0; t < r; ++t) {
+        const int64_t k = d1[(h * nb + q) * r + t];
+        EXPECT_EQ(k, d2[(h * nb + q) * r + t]);
+        differs |= k != d3[(h * nb + q) * r + t];
+        if (q == 0 || q == nb - 1) {  // global query blocks draw nothing
+          EXPECT_EQ(k, -1);
+          continue;
+        }
+        ASSERT_GE(k, 1) << "not a global block";
+        ASSERT_LE(k, nb - 2) << "not a global block";
+        EXPECT_GT(std::abs(k - q), 1) << "not a window block";
+        EXPECT_TRUE(seen.insert(k).second) << "drawn twice";
+      }
+    }
+  EXPECT_TRUE(differs) << "another seed draws other blocks";
+}
+
+TEST(BigBird, FewerCandidatesThanSlotsUsesAllAndMarksTheRest) {
+  // 6 blocks: query block 2's candidates are only block 4 (0, 5 global; 1..3 window).
+  auto r = run_mechanism("bigbird", Shape4{1, 1, 48, 16}, false, Mode::fwd, {"block=8", "random_blocks=3"}, 1);
+  const int64_t* d = r.impl->dump_tensors()[0].i64;
+  EXPECT_EQ(d[2 * 3 + 0], 4);
+  EXPECT_EQ(d[2 * 3 + 1], -1);
+  EXPECT_EQ(d[2 * 3 + 2], -1);
+}
+
+// ---- cost: exact pair counts, and memory and FLOPs linear in N ----
+TEST(SparseCost, FlopsCountAdmissiblePairsExactly) {
+  const Shape4 s{1, 2, 256, 16};
+  for (const SparseCase& c : sparse_cases()) {
+    if (c.N != 100) continue;  // one size of every pattern and parameter set
+    const auto& info = find_mechanism(c.mech);
+    auto impl = info.make(AttnProblem{s, c.causal, Strides3::contiguous(s), 1}, resolve_params(info, c.params));
+    const auto mask = pattern_mask(c.mech, c.params, s.N, c.causal);
+    double pairs = 0;
+    for (int64_t i = 0; i < s.N; ++i)
+      for (int64_t j = 0; j < s.N; ++j) pairs += mask(i, j);
+    EXPECT_DOUBLE_EQ(impl->flops(Mode::fwd), 4.0 * 16 * pairs * s.H) << ::testing::PrintToString(c);
+    EXPECT_DOUBLE_EQ(impl->flops(Mode::fwdbwd), 3.5 * 4.0 * 16 * pairs * s.H) << ::testing::PrintToString(c);
+  }
+}
+
+// Memory is linear in N for every pattern; FLOPs too for all but strided, whose residue part
+// has N / stride keys per query.
+TEST(SparseCost, MemoryAndFlopsGrowLinearlyInN) {
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {"local", {}}, {"sliding", {}}, {"dilated", {}}, {"strided", {}}, {"strided", {"pattern=fixed"}},
+      {"longformer", {}}, {"bigbird", {}}};
+  for (const auto& [name, ps] : cases)
+    for (Mode mode : {Mode::fwd, Mode::fwdbwd}) {
+      std::vector<double> bytes, flops;
+      for (int64_t n : {4096, 8192, 16384}) {
+        const auto& info = find_mechanism(name);
+        const Shape4 s{1, 8, n, 64};
+        auto impl = info.make(AttnProblem{s, false, Strides3::contiguous(s), 1}, resolve_params(info, ps));
+        bytes.push_back(double(impl->working_bytes(mode)));
+        flops.push_back(impl->flops(mode));
+      }
+      // Doubling N adds the same amount twice over: a + c N, exactly (the ends of the sequence
+      // are the same at every N).
+      EXPECT_DOUBLE_EQ(bytes[2] - bytes[1], 2 * (bytes[1] - bytes[0])) << name << " " << to_string(mode);
+      if (name != "strided")
+        EXPECT_DOUBLE_EQ(flops[2] - flops[1], 2 * (flops[1] - flops[0])) << name << " " << to_string(mode);
+    }
+}
+
+TEST(SparseCost, StridedWithSqrtNStrideIsNSqrtN) {
+  auto flops = [](int64_t n) {
+    const auto& info = find_mechanism("strided");
+    const Shape4 s{1, 1, n, 64};
+    return info.make(AttnProblem{s, false, Strides3::contiguous(s), 1}, resolve_params(info, {"stride=0"}))->flops(Mode::fwd);
+  };
+  EXPECT_NEAR(flops(16384) / flops(4096), 8.0, 0.1);  // 4x N, 8x work
+}
+
+// ---- capabilities and bad input ----
+TEST(SparseCaps, LongformerAndBigBirdRefuseCausal) {
+  auto e = test::exec("run --attn longformer,bigbird --seq 128 --causal --reps 1 --min-time 0 --format csv", false);
+  EXPECT_EQ(e.code, 0) << e.out;
+  EXPECT_NE(e.out.find("SKIPPED: longformer cannot be causal"), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("SKIPPED: bigbird cannot be causal"), std::string::npos) << e.out;
+}
+
+TEST(SparseCaps, BadParametersExitTwo) {
+  struct Bad {
+    const char* args;
+    const char* message;
+  };
+  for (Bad b : {Bad{"--attn local --param block=0", "local: parameter block=0 is invalid"},
+                Bad{"--attn dilated --param dilation=0", "dilated: parameter dilation=0 is invalid"},
+                Bad{"--attn bigbird --seq 1000", "bigbird: N=1000 is not a multiple of block=64"},
+                Bad{"--attn strided --param pattern=fixed --param summary=65", "strided: summary=65 exceeds stride=64"},
+                Bad{"--attn strided --param pattern=diagonal", "expected one of strided, fixed"}}) {
+    auto e = test::exec(std::string("run ") + b.args);
+    EXPECT_EQ(e.code, 2) << b.args << ": " << e.out;
+    EXPECT_NE(e.out.find(b.message), std::string::npos) << e.out;
+  }
+}
+
+}  // namespace
+}  // namespace ab
