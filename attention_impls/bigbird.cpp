@@ -90,6 +90,10 @@ class BigBird final : public SparseAttention {
           }
         }
     }
+    // One tile per query block and its random run (r blocks wide).
+    rnd.tight = true;
+    rnd.tile_rows = b;
+    rnd.tile_cols = std::max<int64_t>(b, std::min<int64_t>(r_ * b, 512));
     rnd.range = [start, b](int64_t t) {
       const size_t q = static_cast<size_t>(t / b);
       return std::pair<int64_t, int64_t>{start[q], start[q + 1]};

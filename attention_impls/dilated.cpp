@@ -3,8 +3,8 @@
 // Complexity: O(N window D) time, O(threads * tile) extra memory.
 // Computes: S(i) = { j : |i - j| = t dilation, t = 0..window }, causal i - j = t dilation.
 // Optimises: queries and keys of one residue class modulo `dilation` form a subsequence (a view
-//   with row stride dilation, no copy) on which the pattern is a plain band of `window`: one
-//   banded segment per residue, so no masked-out key is ever scored.
+//   with row stride dilation, no copy) on which the pattern is a plain band of `window`; all
+//   residues of one length run as one folded segment, so no masked-out key is ever scored.
 // Leaves out: per-head dilation rates (the paper varies them across heads).
 #include <algorithm>
 
@@ -23,8 +23,15 @@ class Dilated final : public SparseAttention {
   std::vector<Segment> make_segments(Rng*) const override {
     std::vector<Segment> s;
     const int64_t N = p_.shape.N, d = dilation_;
-    for (int64_t r = 0; r < std::min(d, N); ++r)
-      s.push_back(band(rows(r, (N - r + d - 1) / d, d), window_, p_.causal ? 0 : window_, p_.causal));
+    // Residues r < N mod d have ceil(N / d) rows, the others floor(N / d): each group is one
+    // folded segment (every residue a separate sequence), so N a multiple of d is one segment.
+    const int64_t q = N / d, rem = N % d;
+    auto residues = [&](int64_t first, int64_t count, int64_t n) {
+      if (count <= 0 || n <= 0) return;
+      s.push_back(band(RowSet{first, d, n, count}, window_, p_.causal ? 0 : window_, p_.causal));
+    };
+    residues(0, std::min(rem, d), q + 1);
+    residues(rem, d - rem, q);
     return s;
   }
 

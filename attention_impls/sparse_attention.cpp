@@ -36,6 +36,11 @@ struct SparseAttention::Part {
 };
 
 SparseAttention::SparseAttention(const AttnProblem& p) : p_(p) {}
+
+bool SparseAttention::covers_all_rows(const RowSet& r) const {
+  if (r.first != 0) return false;
+  return r.fold ? (r.step == r.fold && r.n * r.step == p_.shape.N) : (r.step == 1 && r.n == p_.shape.N);
+}
 SparseAttention::~SparseAttention() = default;
 
 void SparseAttention::build(Rng* rng) const {
@@ -62,7 +67,11 @@ void SparseAttention::build(Rng* rng) const {
     sh.ld_o = ld_q;
     sh.threads = p_.threads;
     sh.keys = seg.range;
-    sh.fwd_rows = sh.fwd_cols = sh.bwd_rows = sh.bwd_cols = seg.tile;
+    sh.fwd_rows = seg.tile_rows;
+    sh.fwd_cols = seg.tile_cols;
+    sh.bwd_rows = seg.tile_cols;
+    sh.bwd_cols = seg.tile_rows;
+    sh.tight = seg.tight;
     sh.keep_lse = true;
     part->engine = TiledSoftmax(sh);
     part->seg = std::move(seg);
@@ -150,34 +159,46 @@ void SparseAttention::forward(const AttnArgs& a) {
   const int64_t D = s.D;
   const TensorView tmp{o_tmp_.data(), s, p_.strides};
   const TensorView lse{lse_.data(), Shape4{s.B, s.H, s.N, 1}, Strides3{s.H * s.N, s.N, 1}};
+  // The first segment writes O and lse directly when its queries are every row; otherwise O
+  // starts at 0 and lse at -inf, and every segment is merged.
+  const bool direct = !parts_.empty() && covers_all_rows(parts_.front()->seg.queries);
+  if (!direct) {
 #pragma omp parallel for schedule(static)
-  for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
-    for (int64_t i = 0; i < s.N; ++i) fill(a.o.row(bh / s.H, bh % s.H, i), D, 0.0f);
-    fill(lse_.data() + bh * s.N, s.N, kNegInf);
+    for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
+      for (int64_t i = 0; i < s.N; ++i) fill(a.o.row(bh / s.H, bh % s.H, i), D, 0.0f);
+      fill(lse_.data() + bh * s.N, s.N, kNegInf);
+    }
   }
-  for (auto& part : parts_) {
-    const Segment& seg = part->seg;
-    if (part->gathered()) {
+  for (size_t pi = 0; pi < parts_.size(); ++pi) {
+    Part& part = *parts_[pi];
+    const Segment& seg = part.seg;
+    if (part.gathered()) {
       const int64_t nk = seg.keys.n;
 #pragma omp parallel for schedule(static)
       for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
         const int64_t b = bh / s.H, h = bh % s.H;
         for (int64_t u = 0; u < nk; ++u) {
           const int64_t row = seg.gather[static_cast<size_t>(h * nk + u)];
-          std::memcpy(part->kg.data() + (bh * nk + u) * D, a.k.row(b, h, row), static_cast<size_t>(D) * sizeof(float));
-          std::memcpy(part->vg.data() + (bh * nk + u) * D, a.v.row(b, h, row), static_cast<size_t>(D) * sizeof(float));
+          std::memcpy(part.kg.data() + (bh * nk + u) * D, a.k.row(b, h, row), static_cast<size_t>(D) * sizeof(float));
+          std::memcpy(part.vg.data() + (bh * nk + u) * D, a.v.row(b, h, row), static_cast<size_t>(D) * sizeof(float));
         }
       }
     }
-    const TensorView q = seg.queries.of(a.q), o_seg = seg.queries.of(tmp), o = seg.queries.of(a.o);
+    const bool first_direct = direct && pi == 0;
+    const TensorView q = seg.queries.of(a.q), o = seg.queries.of(a.o);
+    const TensorView o_seg = first_direct ? o : seg.queries.of(tmp);
     const TensorView l = seg.queries.of(lse);
-    part->qk.bind(q, keys_view(*part, a.k, part->kg));
-    part->engine.forward(part->qk, keys_view(*part, a.v, part->vg), o_seg);
+    part.qk.bind(q, keys_view(part, a.k, part.kg));
+    part.engine.forward(part.qk, keys_view(part, a.v, part.vg), o_seg);
     const int64_t Bp = q.shape.B, Hp = q.shape.H, n = q.shape.N;
 #pragma omp parallel for schedule(static)
     for (int64_t bh = 0; bh < Bp * Hp; ++bh) {
       const int64_t b = bh / Hp, h = bh % Hp;
-      const float* ls = part->engine.lse(b, h);
+      const float* ls = part.engine.lse(b, h);
+      if (first_direct) {
+        for (int64_t t = 0; t < n; ++t) l.at(b, h, t, 0) = ls[t];
+        continue;
+      }
       for (int64_t t = 0; t < n; ++t) {
         if (ls[t] == kNegInf) continue;
         float& L = l.at(b, h, t, 0);

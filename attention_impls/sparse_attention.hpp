@@ -35,7 +35,10 @@ struct Segment {
   Buffer<int64_t> gather;
   bool causal = false;  // in segment indices (queries and keys the same rows)
   KeyRangeFn range;     // keys of query t, in segment key indices (null: all)
-  int64_t tile = 64;    // score tile edge
+  // Score tiles: forward rows x cols (backward the transpose). A band's tiles are as wide as
+  // the band of a block of rows, so each block is one product (see sparse_segments.hpp).
+  int64_t tile_rows = 128, tile_cols = 256;
+  bool tight = false;
 };
 
 class SparseAttention : public Attention {
@@ -61,6 +64,7 @@ class SparseAttention : public Attention {
  private:
   struct Part;
   void build(Rng* rng) const;
+  bool covers_all_rows(const RowSet& r) const;
   TensorView keys_view(const Part& part, const TensorView& t, const Buffer<float>& gathered) const;
 
   mutable std::vector<std::unique_ptr<Part>> parts_;

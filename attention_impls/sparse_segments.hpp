@@ -1,10 +1,21 @@
 // Building blocks for the fixed sparse patterns' segments (see sparse_attention.hpp).
 #pragma once
+#include <algorithm>
+
 #include "attention_impls/sparse_attention.hpp"
 
 namespace ab {
 
 inline RowSet rows(int64_t first, int64_t n, int64_t step = 1) { return RowSet{first, step, n, 0}; }
+
+// Rows per score tile of the banded segments: 64 rows and the band's width (capped) as columns,
+// so a block of queries is one product with the keys it may use.
+constexpr int64_t kBandRows = 48, kMaxBandCols = 512;
+inline void band_tiles(Segment& s, int64_t width) {
+  s.tight = true;
+  s.tile_rows = kBandRows;
+  s.tile_cols = std::max<int64_t>(16, std::min(width, kMaxBandCols));
+}
 
 // Queries and keys the same rows; key range [t - before, t + after + 1) (after may be -1 to
 // stop before the query itself).
@@ -13,6 +24,7 @@ inline Segment band(RowSet same, int64_t before, int64_t after, bool causal) {
   s.queries = s.keys = same;
   s.causal = causal;
   s.range = [before, after](int64_t t) { return std::pair<int64_t, int64_t>{t - before, t + after + 1}; };
+  band_tiles(s, kBandRows + before + std::max<int64_t>(after, 0));
   return s;
 }
 
@@ -26,6 +38,8 @@ inline Segment block_band(RowSet same, int64_t block, int64_t before, int64_t af
     const int64_t q = t / block;
     return std::pair<int64_t, int64_t>{(q - before) * block, (q + after + 1) * block};
   };
+  // A block of kBandRows queries spans at most kBandRows / block + 2 blocks of queries.
+  band_tiles(s, (before + after + 1) * block + (kBandRows + block - 1) / block * block);
   return s;
 }
 

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <set>
 
 #include "core/vecmath.hpp"
 
@@ -55,6 +56,7 @@ void QKLogits::backward_begin(const MatmulCache&, int, int64_t b, int64_t h) con
 }
 
 std::pair<int64_t, int64_t> TiledSoftmax::keys_of(int64_t i) const {
+  if (ranges_.size()) return {ranges_[static_cast<size_t>(2 * i)], ranges_[static_cast<size_t>(2 * i + 1)]};
   std::pair<int64_t, int64_t> r = s_.keys ? s_.keys(i) : std::pair<int64_t, int64_t>{0, s_.Nk};
   r.first = std::max<int64_t>(r.first, 0);
   r.second = std::min(r.second, s_.Nk);
@@ -85,9 +87,56 @@ MatmulSpec TiledSoftmax::spec_dp(int64_t rows, int64_t cols) const {
   return MatmulSpec::tile(rows, cols, s_.D, s_.ld_o, false, s_.ld_v, true, s_.bwd_cols);
 }
 
+std::pair<int64_t, int64_t> TiledSoftmax::queries_using(int64_t c0, int64_t c1) const {
+  const int64_t Nq = s_.Nq;
+  if (!s_.causal && !s_.keys) return {0, Nq};
+  // Both ends of the key ranges never decrease, so the rows form one run: from the first row
+  // whose range ends after c0 to the first row whose range starts at or after c1.
+  int64_t lo = 0, hi = Nq;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi) / 2;
+    if (keys_of(mid).second > c0) hi = mid;
+    else lo = mid + 1;
+  }
+  const int64_t first = lo;
+  hi = Nq;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi) / 2;
+    if (keys_of(mid).first >= c1) hi = mid;
+    else lo = mid + 1;
+  }
+  return {first, lo};
+}
+
 void TiledSoftmax::plan(Mode mode, const LogitsSource& src) {
   mode_ = mode;
   mm_.clear();
+  if (s_.tight && (s_.causal || s_.keys)) {
+    // Tiles start where each block's keys (forward) or queries (backward) start: enumerate the
+    // shapes that occur.
+    std::set<std::pair<int64_t, int64_t>> fwd, bwd;
+    for (int64_t r0 = 0; r0 < s_.Nq; r0 += s_.fwd_rows) {
+      const int64_t rows = std::min(s_.fwd_rows, s_.Nq - r0);
+      const int64_t lo = keys_of(r0).first, hi = keys_of(r0 + rows - 1).second;
+      for (int64_t c0 = lo; c0 < hi; c0 += s_.fwd_cols) fwd.insert({rows, std::min(s_.fwd_cols, hi - c0)});
+    }
+    if (mode == Mode::fwdbwd)
+      for (int64_t c0 = 0; c0 < s_.Nk; c0 += s_.bwd_cols) {
+        const int64_t cols = std::min(s_.bwd_cols, s_.Nk - c0);
+        const auto [qf, qe] = queries_using(c0, c0 + cols);
+        for (int64_t r0 = qf; r0 < qe; r0 += s_.bwd_rows) bwd.insert({std::min(s_.bwd_rows, qe - r0), cols});
+      }
+    for (auto [rows, cols] : fwd) {
+      src.plan_tile(mm_, rows, cols, s_.fwd_cols, false);
+      mm_.add(spec_pv(rows, cols));
+    }
+    for (auto [rows, cols] : bwd) {
+      src.plan_tile(mm_, rows, cols, s_.bwd_cols, true);
+      mm_.add(spec_dv(rows, cols));
+      mm_.add(spec_dp(rows, cols));
+    }
+    return;
+  }
   for (int64_t rows : block_sizes(s_.Nq, s_.fwd_rows))
     for (int64_t cols : block_sizes(s_.Nk, s_.fwd_cols)) {
       src.plan_tile(mm_, rows, cols, s_.fwd_cols, false);
@@ -115,6 +164,7 @@ size_t TiledSoftmax::working_bytes(Mode mode) const {
   const size_t rows = static_cast<size_t>(s_.B * s_.H * s_.Nq) * sizeof(float);
   if (mode == Mode::fwdbwd) b += 2 * rows;
   else if (s_.keep_lse) b += rows;
+  if (s_.keys) b += 2 * static_cast<size_t>(s_.Nq) * sizeof(int64_t);
   return b;
 }
 
@@ -123,6 +173,16 @@ void TiledSoftmax::setup(Mode mode) {
   scratch_ = Buffer<std::byte>(static_cast<size_t>(T) * mm_.scratch_per_slot());
   mm_.bind(T, scratch_.data());
   tiles_ = Buffer<float>(static_cast<size_t>(T) * tile_floats(mode));
+  if (s_.keys) {
+    // The ranges as a table: the timed loops look a row up instead of calling the pattern.
+    Buffer<int64_t> table(static_cast<size_t>(2 * s_.Nq));
+    for (int64_t i = 0; i < s_.Nq; ++i) {
+      const auto [lo, hi] = keys_of(i);
+      table[static_cast<size_t>(2 * i)] = lo;
+      table[static_cast<size_t>(2 * i + 1)] = hi;
+    }
+    ranges_ = std::move(table);
+  }
   if (mode == Mode::fwdbwd || s_.keep_lse) lse_ = Buffer<float>(static_cast<size_t>(s_.B * s_.H * s_.Nq));
   if (mode == Mode::fwdbwd) delta_ = Buffer<float>(static_cast<size_t>(s_.B * s_.H * s_.Nq));
 }
@@ -138,6 +198,7 @@ void TiledSoftmax::forward(const LogitsSource& src, const TensorView& v, const T
   const int64_t Nq = s_.Nq, Nk = s_.Nk, D = s_.D, nq = (Nq + kFwdRows - 1) / kFwdRows;
   const int64_t items = s_.B * s_.H * nq;
   const bool ranged = s_.causal || s_.keys;
+  const bool tight = s_.tight && ranged;
   float* lse_all = lse_.data();
   const size_t per_thread = tile_floats(mode_);
 #pragma omp parallel for schedule(dynamic, 1)
@@ -159,8 +220,8 @@ void TiledSoftmax::forward(const LogitsSource& src, const TensorView& v, const T
     // Keys any row of this block may use; tiles start on the grid of kFwdCols.
     const int64_t key_lo = ranged ? keys_of(r0).first : 0;
     const int64_t key_hi = ranged ? keys_of(r0 + rows - 1).second : Nk;
-    for (int64_t c0 = key_lo / kFwdCols * kFwdCols; c0 < key_hi; c0 += kFwdCols) {
-      const int64_t cols = std::min(kFwdCols, Nk - c0);
+    for (int64_t c0 = tight ? key_lo : key_lo / kFwdCols * kFwdCols; c0 < key_hi; c0 += kFwdCols) {
+      const int64_t cols = std::min(kFwdCols, (tight ? key_hi : Nk) - c0);
       src.logits(mm_, tid, b, h, r0, rows, c0, cols, S, kFwdCols);
       for (int64_t r = 0; r < rows; ++r) {
         float* Sr = S + r * kFwdCols;
@@ -212,27 +273,9 @@ void TiledSoftmax::backward(const LogitsSource& src, const TensorView& v, const 
   const int64_t kBwdRows = s_.bwd_rows, kBwdCols = s_.bwd_cols;
   const int64_t Nq = s_.Nq, Nk = s_.Nk, D = s_.D, BH = s_.B * s_.H;
   const bool ranged = s_.causal || s_.keys;
+  const bool tight = s_.tight && ranged;
   const size_t per_thread = tile_floats(Mode::fwdbwd);
-  // The query rows that use some key of [c0, c1): contiguous, since both ends of the key
-  // ranges never decrease.
-  auto query_rows = [&](int64_t c0, int64_t c1) -> std::pair<int64_t, int64_t> {
-    if (!ranged) return {0, Nq};
-    int64_t lo = 0, hi = Nq;  // first row whose range ends after c0
-    while (lo < hi) {
-      const int64_t mid = (lo + hi) / 2;
-      if (keys_of(mid).second > c0) hi = mid;
-      else lo = mid + 1;
-    }
-    int64_t first = lo;
-    lo = first;
-    hi = Nq;  // first row whose range starts at or after c1
-    while (lo < hi) {
-      const int64_t mid = (lo + hi) / 2;
-      if (keys_of(mid).first >= c1) hi = mid;
-      else lo = mid + 1;
-    }
-    return {first, lo};
-  };
+  auto query_rows = [&](int64_t c0, int64_t c1) { return queries_using(c0, c1); };
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t bh = 0; bh < BH; ++bh) {
     const int tid = omp_get_thread_num();
@@ -255,8 +298,8 @@ void TiledSoftmax::backward(const LogitsSource& src, const TensorView& v, const 
       const float* Vj = v.row(b, h, c0);
       float* dVj = dv.row(b, h, c0);
       const auto [q_first, q_end] = query_rows(c0, c0 + cols);
-      for (int64_t r0 = q_first / kBwdRows * kBwdRows; r0 < q_end; r0 += kBwdRows) {
-        const int64_t rows = std::min(kBwdRows, Nq - r0);
+      for (int64_t r0 = tight ? q_first : q_first / kBwdRows * kBwdRows; r0 < q_end; r0 += kBwdRows) {
+        const int64_t rows = std::min(kBwdRows, (tight ? q_end : Nq) - r0);
         const float* dOi = dout.row(b, h, r0);
         src.logits(mm_, tid, b, h, r0, rows, c0, cols, P, kBwdCols);
         for (int64_t r = 0; r < rows; ++r) {

@@ -86,6 +86,10 @@ struct TiledSoftmaxShape {
   int64_t fwd_rows = 128, fwd_cols = 256, bwd_rows = 64, bwd_cols = 128;
   // Keep the row log-sum-exp after forward also without backward (for merging segments).
   bool keep_lse = false;
+  // With ranges: key tiles start at each query block's first key (forward), query tiles at
+  // each key block's first query (backward), instead of on a fixed grid: a band of width W
+  // is then one fwd_rows x W tile per block.
+  bool tight = false;
 };
 
 // Where a backward pass reads each row's log-sum-exp when it is given from outside (the
@@ -116,6 +120,8 @@ class TiledSoftmax {
   const float* lse(int64_t b, int64_t h) const { return lse_.data() + (b * s_.H + h) * s_.Nq; }
   // Admissible keys of query row i (pattern and causality).
   std::pair<int64_t, int64_t> keys_of(int64_t i) const;
+  // The run of query rows that use some key of [c0, c1).
+  std::pair<int64_t, int64_t> queries_using(int64_t c0, int64_t c1) const;
   const MatmulCache& mm() const { return mm_; }
   // Useful (query, key) pairs: the sum over rows of their admissible keys.
   double pairs() const;
@@ -132,6 +138,7 @@ class TiledSoftmax {
   MatmulCache mm_;
   Buffer<std::byte> scratch_;
   Buffer<float> tiles_, lse_, delta_;
+  Buffer<int64_t> ranges_;  // (lo, hi) per query row, filled by setup when there is a pattern
 };
 
 }  // namespace ab
