@@ -53,9 +53,9 @@ class BigBird final : public SparseAttention {
     if (g2 > 0) s.push_back(dense(rows(hi * b, g2 * b), rows(0, N)));
     if (hi <= lo) return s;
     const RowSet inner = rows(lo * b, (hi - lo) * b);
+    s.push_back(block_band(inner, b, wl, wr, false));  // window among non-global blocks
     if (g1 > 0) s.push_back(dense(inner, rows(0, g1 * b)));
     if (g2 > 0) s.push_back(dense(inner, rows(hi * b, g2 * b)));
-    s.push_back(block_band(inner, b, wl, wr, false));  // window among non-global blocks
 
     // Random blocks: candidates of query block q are the blocks outside its window and the
     // global blocks; q takes min(r, candidates) of them.

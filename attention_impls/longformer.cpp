@@ -29,9 +29,9 @@ class Longformer final : public SparseAttention {
     std::vector<Segment> s;
     if (g > 0) s.push_back(dense(rows(0, g), rows(0, N)));  // global queries
     if (N > g) {
-      if (g > 0) s.push_back(dense(rows(g, N - g), rows(0, g)));  // global keys
       for (int64_t r = 0; r < std::min(d, N - g); ++r)        // the window over non-global keys
         s.push_back(band(rows(g + r, (N - g - r + d - 1) / d, d), window_, window_, false));
+      if (g > 0) s.push_back(dense(rows(g, N - g), rows(0, g)));  // global keys
     }
     return s;
   }

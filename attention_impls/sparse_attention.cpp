@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -29,6 +30,7 @@ TensorView RowSet::of(const TensorView& t) const {
 
 struct SparseAttention::Part {
   Segment seg;
+  bool direct = false;  // no earlier segment has these query rows: write O and lse directly
   QKLogits qk;
   TiledSoftmax engine;
   Buffer<float> kg, vg, dkg, dvg;  // gathered keys and values, and their gradients
@@ -37,10 +39,7 @@ struct SparseAttention::Part {
 
 SparseAttention::SparseAttention(const AttnProblem& p) : p_(p) {}
 
-bool SparseAttention::covers_all_rows(const RowSet& r) const {
-  if (r.first != 0) return false;
-  return r.fold ? (r.step == r.fold && r.n * r.step == p_.shape.N) : (r.step == 1 && r.n == p_.shape.N);
-}
+
 SparseAttention::~SparseAttention() = default;
 
 void SparseAttention::build(Rng* rng) const {
@@ -77,6 +76,20 @@ void SparseAttention::build(Rng* rng) const {
     part->seg = std::move(seg);
     parts_.push_back(std::move(part));
   }
+  // Which segments come first to all their rows, and whether some row has no segment at all.
+  std::vector<char> seen(static_cast<size_t>(s.N), 0);
+  for (auto& part : parts_) {
+    const RowSet& r = part->seg.queries;
+    auto each_row = [&](auto&& f) {
+      for (int64_t c = 0; c < std::max<int64_t>(r.fold, 1); ++c)
+        for (int64_t t = 0; t < r.n; ++t) f(static_cast<size_t>(r.first + c + t * r.step));
+    };
+    bool fresh = true;
+    each_row([&](size_t i) { fresh = fresh && !seen[i]; });
+    each_row([&](size_t i) { seen[i] = 1; });
+    part->direct = fresh;
+  }
+  uncovered_rows_ = std::count(seen.begin(), seen.end(), 0) > 0;
   built_ = true;
   planned_ = false;
 }
@@ -159,18 +172,17 @@ void SparseAttention::forward(const AttnArgs& a) {
   const int64_t D = s.D;
   const TensorView tmp{o_tmp_.data(), s, p_.strides};
   const TensorView lse{lse_.data(), Shape4{s.B, s.H, s.N, 1}, Strides3{s.H * s.N, s.N, 1}};
-  // The first segment writes O and lse directly when its queries are every row; otherwise O
-  // starts at 0 and lse at -inf, and every segment is merged.
-  const bool direct = !parts_.empty() && covers_all_rows(parts_.front()->seg.queries);
-  if (!direct) {
+  // A segment that is first to its rows writes O and lse directly; later ones merge. Rows no
+  // segment has keep O = 0 (no admissible key) and lse = -inf.
+  if (uncovered_rows_) {
 #pragma omp parallel for schedule(static)
     for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
       for (int64_t i = 0; i < s.N; ++i) fill(a.o.row(bh / s.H, bh % s.H, i), D, 0.0f);
       fill(lse_.data() + bh * s.N, s.N, kNegInf);
     }
   }
-  for (size_t pi = 0; pi < parts_.size(); ++pi) {
-    Part& part = *parts_[pi];
+  for (auto& part_ptr : parts_) {
+    Part& part = *part_ptr;
     const Segment& seg = part.seg;
     if (part.gathered()) {
       const int64_t nk = seg.keys.n;
@@ -184,7 +196,7 @@ void SparseAttention::forward(const AttnArgs& a) {
         }
       }
     }
-    const bool first_direct = direct && pi == 0;
+    const bool first_direct = part.direct;
     const TensorView q = seg.queries.of(a.q), o = seg.queries.of(a.o);
     const TensorView o_seg = first_direct ? o : seg.queries.of(tmp);
     const TensorView l = seg.queries.of(lse);

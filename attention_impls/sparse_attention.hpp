@@ -64,11 +64,11 @@ class SparseAttention : public Attention {
  private:
   struct Part;
   void build(Rng* rng) const;
-  bool covers_all_rows(const RowSet& r) const;
   TensorView keys_view(const Part& part, const TensorView& t, const Buffer<float>& gathered) const;
 
   mutable std::vector<std::unique_ptr<Part>> parts_;
   mutable bool built_ = false;
+  mutable bool uncovered_rows_ = true;
   mutable Mode planned_mode_ = Mode::fwd;
   mutable bool planned_ = false;
   Mode mode_ = Mode::fwd;
