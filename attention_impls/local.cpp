@@ -7,8 +7,11 @@
 //   masks later keys.
 // Optimises: one segment on the sparse core: the engine visits only the key tiles of each query
 //   block's window (64 x 64 score tiles), masking at the window's edges.
+// Decode: against a ring cache of (lookback + 1) blocks: constant time and memory per token.
 // Leaves out: memory-efficient overlap between neighbouring windows (each query tile recomputes
 //   its own window's scores, as in the definition).
+#include <algorithm>
+
 #include "attention_impls/registry.hpp"
 #include "attention_impls/sparse_segments.hpp"
 
@@ -22,6 +25,12 @@ class Local final : public SparseAttention {
         ahead_(p.causal ? 0 : v.get_int("lookahead")) {}
 
  protected:
+  // Causal: the query's block and `lookback` blocks before it, up to the query.
+  int64_t window_capacity() const override { return (back_ + 1) * block_; }
+  std::pair<int64_t, int64_t> window_keys(int64_t pos) const override {
+    return {std::max<int64_t>(0, (pos / block_ - back_) * block_), pos + 1};
+  }
+
   std::vector<Segment> make_segments(Rng*) const override {
     std::vector<Segment> s;
     s.push_back(block_band(rows(0, p_.shape.N), block_, back_, ahead_, p_.causal));
@@ -40,7 +49,7 @@ MechanismInfo local_info() {
   m.family = "sparse";
   m.summary = "blocked local attention: each query block attends blocks b-lookback .. b+lookahead";
   m.complexity = "O(N block D) time, O(N) memory";
-  m.caps = Capabilities{.exact = true, .causal = true, .backward = true, .decode = false, .constraints = ""};
+  m.caps = Capabilities{.exact = true, .causal = true, .backward = true, .decode = true, .constraints = ""};
   m.params = {ParamSpec{"block", ParamType::Int, int64_t{64}, 1, 1 << 20, {}, "block length"},
               ParamSpec{"lookback", ParamType::Int, int64_t{1}, 0, 1 << 20, {}, "earlier blocks attended"},
               ParamSpec{"lookahead", ParamType::Int, int64_t{1}, 0, 1 << 20, {}, "later blocks attended (0 when causal)"}};

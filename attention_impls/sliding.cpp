@@ -3,7 +3,10 @@
 // Complexity: O(N window D) time, O(threads * tile) extra memory.
 // Computes: S(i) = { j : |i - j| <= window }, causal 0 <= i - j <= window.
 // Optimises: one banded segment on the sparse core (64 x 64 tiles along the band).
-// Leaves out: nothing of the definition; decode against a window cache is not implemented.
+// Decode: against a ring cache of the last window + 1 tokens: constant time and memory per token.
+// Leaves out: nothing of the definition.
+#include <algorithm>
+
 #include "attention_impls/registry.hpp"
 #include "attention_impls/sparse_segments.hpp"
 
@@ -15,6 +18,11 @@ class Sliding final : public SparseAttention {
   Sliding(const AttnProblem& p, const ParamValues& v) : SparseAttention(p), window_(v.get_int("window")) {}
 
  protected:
+  int64_t window_capacity() const override { return window_ + 1; }
+  std::pair<int64_t, int64_t> window_keys(int64_t pos) const override {
+    return {std::max<int64_t>(0, pos - window_), pos + 1};
+  }
+
   std::vector<Segment> make_segments(Rng*) const override {
     std::vector<Segment> s;
     s.push_back(band(rows(0, p_.shape.N), window_, p_.causal ? 0 : window_, p_.causal));
@@ -33,7 +41,7 @@ MechanismInfo sliding_info() {
   m.family = "sparse";
   m.summary = "sliding-window attention: keys within `window` positions of the query";
   m.complexity = "O(N window D) time, O(N) memory";
-  m.caps = Capabilities{.exact = true, .causal = true, .backward = true, .decode = false, .constraints = ""};
+  m.caps = Capabilities{.exact = true, .causal = true, .backward = true, .decode = true, .constraints = ""};
   m.params = {ParamSpec{"window", ParamType::Int, int64_t{64}, 0, 1 << 24, {}, "one-sided window"}};
   m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<Sliding>(p, v); };
   return m;

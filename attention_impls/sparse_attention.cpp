@@ -105,10 +105,18 @@ double SparseAttention::pairs() const {
 }
 
 double SparseAttention::flops(Mode mode) const {
+  if (mode == Mode::decode) {
+    const auto [lo, hi] = window_keys(p_.shape.N);
+    return attention_pair_flops(static_cast<double>(hi - lo), p_.shape.D) * static_cast<double>(p_.shape.B * p_.shape.H);
+  }
   return with_backward(attention_pair_flops(pairs(), p_.shape.D), mode);
 }
 
 size_t SparseAttention::working_bytes(Mode mode) const {
+  if (mode == Mode::decode) {
+    const int64_t W = window_capacity();
+    return ring_bytes(W) + static_cast<size_t>(p_.threads * W) * sizeof(float);
+  }
   if (!built_) build(nullptr);
   const auto& s = p_.shape;
   size_t b = 0;
@@ -128,7 +136,20 @@ size_t SparseAttention::working_bytes(Mode mode) const {
   return b + (o_floats + static_cast<size_t>(s.B * s.H * s.N)) * sizeof(float);
 }
 
+size_t SparseAttention::ring_bytes(int64_t W) const {
+  return 2 * static_cast<size_t>(p_.shape.B * p_.shape.H * W * p_.shape.D) * sizeof(float);
+}
+
 void SparseAttention::setup(Mode mode, Rng& rng) {
+  if (mode == Mode::decode) {
+    const int64_t W = window_capacity();
+    const auto& s = p_.shape;
+    ring_k_ = Buffer<float>(static_cast<size_t>(s.B * s.H * W * s.D));
+    ring_v_ = Buffer<float>(ring_k_.size());
+    ring_scores_ = Buffer<float>(static_cast<size_t>(p_.threads * W));
+    mode_ = mode;
+    return;
+  }
   build(&rng);
   mode_ = mode;
   const auto& s = p_.shape;
@@ -270,6 +291,48 @@ void SparseAttention::backward(const AttnArgs& a) {
           }
         }
       }
+    }
+  }
+}
+
+// ---- decode against the window: a ring of the last window_capacity() keys and values ----
+
+void SparseAttention::decode_prefill(const AttnArgs& a, int64_t n) {
+  const auto& s = p_.shape;
+  const int64_t W = window_capacity(), D = s.D;
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t h = 0; h < s.H; ++h)
+      for (int64_t j = std::max<int64_t>(0, n - W); j < n; ++j) {
+        const size_t slot = static_cast<size_t>(((b * s.H + h) * W + j % W) * D);
+        std::memcpy(ring_k_.data() + slot, a.k.row(b, h, j), static_cast<size_t>(D) * sizeof(float));
+        std::memcpy(ring_v_.data() + slot, a.v.row(b, h, j), static_cast<size_t>(D) * sizeof(float));
+      }
+}
+
+void SparseAttention::decode_step(const AttnArgs& t, int64_t pos) {
+  const auto& s = p_.shape;
+  const int64_t W = window_capacity(), D = s.D;
+  const auto [lo, hi] = window_keys(pos);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+#pragma omp parallel for schedule(static)
+  for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
+    const int64_t b = bh / s.H, h = bh % s.H;
+    float* K = ring_k_.data() + bh * W * D;
+    float* V = ring_v_.data() + bh * W * D;
+    std::memcpy(K + (pos % W) * D, t.k.head(b, h), static_cast<size_t>(D) * sizeof(float));
+    std::memcpy(V + (pos % W) * D, t.v.head(b, h), static_cast<size_t>(D) * sizeof(float));
+    const float* q = t.q.head(b, h);
+    float* sc = ring_scores_.data() + static_cast<size_t>(omp_get_thread_num()) * W;
+    const int64_t n = hi - lo;
+    for (int64_t j = 0; j < n; ++j) sc[j] = scale * dot(q, K + ((lo + j) % W) * D, D);
+    const float sum = exp_shift_sum(sc, sc, n, max_of(sc, n));
+    float* o = t.o.head(b, h);
+    fill(o, D, 0.0f);
+    for (int64_t j = 0; j < n; ++j) {
+      const float p = sc[j] / sum;
+      const float* v = V + ((lo + j) % W) * D;
+#pragma omp simd
+      for (int64_t d = 0; d < D; ++d) o[d] += p * v[d];
     }
   }
 }

@@ -51,6 +51,8 @@ class SparseAttention : public Attention {
   void backward(const AttnArgs& a) override;
   // Admissible (query, key) pairs: the analytic work is 4 D per pair per head.
   double pairs() const;
+  void decode_prefill(const AttnArgs& a, int64_t n) override;
+  void decode_step(const AttnArgs& t, int64_t pos) override;
 
  protected:
   explicit SparseAttention(const AttnProblem& p);
@@ -59,11 +61,16 @@ class SparseAttention : public Attention {
   virtual std::vector<Segment> make_segments(Rng* rng) const = 0;
   // Tracked bytes the derived mechanism allocates in make_segments(rng) besides gather indices.
   virtual size_t pattern_bytes() const { return 0; }
+  // Causal decode against a cache of the pattern's window (capability `decode`): the most keys
+  // a query may use (the cache is a ring of that many tokens), and the keys of position pos.
+  virtual int64_t window_capacity() const { return 0; }
+  virtual std::pair<int64_t, int64_t> window_keys(int64_t pos) const { return {pos, pos + 1}; }
   AttnProblem p_;
 
  private:
   struct Part;
   void build(Rng* rng) const;
+  size_t ring_bytes(int64_t W) const;
   TensorView keys_view(const Part& part, const TensorView& t, const Buffer<float>& gathered) const;
 
   mutable std::vector<std::unique_ptr<Part>> parts_;
@@ -73,6 +80,7 @@ class SparseAttention : public Attention {
   mutable bool planned_ = false;
   Mode mode_ = Mode::fwd;
   Buffer<float> o_tmp_, lse_;
+  Buffer<float> ring_k_, ring_v_, ring_scores_;  // decode
 };
 
 }  // namespace ab

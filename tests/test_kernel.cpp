@@ -314,6 +314,8 @@ TEST_P(DecodeTokenByToken, EqualsCausalForward) {
   const Shape4 s{2, 2, 77, 16};
   std::vector<std::string> params;
   if (name == "linear" || name == "performer") params.push_back("chunk=16");
+  if (name == "sliding") params.push_back("window=9");
+  if (name == "local") params = {"block=8", "lookback=2"};
   auto full = run_mechanism(name, s, true, Mode::fwd, params, 13);
   const auto& info = find_mechanism(name);
   for (int64_t prefill : {int64_t{0}, int64_t{40}}) {
@@ -340,11 +342,12 @@ TEST_P(DecodeTokenByToken, EqualsCausalForward) {
     EXPECT_LT(worst, 2e-4) << name << " prefill " << prefill;
   }
 }
-INSTANTIATE_TEST_SUITE_P(All, DecodeTokenByToken, ::testing::Values("vanilla", "flash", "linear", "performer"));
+INSTANTIATE_TEST_SUITE_P(All, DecodeTokenByToken,
+                         ::testing::Values("vanilla", "flash", "linear", "performer", "sliding", "local"));
 
 // ---- memory and FLOPs ----
 TEST(KernelMemory, TrackedPeakEqualsDeclared) {
-  for (const std::string name : {"linear", "performer", "vanilla", "flash"})
+  for (const std::string name : {"linear", "performer", "vanilla", "flash", "sliding", "local"})
     for (Mode mode : {Mode::fwd, Mode::fwdbwd, Mode::decode})
       for (bool causal : {false, true})
         for (int64_t n : {100, 256}) {
@@ -383,7 +386,7 @@ TEST(KernelMemory, DecodeStateIsConstantForKernelsAndGrowsForSoftmax) {
     return info.make(AttnProblem{s, true, Strides3::contiguous(s), 1}, resolve_params(info, {}))
         ->flops(Mode::decode);
   };
-  for (const std::string name : {"linear", "performer"}) {
+  for (const std::string name : {"linear", "performer", "sliding", "local"}) {
     EXPECT_EQ(bytes(name, 1024), bytes(name, 65536)) << name;
     EXPECT_EQ(flops(name, 1024), flops(name, 65536)) << name;
   }
