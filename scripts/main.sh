@@ -20,6 +20,8 @@ run() {  # run NAME ARGS...: results/NAME.json and results/NAME.md
 run attention_1thread --attn all --seq 256:8192:x2 --mode fwd,fwdbwd --threads 1 --error
 # Two threads at N = 4096, for the scaling figures.
 run attention_2threads --attn all --seq 4096 --mode fwd,fwdbwd --threads 2 --error
+# The fixed sparse patterns against flash at N = 4096 and 16384.
+run sparse --attn flash,local,sliding,dilated,strided,longformer,bigbird --seq 4096,16384 --mode fwd --threads 1
 # Low-rank and compressed keys at the sizes their targets name; synthesizer's other variants.
 run lowrank --attn linformer --seq 16384 --mode fwd,fwdbwd --threads 1
 run memory_compressed_8192 --attn memory_compressed --seq 8192 --mode fwd,fwdbwd --threads 1
