@@ -24,10 +24,11 @@ def main():
         p = b["point"]
         key = f'{p["attn"]} {p["mode"]}' + (" causal" if p["causal"] else "")
         series[key][p["seq"]] = (b["real_time"], b["peak_bytes"] / 2**20)
-    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(14, 5.5))
+    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(18, 6.5))
     # One colour per mechanism, one line style per mode, so every line is told apart.
     mechs = sorted({k.split()[0] for k in series})
-    colour = {m: plt.cm.tab10(i % 10) for i, m in enumerate(mechs)}
+    palette = plt.cm.tab10 if len(mechs) <= 10 else plt.cm.tab20
+    colour = {m: palette(i % palette.N) for i, m in enumerate(mechs)}
     style = {"fwd": "-", "fwdbwd": "--", "decode": "-", "train": ":"}
     for key in sorted(series):
         ns = np.array(sorted(series[key]))
@@ -46,8 +47,9 @@ def main():
     ax_m.set(xlabel=xlabel, ylabel="tracked working memory (MiB)", title="working memory")
     for ax in (ax_t, ax_m):
         ax.grid(True, which="both", alpha=0.3)
-    ax_t.legend(fontsize=7, loc="upper left")
-    ax_m.legend(fontsize=7, loc="upper left")
+    # Legends beside each panel, so no line is hidden behind one.
+    ax_t.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax_m.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.suptitle(ctx["command"], fontsize=7)
     fig.tight_layout()
     fig.savefig(prefix + ".png", dpi=120)
