@@ -21,17 +21,10 @@ class Dilated final : public SparseAttention {
 
  protected:
   std::vector<Segment> make_segments(Rng*) const override {
+    // All residues of one length as one folded segment: N a multiple of d is one segment.
     std::vector<Segment> s;
-    const int64_t N = p_.shape.N, d = dilation_;
-    // Residues r < N mod d have ceil(N / d) rows, the others floor(N / d): each group is one
-    // folded segment (every residue a separate sequence), so N a multiple of d is one segment.
-    const int64_t q = N / d, rem = N % d;
-    auto residues = [&](int64_t first, int64_t count, int64_t n) {
-      if (count <= 0 || n <= 0) return;
-      s.push_back(band(RowSet{first, d, n, count}, window_, p_.causal ? 0 : window_, p_.causal));
-    };
-    residues(0, std::min(rem, d), q + 1);
-    residues(rem, d - rem, q);
+    for (const RowSet& r : residue_classes(p_.shape.N, dilation_))
+      s.push_back(band(r, window_, p_.causal ? 0 : window_, p_.causal));
     return s;
   }
 

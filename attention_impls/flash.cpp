@@ -32,8 +32,8 @@ class Flash final : public Attention {
   explicit Flash(const AttnProblem& p)
       : p_(p),
         qk_(p.shape.D, p.strides.sn, p.strides.sn, 1.0f / std::sqrt(static_cast<float>(p.shape.D))),
-        core_(TiledSoftmaxShape{p.shape.B, p.shape.H, p.shape.N, p.shape.N, p.shape.D, p.causal,
-                                p.strides.sn, p.strides.sn, p.threads}) {}
+        core_(TiledSoftmaxShape::dense(p.shape.B, p.shape.H, p.shape.N, p.shape.N, p.shape.D, p.causal,
+                                p.strides.sn, p.strides.sn, p.threads)) {}
 
   double flops(Mode mode) const override {
     if (mode == Mode::decode) return softmax_decode_flops(p_.shape, p_.shape.N + 1);

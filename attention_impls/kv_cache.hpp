@@ -3,9 +3,11 @@
 // with the context; that is the comparison the kernel family's recurrent state is measured
 // against.
 #pragma once
+#include <cmath>
 #include <cstring>
 
 #include "attention_impls/attention.hpp"
+#include "core/vecmath.hpp"
 
 namespace ab {
 
@@ -42,6 +44,22 @@ class KvCache {
   int64_t cap_ = 0;
   Buffer<float> k_, v_;
 };
+
+// One query against n cached keys with its scores materialised (n floats in `scores`):
+// o = sum_j softmax_j(s q . key(j)) value(j), s = 1/sqrt(D). key and value map j to a row.
+template <class KeyAt, class ValueAt>
+inline void attend_cached(const float* q, int64_t n, int64_t D, KeyAt key, ValueAt value, float* scores, float* o) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  for (int64_t j = 0; j < n; ++j) scores[j] = scale * dot(q, key(j), D);
+  const float sum = exp_shift_sum(scores, scores, n, max_of(scores, n));
+  fill(o, D, 0.0f);
+  for (int64_t j = 0; j < n; ++j) {
+    const float p = scores[j] / sum;
+    const float* v = value(j);
+#pragma omp simd
+    for (int64_t d = 0; d < D; ++d) o[d] += p * v[d];
+  }
+}
 
 // FLOPs of one softmax decode step over `keys` cached keys: q.k and the weighted sum of V.
 inline double softmax_decode_flops(const Shape4& s, int64_t keys) {

@@ -25,8 +25,8 @@ class Linformer final : public Attention {
         k_(std::min<int64_t>(v.get_int("k"), p.shape.N)),
         share_(v.get_bool("share_kv")),
         qk_(p.shape.D, p.strides.sn, p.shape.D, 1.0f / std::sqrt(static_cast<float>(p.shape.D))),
-        core_(TiledSoftmaxShape{p.shape.B, p.shape.H, p.shape.N, k_, p.shape.D, false, p.shape.D,
-                                p.strides.sn, p.threads}) {}
+        core_(TiledSoftmaxShape::dense(p.shape.B, p.shape.H, p.shape.N, k_, p.shape.D, false, p.shape.D,
+                                p.strides.sn, p.threads)) {}
 
   double flops(Mode mode) const override {
     const auto& s = p_.shape;

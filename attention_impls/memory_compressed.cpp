@@ -27,8 +27,8 @@ class MemoryCompressed final : public Attention {
         stride_(v.get_int("stride")),
         T_((p.shape.N + stride_ - 1) / stride_),
         qk_(p.shape.D, p.strides.sn, p.shape.D, 1.0f / std::sqrt(static_cast<float>(p.shape.D))),
-        core_(TiledSoftmaxShape{p.shape.B, p.shape.H, p.shape.N, T_, p.shape.D, false, p.shape.D,
-                                p.strides.sn, p.threads}) {}
+        core_(TiledSoftmaxShape::dense(p.shape.B, p.shape.H, p.shape.N, T_, p.shape.D, false, p.shape.D,
+                                p.strides.sn, p.threads)) {}
 
   double flops(Mode mode) const override {
     const auto& s = p_.shape;

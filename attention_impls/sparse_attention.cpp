@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 
+#include "attention_impls/kv_cache.hpp"
 #include "core/vecmath.hpp"
 
 namespace ab {
@@ -313,7 +314,6 @@ void SparseAttention::decode_step(const AttnArgs& t, int64_t pos) {
   const auto& s = p_.shape;
   const int64_t W = window_capacity(), D = s.D;
   const auto [lo, hi] = window_keys(pos);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
 #pragma omp parallel for schedule(static)
   for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
     const int64_t b = bh / s.H, h = bh % s.H;
@@ -321,19 +321,10 @@ void SparseAttention::decode_step(const AttnArgs& t, int64_t pos) {
     float* V = ring_v_.data() + bh * W * D;
     std::memcpy(K + (pos % W) * D, t.k.head(b, h), static_cast<size_t>(D) * sizeof(float));
     std::memcpy(V + (pos % W) * D, t.v.head(b, h), static_cast<size_t>(D) * sizeof(float));
-    const float* q = t.q.head(b, h);
-    float* sc = ring_scores_.data() + static_cast<size_t>(omp_get_thread_num()) * W;
-    const int64_t n = hi - lo;
-    for (int64_t j = 0; j < n; ++j) sc[j] = scale * dot(q, K + ((lo + j) % W) * D, D);
-    const float sum = exp_shift_sum(sc, sc, n, max_of(sc, n));
-    float* o = t.o.head(b, h);
-    fill(o, D, 0.0f);
-    for (int64_t j = 0; j < n; ++j) {
-      const float p = sc[j] / sum;
-      const float* v = V + ((lo + j) % W) * D;
-#pragma omp simd
-      for (int64_t d = 0; d < D; ++d) o[d] += p * v[d];
-    }
+    float* scores = ring_scores_.data() + static_cast<size_t>(omp_get_thread_num()) * W;
+    attend_cached(
+        t.q.head(b, h), hi - lo, D, [&](int64_t j) { return K + ((lo + j) % W) * D; },
+        [&](int64_t j) { return V + ((lo + j) % W) * D; }, scores, t.o.head(b, h));
   }
 }
 

@@ -1,6 +1,7 @@
 // Building blocks for the fixed sparse patterns' segments (see sparse_attention.hpp).
 #pragma once
 #include <algorithm>
+#include <vector>
 
 #include "attention_impls/sparse_attention.hpp"
 
@@ -41,6 +42,16 @@ inline Segment block_band(RowSet same, int64_t block, int64_t before, int64_t af
   // A block of kBandRows queries spans at most kBandRows / block + 2 blocks of queries.
   band_tiles(s, (before + after + 1) * block + (kBandRows + block - 1) / block * block);
   return s;
+}
+
+// The residue classes modulo `step` of N rows, as at most two folded row sets (residues
+// r < N mod step have one row more than the others).
+inline std::vector<RowSet> residue_classes(int64_t N, int64_t step) {
+  std::vector<RowSet> out;
+  const int64_t q = N / step, rem = N % step;
+  if (rem > 0) out.push_back(RowSet{0, step, q + 1, std::min(rem, step)});
+  if (q > 0 && step - rem > 0) out.push_back(RowSet{rem, step, q, step - rem});
+  return out;
 }
 
 // Every query of `queries` uses every key of `keys`.

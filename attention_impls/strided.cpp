@@ -50,18 +50,14 @@ class Strided final : public SparseAttention {
         s.push_back(std::move(right));
       }
     }
-    // The residue class of the query, the query itself included: residues r < N mod l have
-    // ceil(N / l) rows, the others floor(N / l); each group is one folded segment.
-    const int64_t q = N / l, rem = N % l;
-    auto residues = [&](int64_t first, int64_t count, int64_t n) {
-      if (count <= 0 || n <= 0) return;
-      Segment r;
-      r.queries = r.keys = RowSet{first, l, n, count};
-      r.causal = p_.causal;
-      s.push_back(std::move(r));
-    };
-    residues(0, std::min(rem, l), q + 1);
-    residues(rem, l - rem, q);
+    // The residue class of the query, the query itself included: one folded segment per
+    // residue length.
+    for (const RowSet& r : residue_classes(N, l)) {
+      Segment res;
+      res.queries = res.keys = r;
+      res.causal = p_.causal;
+      s.push_back(std::move(res));
+    }
     return s;
   }
 

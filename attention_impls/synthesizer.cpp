@@ -38,8 +38,8 @@ class Synthesizer final : public Attention, private LogitsSource {
                                                        : Variant::factorized),
         max_len_(v.get_int("max_len") == 0 ? p.shape.N : v.get_int("max_len")),
         k_(v.get_int("k")),
-        core_(TiledSoftmaxShape{p.shape.B, p.shape.H, p.shape.N, p.shape.N, p.shape.D, p.causal,
-                                p.strides.sn, p.strides.sn, p.threads}) {}
+        core_(TiledSoftmaxShape::dense(p.shape.B, p.shape.H, p.shape.N, p.shape.N, p.shape.D, p.causal,
+                                p.strides.sn, p.strides.sn, p.threads)) {}
 
   void validate() const override {
     if (variant_ == Variant::dense && max_len_ < p_.shape.N)

@@ -90,6 +90,22 @@ struct TiledSoftmaxShape {
   // each key block's first query (backward), instead of on a fixed grid: a band of width W
   // is then one fwd_rows x W tile per block.
   bool tight = false;
+
+  // Dense (or causal) attention of Nq queries over Nk keys with the default tiles.
+  static TiledSoftmaxShape dense(int64_t B, int64_t H, int64_t Nq, int64_t Nk, int64_t D, bool causal,
+                                 int64_t ld_v, int64_t ld_o, int threads) {
+    TiledSoftmaxShape s;
+    s.B = B;
+    s.H = H;
+    s.Nq = Nq;
+    s.Nk = Nk;
+    s.D = D;
+    s.causal = causal;
+    s.ld_v = ld_v;
+    s.ld_o = ld_o;
+    s.threads = threads;
+    return s;
+  }
 };
 
 // Where a backward pass reads each row's log-sum-exp when it is given from outside (the

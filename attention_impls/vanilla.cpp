@@ -66,24 +66,14 @@ class Vanilla final : public Attention {
   // materialised (pos + 1 floats per head), softmax-normalised, and weight the cached values.
   void decode_step(const AttnArgs& t, int64_t pos) override {
     const auto& s = p_.shape;
-    const int64_t D = s.D, BH = s.B * s.H, cap = cache_.capacity();
-    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    const int64_t BH = s.B * s.H, cap = cache_.capacity();
 #pragma omp parallel for schedule(static)
     for (int64_t bh = 0; bh < BH; ++bh) {
       const int64_t b = bh / s.H, h = bh % s.H;
       cache_.store(b, h, pos, t.k.head(b, h), t.v.head(b, h));
-      const float* q = t.q.head(b, h);
-      float* sc = scores_.data() + bh * cap;
-      for (int64_t j = 0; j <= pos; ++j) sc[j] = scale * dot(q, cache_.key(b, h, j), D);
-      const float sum = exp_shift_sum(sc, sc, pos + 1, max_of(sc, pos + 1));
-      float* o = t.o.head(b, h);
-      fill(o, D, 0.0f);
-      for (int64_t j = 0; j <= pos; ++j) {
-        const float p = sc[j] / sum;
-        const float* v = cache_.value(b, h, j);
-#pragma omp simd
-        for (int64_t d = 0; d < D; ++d) o[d] += p * v[d];
-      }
+      attend_cached(
+          t.q.head(b, h), pos + 1, s.D, [&](int64_t j) { return cache_.key(b, h, j); },
+          [&](int64_t j) { return cache_.value(b, h, j); }, scores_.data() + bh * cap, t.o.head(b, h));
     }
   }
 
