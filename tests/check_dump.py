@@ -90,7 +90,55 @@ def synthesized_logits(t, variant, n):
     return np.broadcast_to(np.einsum("hik,hjk->hij", t["R1"], t["R2"])[None], (t["q"].shape[0],) + t["R1"].shape[:2] + (n,))
 
 
+def pattern_mask(mech, t, causal, params):
+    """The dense (H, N, N) mask of a fixed sparse pattern, from its definition."""
+    n = t["q"].shape[2]
+    h = t["q"].shape[1]
+    i = np.arange(n)[:, None]
+    j = np.arange(n)[None, :]
+    if mech == "sliding":
+        m = np.abs(i - j) <= params["window"]
+    elif mech == "local":
+        b = params["block"]
+        ahead = 0 if causal else params["lookahead"]
+        m = (j // b >= i // b - params["lookback"]) & (j // b <= i // b + ahead)
+    elif mech == "bigbird":
+        b = params["block"]
+        nb = n // b
+        g = params["global_blocks"]
+        g1, g2 = (g + 1) // 2, g // 2
+        qb, kb = i // b, j // b
+        glob = lambda x: (x < g1) | (x >= nb - g2)
+        base = glob(qb) | glob(kb) | (np.abs(qb - kb) <= 1)
+        rb = t["random_blocks"].astype(np.int64)
+        assert rb.shape == (h, nb, params["random_blocks"]), rb.shape
+        masks = []
+        for hh in range(h):
+            extra = np.zeros((n, n), dtype=bool)
+            for q in range(nb):
+                for k in rb[hh, q]:
+                    if k >= 0:
+                        extra[q * b:(q + 1) * b, k * b:(k + 1) * b] = True
+            masks.append(base | extra)
+        return np.stack(masks)
+    else:
+        raise ValueError(mech)
+    if causal:
+        m = m & (j <= i)
+    return np.broadcast_to(m, (h, n, n))
+
+
+def masked_softmax_attention(q, k, v, mask):
+    s = np.einsum("bhid,bhjd->bhij", q, k) / np.sqrt(q.shape[-1])
+    s = np.where(mask[None], s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    return np.einsum("bhij,bhjd->bhid", p, v)
+
+
 def expected_output(mech, t, causal, params):
+    if mech in ("sliding", "local", "bigbird"):
+        return masked_softmax_attention(t["q"], t["k"], t["v"], pattern_mask(mech, t, causal, params))
     if mech in ("vanilla", "flash"):
         return softmax_attention(t["q"], t["k"], t["v"], causal)[1]
     if mech == "linear":
@@ -114,9 +162,9 @@ def expected_output(mech, t, causal, params):
     raise ValueError(mech)
 
 
-def check(exe, work, mech, causal, params=()):
+def check(exe, work, mech, causal, params=(), n=37):
     out = os.path.join(work, f"{mech}_{int(causal)}_{'_'.join(params)}".replace("=", "-"))
-    cmd = [exe, "dump", "--attn", mech, "--batch", "2", "--heads", "3", "--seq", "37",
+    cmd = [exe, "dump", "--attn", mech, "--batch", "2", "--heads", "3", "--seq", str(n),
            "--dhead", "8", "--seed", "5", "--out", out] + (["--causal"] if causal else [])
     for p in params:
         cmd += ["--param", p]
@@ -124,7 +172,7 @@ def check(exe, work, mech, causal, params=()):
     cfg = json.load(open(os.path.join(out, "config.json")))
     assert cfg["mechanism"] == mech and cfg["causal"] == causal and cfg["seed"] == 5, cfg
     shape = (cfg["B"], cfg["H"], cfg["N"], cfg["D"])
-    assert shape == (2, 3, 37, 8), shape
+    assert shape == (2, 3, n, 8), shape
     B, H, N, D = shape
     prm = cfg["params"]
     k = min(prm.get("k", 0), N)
@@ -134,20 +182,24 @@ def check(exe, work, mech, causal, params=()):
                 "Wk": (H, stride, D, D), "Wv": (H, stride, D, D), "W1": (H, D, D), "b1": (H, D),
                 "W2": (H, D, max_len), "b2": (H, max_len), "R": (H, N, N),
                 "R1": (H, N, prm.get("k", 0)), "R2": (H, N, prm.get("k", 0))}
+    if "random_blocks" in cfg["tensors"]:
+        declared["random_blocks"] = (H, N // prm["block"], prm["random_blocks"])
     own = {"performer": {"omega"}, "linformer": {"E", "F"}, "memory_compressed": {"Wk", "Wv"},
+           "bigbird": {"random_blocks"},
            "synthesizer": {"dense": {"W1", "b1", "W2", "b2"}, "random": {"R"},
                            "factorized": {"R1", "R2"}}.get(prm.get("variant"), set())}
     t = {}
     for name, file in cfg["tensors"].items():
         arr = np.load(os.path.join(out, file))
-        assert arr.dtype == np.float32, (name, arr.dtype)
+        want_dtype = np.int64 if name == "random_blocks" else np.float32
+        assert arr.dtype == want_dtype, (name, arr.dtype)
         assert arr.shape == declared.get(name, shape), (name, arr.shape)
         t[name] = arr.astype(np.float64)
     want = {"q", "k", "v", "out", "dout", "dq", "dk", "dv"} | own.get(mech, set())
     assert set(t) == want, set(t)
     np.testing.assert_allclose(t["out"], expected_output(mech, t, causal, prm), rtol=1e-4, atol=1e-5)
     if mech not in ("vanilla", "flash"):
-        return  # kernel gradients are checked against finite differences in the C++ tests
+        return  # other gradients are checked in the C++ tests
     dq, dk, dv = grads(t["q"], t["k"], t["v"], t["dout"], causal)
     for name, want in (("dq", dq), ("dk", dk), ("dv", dv)):
         np.testing.assert_allclose(t[name], want, rtol=1e-3, atol=1e-4, err_msg=name)
@@ -158,14 +210,17 @@ def main():
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     passed = failed = 0
-    cases = [(m, c, ()) for m in ("vanilla", "flash", "linear", "performer") for c in (False, True)]
-    cases += [("linformer", False, ("k=16",)), ("linformer", False, ("k=16", "share_kv=true")),
-              ("memory_compressed", False, ("stride=3",))]
-    cases += [("synthesizer", c, (f"variant={v}", "max_len=40", "k=4"))
+    cases = [(m, c, (), 37) for m in ("vanilla", "flash", "linear", "performer") for c in (False, True)]
+    cases += [("linformer", False, ("k=16",), 37), ("linformer", False, ("k=16", "share_kv=true"), 37),
+              ("memory_compressed", False, ("stride=3",), 37)]
+    cases += [("sliding", c, ("window=5",), 37) for c in (False, True)]
+    cases += [("local", c, ("block=8",), 37) for c in (False, True)]
+    cases += [("bigbird", False, ("block=4", "random_blocks=2"), 36)]
+    cases += [("synthesizer", c, (f"variant={v}", "max_len=40", "k=4"), 37)
               for v in ("dense", "random", "factorized") for c in (False, True)]
-    for mech, causal, params in cases:
+    for mech, causal, params, n in cases:
         try:
-            check(exe, work, mech, causal, params)
+            check(exe, work, mech, causal, params, n)
             passed += 1
         except Exception as e:  # report every case, then fail
             print(f"FAIL {mech} causal={causal} {params}: {e!r}")
