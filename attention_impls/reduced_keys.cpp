@@ -1,0 +1,82 @@
+#include "attention_impls/reduced_keys.hpp"
+
+#include <omp.h>
+
+#include <cmath>
+
+namespace ab {
+
+ReducedKeysAttention::ReducedKeysAttention(const AttnProblem& p, int64_t reduced)
+    : p_(p),
+      Nk_(reduced),
+      qk_(p.shape.D, p.strides.sn, p.shape.D, 1.0f / std::sqrt(static_cast<float>(p.shape.D))),
+      core_(TiledSoftmaxShape::dense(p.shape.B, p.shape.H, p.shape.N, reduced, p.shape.D, false, p.shape.D,
+                                     p.strides.sn, p.threads)) {}
+
+void ReducedKeysAttention::plan(Mode mode) const {
+  if (planned_ && planned_mode_ == mode) return;
+  maps_.clear();
+  plan_maps(maps_, mode);
+  core_.plan(mode, qk_);
+  planned_ = true;
+  planned_mode_ = mode;
+}
+
+size_t ReducedKeysAttention::reduced_bytes() const {
+  return static_cast<size_t>(p_.shape.B * p_.shape.H * Nk_ * p_.shape.D) * sizeof(float);
+}
+
+TensorView ReducedKeysAttention::view(const Buffer<float>& buf) const {
+  const Shape4 s{p_.shape.B, p_.shape.H, Nk_, p_.shape.D};
+  return TensorView{buf.data(), s, Strides3::contiguous(s)};
+}
+
+size_t ReducedKeysAttention::working_bytes(Mode mode) const {
+  plan(mode);
+  return param_bytes() + (mode == Mode::fwdbwd ? 4 : 2) * reduced_bytes() +
+         static_cast<size_t>(p_.threads) * maps_.scratch_per_slot() + core_.working_bytes(mode);
+}
+
+void ReducedKeysAttention::setup(Mode mode, Rng& rng) {
+  plan(mode);
+  draw_params(rng);
+  const size_t n = reduced_bytes() / sizeof(float);
+  Kr_ = Buffer<float>(n);
+  Vr_ = Buffer<float>(n);
+  if (mode == Mode::fwdbwd) {
+    dKr_ = Buffer<float>(n);
+    dVr_ = Buffer<float>(n);
+  }
+  scratch_ = Buffer<std::byte>(static_cast<size_t>(p_.threads) * maps_.scratch_per_slot());
+  maps_.bind(p_.threads, scratch_.data());
+  core_.setup(mode);
+}
+
+void ReducedKeysAttention::forward(const AttnArgs& a) {
+  const auto& s = p_.shape;
+#pragma omp parallel for schedule(static)
+  for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
+    const int tid = omp_get_thread_num();
+    const int64_t b = bh / s.H, h = bh % s.H;
+    reduce(maps_, tid, h, kKeys, a.k.head(b, h), view(Kr_).head(b, h));
+    reduce(maps_, tid, h, kValues, a.v.head(b, h), view(Vr_).head(b, h));
+  }
+  qk_.bind(a.q, view(Kr_));
+  core_.forward(qk_, view(Vr_), a.o);
+}
+
+void ReducedKeysAttention::backward(const AttnArgs& a) {
+  const auto& s = p_.shape;
+  qk_.bind(a.q, view(Kr_));
+  qk_.bind_grads(a.dq, view(dKr_));
+  core_.backward(qk_, view(Vr_), a.o, a.dout, view(dVr_));
+#pragma omp parallel for schedule(static)
+  for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
+    const int tid = omp_get_thread_num();
+    const int64_t b = bh / s.H, h = bh % s.H;
+    expand(maps_, tid, h, kKeys, view(dKr_).head(b, h), a.dk.head(b, h));
+    expand(maps_, tid, h, kValues, view(dVr_).head(b, h), a.dv.head(b, h));
+  }
+}
+
+}  // namespace ab
