@@ -288,6 +288,16 @@ void KernelAttention::scale_chunk_keys(float* Kc, const float* ls, int64_t len, 
   for (int64_t j = 0; j < len; ++j) scale_inplace(Kc + j * F_, F_, exp_f32(ls[j] - c));
 }
 
+// Moves the running state S, z from the previous chunk's factor c_prev to this chunk's and
+// scales this chunk's key rows to it; returns the chunk's factor.
+float KernelAttention::enter_chunk(const float* pmax, const float* ls, float* phiK, int64_t c0, int64_t len,
+                                   float c_prev, float* S, float* z) const {
+  const float c = chunk_factor(pmax, c0, len);
+  if (c0 > 0 && c != c_prev) scale_state(S, z, exp_f32(c_prev - c));
+  scale_chunk_keys(phiK + c0 * F_, ls + c0, len, c);
+  return c;
+}
+
 void KernelAttention::scale_state(float* S, float* z, float f) const {
   scale_inplace(S, F_ * p_.shape.D, f);
   scale_inplace(z, F_, f);
@@ -362,14 +372,11 @@ void KernelAttention::forward_head(int tid, const AttnArgs& a, int64_t b, int64_
   prefix_max(ls, N, pmax);
   fill(S, F * D, 0.0f);
   fill(z, F, 0.0f);
-  float c_prev = 0.0f;
+  float c = 0.0f;
   for (int64_t c0 = 0; c0 < N; c0 += C_) {
     const int64_t len = std::min(C_, N - c0);
-    const float c = chunk_factor(pmax, c0, len);
-    if (c0 > 0 && c != c_prev) scale_state(S, z, exp_f32(c_prev - c));
-    c_prev = c;
-    float* Kc = phiK + c0 * F;
-    scale_chunk_keys(Kc, ls + c0, len, c);
+    c = enter_chunk(pmax, ls, phiK, c0, len, c, S, z);
+    const float* Kc = phiK + c0 * F;
     const float *Qc = phiQ + c0 * F, *Vc = V + c0 * ld;
     float* Oc = O + c0 * ld;
     mm_.run(tid, spec_QKt(len), Qc, Kc, A);
@@ -453,14 +460,11 @@ void KernelAttention::backward_head(int tid, const AttnArgs& a, int64_t b, int64
     };
     fill(S, F * D, 0.0f);
     fill(z, F, 0.0f);
-    float c_prev = 0.0f;
+    float c = 0.0f;
     for (int64_t c0 = 0; c0 < N; c0 += C_) {
       const int64_t len = std::min(C_, N - c0);
-      const float c = chunk_factor(pmax, c0, len);
-      if (c0 > 0 && c != c_prev) scale_state(S, z, exp_f32(c_prev - c));
-      c_prev = c;
       // Keys stay scaled at their chunk's factor for the reverse pass and the map's backward.
-      scale_chunk_keys(phiK + c0 * F, ls + c0, len, c);
+      c = enter_chunk(pmax, ls, phiK, c0, len, c, S, z);
       const float *Qc = phiQ + c0 * F, *Kc = phiK + c0 * F, *Vc = V + c0 * ld;
       mm_.run(tid, spec_QKt(len), Qc, Kc, A);
       for (int64_t i = 0; i < len; ++i) {

@@ -80,6 +80,8 @@ class KernelAttention : public Attention {
   void scale_chunk_keys(float* Kc, const float* ls, int64_t len, float c) const;
   float row_eps(const float* pmax, int64_t i, float c) const;
   void scale_state(float* S, float* z, float f) const;
+  float enter_chunk(const float* pmax, const float* ls, float* phiK, int64_t c0, int64_t len, float c_prev,
+                    float* S, float* z) const;
   void features_of_keys(int tid, const float* K, int64_t rows, float* phi, float* ls) const;
   void forward_head(int tid, const AttnArgs& a, int64_t b, int64_t h) const;
   void backward_head(int tid, const AttnArgs& a, int64_t b, int64_t h) const;

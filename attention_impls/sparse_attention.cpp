@@ -148,11 +148,9 @@ void SparseAttention::setup(Mode mode, Rng& rng) {
     ring_k_ = Buffer<float>(static_cast<size_t>(s.B * s.H * W * s.D));
     ring_v_ = Buffer<float>(ring_k_.size());
     ring_scores_ = Buffer<float>(static_cast<size_t>(p_.threads * W));
-    mode_ = mode;
     return;
   }
   build(&rng);
-  mode_ = mode;
   const auto& s = p_.shape;
   const auto& st = p_.strides;
   for (auto& part : parts_) {

@@ -78,7 +78,6 @@ class SparseAttention : public Attention {
   mutable bool uncovered_rows_ = true;
   mutable Mode planned_mode_ = Mode::fwd;
   mutable bool planned_ = false;
-  Mode mode_ = Mode::fwd;
   Buffer<float> o_tmp_, lse_;
   Buffer<float> ring_k_, ring_v_, ring_scores_;  // decode
 };

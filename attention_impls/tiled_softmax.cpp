@@ -64,6 +64,11 @@ std::pair<int64_t, int64_t> TiledSoftmax::keys_of(int64_t i) const {
   return r;
 }
 
+std::pair<int64_t, int64_t> TiledSoftmax::admissible(int64_t i, int64_t c0, int64_t cols) const {
+  const auto [lo, hi] = keys_of(i);
+  return {std::max<int64_t>(lo - c0, 0), std::min(hi - c0, cols)};
+}
+
 double TiledSoftmax::pairs() const {
   if (!s_.keys) return s_.causal ? dense_pairs(s_.Nq, true) : static_cast<double>(s_.Nq) * static_cast<double>(s_.Nk);
   double p = 0;
@@ -225,13 +230,7 @@ void TiledSoftmax::forward(const LogitsSource& src, const TensorView& v, const T
       src.logits(mm_, tid, b, h, r0, rows, c0, cols, S, kFwdCols);
       for (int64_t r = 0; r < rows; ++r) {
         float* Sr = S + r * kFwdCols;
-        // Keys c0+a .. c0+e-1 are admissible for query r0+r.
-        int64_t a = 0, e = cols;
-        if (ranged) {
-          const auto [lo, hi] = keys_of(r0 + r);
-          a = std::max<int64_t>(lo - c0, 0);
-          e = std::min(hi - c0, cols);
-        }
+        const auto [a, e] = ranged ? admissible(r0 + r, c0, cols) : std::pair<int64_t, int64_t>{0, cols};
         if (e <= a) {
           fill(Sr, cols, 0.0f);
           continue;
@@ -275,7 +274,6 @@ void TiledSoftmax::backward(const LogitsSource& src, const TensorView& v, const 
   const bool ranged = s_.causal || s_.keys;
   const bool tight = s_.tight && ranged;
   const size_t per_thread = tile_floats(Mode::fwdbwd);
-  auto query_rows = [&](int64_t c0, int64_t c1) { return queries_using(c0, c1); };
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t bh = 0; bh < BH; ++bh) {
     const int tid = omp_get_thread_num();
@@ -297,19 +295,14 @@ void TiledSoftmax::backward(const LogitsSource& src, const TensorView& v, const 
       const int64_t cols = std::min(kBwdCols, Nk - c0);
       const float* Vj = v.row(b, h, c0);
       float* dVj = dv.row(b, h, c0);
-      const auto [q_first, q_end] = query_rows(c0, c0 + cols);
+      const auto [q_first, q_end] = queries_using(c0, c0 + cols);
       for (int64_t r0 = tight ? q_first : q_first / kBwdRows * kBwdRows; r0 < q_end; r0 += kBwdRows) {
         const int64_t rows = std::min(kBwdRows, (tight ? q_end : Nq) - r0);
         const float* dOi = dout.row(b, h, r0);
         src.logits(mm_, tid, b, h, r0, rows, c0, cols, P, kBwdCols);
         for (int64_t r = 0; r < rows; ++r) {
           float* Pr = P + r * kBwdCols;
-          int64_t a = 0, e = cols;
-          if (ranged) {
-            const auto [lo, hi] = keys_of(r0 + r);
-            a = std::max<int64_t>(lo - c0, 0);
-            e = std::min(hi - c0, cols);
-          }
+          const auto [a, e] = ranged ? admissible(r0 + r, c0, cols) : std::pair<int64_t, int64_t>{0, cols};
           const float shift = lse_at(r0 + r);
           if (e <= a || shift == kNegInf) {
             fill(Pr, cols, 0.0f);

@@ -136,6 +136,8 @@ class TiledSoftmax {
   const float* lse(int64_t b, int64_t h) const { return lse_.data() + (b * s_.H + h) * s_.Nq; }
   // Admissible keys of query row i (pattern and causality).
   std::pair<int64_t, int64_t> keys_of(int64_t i) const;
+  // Admissible keys of row i within the tile of keys [c0, c0 + cols), as tile columns [a, e).
+  std::pair<int64_t, int64_t> admissible(int64_t i, int64_t c0, int64_t cols) const;
   // The run of query rows that use some key of [c0, c1).
   std::pair<int64_t, int64_t> queries_using(int64_t c0, int64_t c1) const;
   const MatmulCache& mm() const { return mm_; }
