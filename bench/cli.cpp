@@ -8,6 +8,9 @@
 
 #include <CLI/CLI.hpp>
 #include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <thread>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -15,7 +18,10 @@
 #include "attention_impls/registry.hpp"
 #include "bench/dump.hpp"
 #include "bench/results.hpp"
+#include "bench/analysis.hpp"
+#include "bench/instructions.hpp"
 #include "bench/runner.hpp"
+#include "bench/sweep.hpp"
 #include "core/matmul.hpp"
 #include "core/sysinfo.hpp"
 
@@ -91,32 +97,42 @@ size_t parse_bytes(const std::string& text) {
 
 namespace {
 
+Mode parse_mode(const std::string& m) {
+  if (m == "fwd") return Mode::fwd;
+  if (m == "fwdbwd") return Mode::fwdbwd;
+  if (m == "decode") return Mode::decode;
+  throw InvalidInput(fmt::format("unknown mode '{}'; modes: fwd, fwdbwd, decode", m));
+}
+
+// The shape and mechanism options shared by run, sweep and dump. Every size option takes a list
+// (run and sweep make a grid of them; dump needs one value each).
 struct ShapeOptions {
   std::vector<std::string> attn{"flash"};
-  int64_t batch = 1, heads = 8, dhead = 64;
-  std::string seq = "1024";
+  std::string batch = "1", heads = "8", seq = "1024", dhead = "64", threads = "1";
   bool causal = false;
-  int threads = 1;
   uint64_t seed = 0;
   std::vector<std::string> params;
 
   void add_to(CLI::App* app, bool multi) {
+    const std::string list = multi ? " (list: 1,2 or a range like 256:16384:x2)" : "";
     app->add_option("--attn", attn,
                     multi ? "mechanisms, comma-separated, or 'all'" : "the mechanism")
         ->delimiter(',')
         ->capture_default_str();
-    app->add_option("--batch", batch, "batch size B")->capture_default_str();
-    app->add_option("--heads", heads, "heads H")->capture_default_str();
+    app->add_option("--batch", batch, "batch size B" + list)->capture_default_str();
+    app->add_option("--heads", heads, "heads H" + list)->capture_default_str();
     app->add_option("--seq", seq,
                     multi ? "sequence lengths N: 256,512 or 256:16384:x2 or 1024:4096:+1024"
                           : "sequence length N")
         ->capture_default_str();
-    app->add_option("--dhead", dhead, "head dimension D")->capture_default_str();
+    app->add_option("--dhead", dhead, "head dimension D" + list)->capture_default_str();
     app->add_flag("--causal", causal, "causal masking (query i uses keys j <= i)");
-    app->add_option("--threads", threads, "OpenMP threads")->capture_default_str();
+    app->add_option("--threads", threads, "OpenMP threads" + list)->capture_default_str();
     app->add_option("--seed", seed, "seed of every random draw")->capture_default_str();
     app->add_option("--param", params,
-                    "mechanism parameter name=value (repeatable; mech.name=value targets one mechanism)");
+                    multi ? "mechanism parameter name=value (repeatable; mech.name=value targets one "
+                            "mechanism; name=v1,v2 makes a grid of the values)"
+                          : "mechanism parameter name=value (repeatable)");
   }
 
   std::vector<std::string> mechanism_list() const {
@@ -161,23 +177,100 @@ struct ShapeOptions {
     }
     return out;
   }
+
+  // Every combination of one mechanism's list-valued parameters ("window=64,128").
+  std::vector<ParamValues> param_grid(const std::string& mech, const std::vector<std::string>& all_mechs) const {
+    std::vector<std::vector<std::string>> combos{{}};
+    for (const auto& a : params_for(mech, all_mechs)) {
+      const auto eq = a.find('=');
+      const auto values = eq == std::string::npos ? std::vector<std::string>{""} : split(a.substr(eq + 1), ',');
+      std::vector<std::vector<std::string>> next;
+      for (const auto& c : combos)
+        for (const auto& v : values) {
+          auto c2 = c;
+          c2.push_back(eq == std::string::npos ? a : a.substr(0, eq + 1) + v);
+          next.push_back(std::move(c2));
+        }
+      combos = std::move(next);
+    }
+    std::vector<ParamValues> out;
+    for (const auto& c : combos) out.push_back(resolve_params(find_mechanism(mech), c));
+    return out;
+  }
+
+  // mechanisms x parameter values x levels x modes x threads x B x H x D x N, in that nesting.
+  std::vector<PointId> grid(const std::vector<std::string>& modes, const std::vector<std::string>& levels) const {
+    const auto mechs = mechanism_list();
+    auto sizes = [](const char* option, const std::string& text) {
+      try {
+        return parse_int_list(text);
+      } catch (const InvalidInput& e) {
+        throw InvalidInput(fmt::format("{}: {}", option, e.what()));
+      }
+    };
+    const auto seqs = sizes("--seq", seq), bs = sizes("--batch", batch), hs = sizes("--heads", heads),
+               ds = sizes("--dhead", dhead);
+    std::vector<int> ts;
+    for (int64_t t : sizes("--threads", threads)) {
+      if (t > 1024) throw InvalidInput(fmt::format("--threads {} is more than 1024", t));
+      ts.push_back(static_cast<int>(t));
+    }
+    std::vector<Mode> mode_list;
+    for (const auto& m : modes) mode_list.push_back(parse_mode(m));
+    for (const auto& l : levels)
+      if (l != "attention") throw InvalidInput(fmt::format("unknown level '{}'; levels: attention", l));
+    std::vector<PointId> out;
+    for (const auto& mech : mechs)
+      for (const auto& params : param_grid(mech, mechs))
+        for (const auto& level : levels)
+          for (Mode mode : mode_list)
+            for (int t : ts)
+              for (int64_t b : bs)
+                for (int64_t h : hs)
+                  for (int64_t d : ds)
+                    for (int64_t n : seqs) {
+                      PointId id;
+                      id.mechanism = mech;
+                      id.params = params;
+                      id.level = level;
+                      id.mode = mode;
+                      id.shape = Shape4{b, h, n, d};
+                      id.causal = causal || mode == Mode::decode;  // decoding is causal by definition
+                      id.threads = t;
+                      out.push_back(std::move(id));
+                    }
+    return out;
+  }
 };
 
-Mode parse_mode(const std::string& m) {
-  if (m == "fwd") return Mode::fwd;
-  if (m == "fwdbwd") return Mode::fwdbwd;
-  if (m == "decode") return Mode::decode;
-  throw InvalidInput(fmt::format("unknown mode '{}'; modes: fwd, fwdbwd, decode", m));
+void check_run_options(const RunOptions& opts) {
+  if (opts.reps < 1) throw InvalidInput("--reps must be at least 1");
+  if (opts.min_time < 0) throw InvalidInput("--min-time must not be negative");
+  if (opts.warmup < 0) throw InvalidInput("--warmup must not be negative");
 }
 
-std::string point_label(const PointId& id, const RunOptions& o) {
-  std::string s = "attnbench run --attn " + id.mechanism;
-  for (const auto& [k, v] : id.params.items()) s += fmt::format(" --param {}={}", k, format_param_value(v));
-  s += fmt::format(" --level {} --mode {} --batch {} --heads {} --seq {} --dhead {}{} --threads {} --seed {} --reps {} --min-time {:g} --warmup {}{}",
-                   id.level, to_string(id.mode), id.shape.B, id.shape.H, id.shape.N, id.shape.D,
-                   id.causal ? " --causal" : "", id.threads, o.seed, o.reps, o.min_time, o.warmup,
-                   o.error ? " --error" : "");
-  return s;
+void check_format(const std::string& format, std::initializer_list<const char*> allowed) {
+  for (const char* a : allowed)
+    if (format == a) return;
+  throw InvalidInput(fmt::format("unknown format '{}'; formats: {}", format, fmt::join(allowed, ", ")));
+}
+
+// A test hook (documented in the README): ATTNBENCH_FAULT=KIND:TEXT makes `run` misbehave on
+// the points whose name contains TEXT, so the sweep's isolation can be tested. KIND: crash
+// (SIGSEGV), kill (SIGKILL, as the out-of-memory killer does), hang, exit (exit code 3).
+void inject_fault(const PointId& id) {
+  const char* env = std::getenv("ATTNBENCH_FAULT");
+  if (!env) return;
+  const std::string spec = env;
+  const auto colon = spec.find(':');
+  if (colon == std::string::npos || id.name().find(spec.substr(colon + 1)) == std::string::npos) return;
+  const std::string kind = spec.substr(0, colon);
+  std::cerr << "ATTNBENCH_FAULT: " << kind << " on " << id.name() << "\n" << std::flush;
+  if (kind == "crash") std::raise(SIGSEGV);
+  if (kind == "kill") std::raise(SIGKILL);
+  if (kind == "exit") std::_Exit(3);
+  if (kind == "hang")
+    while (true) std::this_thread::sleep_for(std::chrono::seconds(1));
 }
 
 int cmd_list(const std::string& what, const std::string& name) {
@@ -210,55 +303,44 @@ int cmd_list(const std::string& what, const std::string& name) {
   throw InvalidInput(fmt::format("unknown list '{}'; lists: mechanisms, params NAME, tasks", what));
 }
 
-int cmd_run(const ShapeOptions& so, const std::vector<std::string>& modes, const std::string& level,
-            const RunOptions& opts_in, const std::string& out_path, const std::string& format,
-            const std::string& command) {
-  RunOptions opts = opts_in;
-  if (level != "attention") throw InvalidInput(fmt::format("unknown level '{}'; levels: attention", level));
-  if (opts.reps < 1) throw InvalidInput("--reps must be at least 1");
-  if (opts.min_time < 0) throw InvalidInput("--min-time must not be negative");
-  if (opts.warmup < 0) throw InvalidInput("--warmup must not be negative");
-  if (format != "md" && format != "csv" && format != "json")
-    throw InvalidInput(fmt::format("unknown format '{}'; formats: md, csv, json", format));
-  const auto mechs = so.mechanism_list();
-  const auto seqs = parse_int_list(so.seq);
-  std::vector<Mode> mode_list;
-  for (const auto& m : modes) mode_list.push_back(parse_mode(m));
+int cmd_run(const std::vector<PointId>& grid, const RunOptions& opts, const std::string& out_path,
+            const std::string& format, const std::string& command) {
+  check_run_options(opts);
+  check_format(format, {"md", "csv", "json"});
+  if (opts.count_instructions) check_instruction_counting();
 
   // Validate every point before running any: bad input exits 2 with nothing written.
   std::vector<PreparedPoint> points;
-  for (const auto& mech : mechs) {
-    const ParamValues params = resolve_params(find_mechanism(mech), so.params_for(mech, mechs));
-    for (Mode mode : mode_list)
-      for (int64_t n : seqs) {
-        PointId id;
-        id.mechanism = mech;
-        id.params = params;
-        id.level = level;
-        id.mode = mode;
-        id.shape = Shape4{so.batch, so.heads, n, so.dhead};
-        id.causal = so.causal || mode == Mode::decode;  // decoding is causal by definition
-        id.threads = so.threads;
-        PreparedPoint pp = prepare_point(id, opts);
-        pp.impl.reset();  // constructed again just before it runs, to hold one plan at a time
-        points.push_back(std::move(pp));
-      }
+  for (const auto& id : grid) {
+    PreparedPoint pp = prepare_point(id, opts);
+    pp.impl.reset();  // constructed again just before it runs, to hold one plan at a time
+    points.push_back(std::move(pp));
   }
 
-  const double gemm = measure_gemm_gflops_1thread();
+  const double gemm = opts.gemm_gflops > 0 ? opts.gemm_gflops : measure_gemm_gflops_1thread();
   std::vector<PointResult> results;
   for (size_t i = 0; i < points.size(); ++i) {
     PreparedPoint pp = prepare_point(points[i].id, opts);
     const std::string label = point_label(pp.id, opts);
     std::cerr << fmt::format("[{}/{}] {} ...", i + 1, points.size(), pp.id.name()) << std::flush;
+    inject_fault(pp.id);
     PointResult r = run_point(pp, opts, label, gemm);
+    if (r.status == Status::OK && opts.count_instructions) {
+      RunOptions child = opts;  // one warm-up and one counted call, nothing else
+      child.count_instructions = child.error = false;
+      child.reps = child.warmup = 1;
+      child.min_time = 0;
+      count_point_instructions(point_args(pp.id, child), r);
+    }
     if (r.status == Status::OK)
-      std::cerr << fmt::format(" {:.4g} ms\n", real_stats(r).median * 1e3);
+      std::cerr << fmt::format(" {:.4g} ms{}\n", real_stats(r).median * 1e3,
+                               r.instructions ? fmt::format(", {:.0f} instructions", *r.instructions) : "");
     else
       std::cerr << fmt::format(" {}: {}\n", to_string(r.status), r.message);
     results.push_back(std::move(r));
   }
-  const nlohmann::json doc = results_document(run_context(command, opts.seed, so.threads, gemm), results);
+  const int threads = grid.empty() ? 1 : grid.front().threads;
+  const nlohmann::json doc = results_document(run_context(command, opts.seed, threads, gemm), results);
   if (!out_path.empty()) write_file_atomic(out_path, doc.dump(2) + "\n");
   if (format == "json") std::cout << doc.dump(2) << "\n";
   else if (format == "csv") std::cout << to_csv(results);
@@ -266,7 +348,62 @@ int cmd_run(const ShapeOptions& so, const std::vector<std::string>& modes, const
   return 0;
 }
 
+void add_run_options(CLI::App* app, RunOptions& o, std::string& mem_limit, std::string& count) {
+  app->add_option("--reps", o.reps, "repetitions, every one kept")->capture_default_str();
+  app->add_option("--min-time", o.min_time, "seconds per repetition (iterations added to reach it)")->capture_default_str();
+  app->add_option("--warmup", o.warmup, "untimed calls before timing")->capture_default_str();
+  app->add_flag("--error", o.error, "report nmse of the output against flash");
+  app->add_option("--mem-limit", mem_limit, "refuse points predicted above this, e.g. 16G (default 80% of RAM)");
+  app->add_option("--count", count,
+                  "'instructions': also count each point's instructions per call under valgrind's callgrind "
+                  "(needs a build without AVX-512, see README)");
+  // Internal: the sweep passes its measured GEMM rate to each child; callgrind children run one call.
+  app->add_option("--gemm-gflops", o.gemm_gflops)->group("");
+  app->add_flag("--callgrind-child", o.callgrind_child)->group("");
+}
+
+void finish_run_options(RunOptions& o, const ShapeOptions& so, const std::string& mem_limit, const std::string& count) {
+  o.seed = so.seed;
+  o.mem_limit = mem_limit.empty() ? physical_memory_bytes() / 5 * 4 : parse_bytes(mem_limit);
+  if (!count.empty() && count != "instructions")
+    throw InvalidInput(fmt::format("unknown --count '{}'; counts: instructions", count));
+  o.count_instructions = count == "instructions";
+}
+
 }  // namespace
+
+std::vector<std::string> point_args(const PointId& id, const RunOptions& o) {
+  std::vector<std::string> a = {"run", "--attn", id.mechanism};
+  for (const auto& [k, v] : id.params.items()) {
+    a.push_back("--param");
+    a.push_back(k + "=" + format_param_value(v));
+  }
+  auto add = [&](const char* flag, const std::string& value) {
+    a.push_back(flag);
+    a.push_back(value);
+  };
+  add("--level", id.level);
+  add("--mode", to_string(id.mode));
+  add("--batch", std::to_string(id.shape.B));
+  add("--heads", std::to_string(id.shape.H));
+  add("--seq", std::to_string(id.shape.N));
+  add("--dhead", std::to_string(id.shape.D));
+  if (id.causal) a.push_back("--causal");
+  add("--threads", std::to_string(id.threads));
+  add("--seed", std::to_string(o.seed));
+  add("--reps", std::to_string(o.reps));
+  add("--min-time", fmt::format("{:g}", o.min_time));
+  add("--warmup", std::to_string(o.warmup));
+  if (o.error) a.push_back("--error");
+  if (o.count_instructions) add("--count", "instructions");
+  return a;
+}
+
+std::string point_label(const PointId& id, const RunOptions& o) {
+  std::string s = "attnbench";
+  for (const auto& a : point_args(id, o)) s += " " + a;
+  return s;
+}
 
 int cli_main(int argc, char** argv) {
   // Large buffers always come from (and go back to) mmap, so the resident set measured for one
@@ -282,26 +419,70 @@ int cli_main(int argc, char** argv) {
   list->add_option("what", list_what, "mechanisms | params | tasks")->capture_default_str();
   list->add_option("name", list_name, "mechanism name (for params)");
 
+  // run
   ShapeOptions run_shape;
-  std::vector<std::string> modes{"fwd"};
-  std::string level = "attention", out_path, format = "md", mem_limit;
+  std::vector<std::string> run_modes{"fwd"}, run_levels{"attention"};
+  std::string run_out, run_format = "md", run_mem, run_count;
   RunOptions ropts;
-  auto* run = app.add_subcommand("run", "benchmark mechanisms over sequence lengths and modes");
+  auto* run = app.add_subcommand("run", "benchmark mechanisms over sequence lengths and modes, in this process");
   run_shape.add_to(run, true);
-  run->add_option("--mode", modes, "fwd | fwdbwd | decode (comma-separated for several); decode: one new token after a context of N")->delimiter(',')->capture_default_str();
-  run->add_option("--level", level, "attention")->capture_default_str();
-  run->add_option("--reps", ropts.reps, "repetitions, every one kept")->capture_default_str();
-  run->add_option("--min-time", ropts.min_time, "seconds per repetition (iterations added to reach it)")->capture_default_str();
-  run->add_option("--warmup", ropts.warmup, "untimed calls before timing")->capture_default_str();
-  run->add_flag("--error", ropts.error, "report nmse of the output against flash");
-  run->add_option("--mem-limit", mem_limit, "refuse points predicted above this (default 80% of RAM)");
-  run->add_option("--out", out_path, "write the Google-Benchmark JSON result file here");
-  run->add_option("--format", format, "stdout format: md | csv | json")->capture_default_str();
+  run->add_option("--mode", run_modes, "fwd | fwdbwd | decode (comma-separated for several); decode: one new token after a context of N")->delimiter(',')->capture_default_str();
+  run->add_option("--level", run_levels, "attention")->delimiter(',')->capture_default_str();
+  add_run_options(run, ropts, run_mem, run_count);
+  run->add_option("--out", run_out, "write the Google-Benchmark JSON result file here");
+  run->add_option("--format", run_format, "stdout format: md | csv | json")->capture_default_str();
 
+  // sweep
+  ShapeOptions sweep_shape;
+  sweep_shape.seq = "256:16384:x2";
+  std::vector<std::string> sweep_modes{"fwd"}, sweep_levels{"attention"};
+  std::string sweep_mem, sweep_count, shard = "1/1";
+  RunOptions sopts;
+  SweepOptions sweep_opts;
+  auto* sweep = app.add_subcommand("sweep", "run a grid, each point in its own process, appended to --out as it finishes");
+  sweep_shape.add_to(sweep, true);
+  sweep->add_option("--mode", sweep_modes, "fwd | fwdbwd | decode, comma-separated")->delimiter(',')->capture_default_str();
+  sweep->add_option("--level", sweep_levels, "attention")->delimiter(',')->capture_default_str();
+  add_run_options(sweep, sopts, sweep_mem, sweep_count);
+  sweep->add_option("--out", sweep_opts.out, "the result file, rewritten whole after every point")->required();
+  sweep->add_flag("--resume", sweep_opts.resume, "keep the points already in --out and run only the missing ones");
+  sweep->add_option("--time-limit", sweep_opts.time_limit_s, "seconds one point may take before it is stopped as TIMEOUT (0: none)")->capture_default_str();
+  sweep->add_option("--shard", shard, "i/n: run only the i-th of n disjoint parts of the grid (merge the files afterwards)")->capture_default_str();
+
+  // table
+  std::vector<std::string> table_files;
+  TableOptions topts;
+  auto* table = app.add_subcommand("table", "comparison tables from result files: rows mechanisms, columns N");
+  table->add_option("files", table_files, "result files")->required();
+  table->add_option("--metric", topts.metric, "time | cpu_time | " + table_metric_names())->capture_default_str();
+  table->add_option("--baseline", topts.baseline, "mechanism the ratios are taken against ('none' for no ratios)")->capture_default_str();
+  table->add_option("--format", topts.format, "md | csv | latex")->capture_default_str();
+
+  // compare
+  std::string base_file, new_file;
+  CompareOptions copts;
+  auto* compare = app.add_subcommand("compare", "the regression gate: exit 1 when NEW is significantly worse than BASE");
+  compare->add_option("base", base_file, "the baseline result file")->required();
+  compare->add_option("new", new_file, "the result file to judge")->required();
+  compare->add_option("--metric", copts.metric, "time (real time and tracked memory) | instructions | memory")->capture_default_str();
+  compare->add_option("--max-regress", copts.max_regress, "relative worsening tolerated, 0.05 = 5%")->capture_default_str();
+  compare->add_option("--alpha", copts.alpha, "significance level of the Mann-Whitney U test")->capture_default_str();
+  compare->add_option("--format", copts.format, "md | csv")->capture_default_str();
+
+  // merge
+  std::vector<std::string> merge_files;
+  std::string merge_out;
+  bool mixed_cpus = false;
+  auto* merge = app.add_subcommand("merge", "join result files (e.g. the shards of a sweep) into one");
+  merge->add_option("files", merge_files, "result files")->required();
+  merge->add_option("--out", merge_out, "the merged file")->required();
+  merge->add_flag("--allow-mixed-cpus", mixed_cpus, "merge files measured on different CPU models");
+
+  // dump
   ShapeOptions dump_shape;
   dump_shape.seq = "128";
-  dump_shape.heads = 2;
-  dump_shape.dhead = 16;
+  dump_shape.heads = "2";
+  dump_shape.dhead = "16";
   std::string dump_dir;
   auto* dump = app.add_subcommand("dump", "write inputs, parameters and outputs of one call as .npy + config.json");
   dump_shape.add_to(dump, false);
@@ -309,8 +490,10 @@ int cli_main(int argc, char** argv) {
 
   if (argc > 1 && argv[1][0] != '-') {
     const std::string verb = argv[1];
-    if (verb != "list" && verb != "run" && verb != "dump") {
-      std::cerr << "attnbench: error: unknown verb '" << verb << "'; verbs: list, run, dump\n";
+    bool known = false;
+    for (const auto* sub : app.get_subcommands([](CLI::App*) { return true; })) known |= sub->get_name() == verb;
+    if (!known) {
+      std::cerr << "attnbench: error: unknown verb '" << verb << "'; verbs: list, run, sweep, table, compare, merge, dump\n";
       return 2;
     }
   }
@@ -322,25 +505,30 @@ int cli_main(int argc, char** argv) {
     return 2;
   }
 
+  const std::string command = join_args(argc, argv);
   try {
     if (list->parsed()) return cmd_list(list_what, list_name);
     if (run->parsed()) {
-      ropts.seed = run_shape.seed;
-      ropts.mem_limit = mem_limit.empty() ? physical_memory_bytes() / 5 * 4 : parse_bytes(mem_limit);
-      return cmd_run(run_shape, modes, level, ropts, out_path, format, join_args(argc, argv));
+      finish_run_options(ropts, run_shape, run_mem, run_count);
+      return cmd_run(run_shape.grid(run_modes, run_levels), ropts, run_out, run_format, command);
     }
+    if (sweep->parsed()) {
+      finish_run_options(sopts, sweep_shape, sweep_mem, sweep_count);
+      check_run_options(sopts);
+      if (sopts.count_instructions) check_instruction_counting();
+      parse_shard(shard, &sweep_opts.shard_index, &sweep_opts.shard_count);
+      if (sweep_opts.time_limit_s < 0) throw InvalidInput("--time-limit must not be negative");
+      sweep_opts.command = command;
+      return run_sweep(sweep_shape.grid(sweep_modes, sweep_levels), sopts, sweep_opts);
+    }
+    if (table->parsed()) return cmd_table(table_files, topts);
+    if (compare->parsed()) return cmd_compare(base_file, new_file, copts);
+    if (merge->parsed()) return cmd_merge(merge_files, merge_out, mixed_cpus, command);
     if (dump->parsed()) {
-      const auto mechs = dump_shape.mechanism_list();
-      if (mechs.size() != 1) throw InvalidInput("dump takes exactly one mechanism");
-      const auto seqs = parse_int_list(dump_shape.seq);
-      if (seqs.size() != 1) throw InvalidInput("dump takes exactly one sequence length");
-      PointId id;
-      id.mechanism = mechs[0];
-      id.params = resolve_params(find_mechanism(mechs[0]), dump_shape.params_for(mechs[0], mechs));
-      id.shape = Shape4{dump_shape.batch, dump_shape.heads, seqs[0], dump_shape.dhead};
-      id.causal = dump_shape.causal;
-      id.threads = dump_shape.threads;
-      dump_point(id, dump_shape.seed, dump_dir);
+      if (dump_shape.mechanism_list().size() != 1) throw InvalidInput("dump takes exactly one mechanism");
+      const auto grid = dump_shape.grid({"fwd"}, {"attention"});
+      if (grid.size() != 1) throw InvalidInput("dump takes exactly one value of each size and parameter");
+      dump_point(grid[0], dump_shape.seed, dump_dir);
       std::cout << dump_dir << "\n";
       return 0;
     }

@@ -64,31 +64,43 @@ TimeStats cpu_stats(const PointResult& r) {
 const std::vector<Field>& result_fields() {
   using R = const PointResult&;
   using O = std::optional<double>;
+  constexpr double MiB = 1 << 20;
   static const std::vector<Field> fields = {
-      {"flops", "GFLOP/call", 3, [](R r, double) -> O { return r.flops; }},
-      {"gflops_per_s", "GFLOP/s", 1,
+      {"flops", "GFLOP/call", 3, Better::Neither, 1e9, [](R r, double) -> O { return r.flops; }},
+      {"gflops_per_s", "GFLOP/s", 1, Better::Higher, 1,
        [](R r, double t) -> O { return t > 0 ? O(r.flops / t / 1e9) : std::nullopt; }},
-      {"peak_fraction", "of GEMM", 2,
+      {"peak_fraction", "of GEMM", 2, Better::Higher, 1,
        [](R r, double t) -> O {
          if (t <= 0 || r.gemm_gflops <= 0) return std::nullopt;
          return r.flops / t / 1e9 / (r.gemm_gflops * r.id.threads);
        }},
-      {"tokens_per_s", "tokens/s", 0,
+      {"tokens_per_s", "tokens/s", 0, Better::Higher, 1,
        [](R r, double t) -> O { return t > 0 ? O(static_cast<double>(r.tokens()) / t) : std::nullopt; }},
-      {"peak_bytes", "peak MiB", 1, [](R r, double) -> O { return static_cast<double>(r.peak_bytes); }},
-      {"peak_rss_bytes", "RSS MiB", 1,
+      {"peak_bytes", "peak MiB", 1, Better::Lower, MiB,
+       [](R r, double) -> O { return static_cast<double>(r.peak_bytes); }},
+      {"peak_rss_bytes", "RSS MiB", 1, Better::Lower, MiB,
        [](R r, double) -> O { return static_cast<double>(r.peak_rss_bytes); }},
-      {"rss_delta_bytes", "RSS +MiB", 1,
+      {"rss_delta_bytes", "RSS +MiB", 1, Better::Lower, MiB,
        [](R r, double) -> O { return static_cast<double>(r.rss_delta_bytes); }},
-      {"nmse", "nmse", 3, [](R r, double) -> O { return r.nmse; }},
+      {"nmse", "nmse", -1, Better::Lower, 1, [](R r, double) -> O { return r.nmse; }},
+      {"instructions", "instructions", 0, Better::Lower, 1, [](R r, double) -> O { return r.instructions; }},
   };
   return fields;
 }
 
-namespace {
-bool is_bytes(const Field& f) { return std::string(f.key).find("bytes") != std::string::npos; }
-bool is_flops(const Field& f) { return std::string(f.key) == "flops"; }
+const Field* find_field(const std::string& key) {
+  for (const auto& f : result_fields())
+    if (key == f.key) return &f;
+  return nullptr;
+}
 
+// precision -1: scientific notation (errors span many decades).
+std::string Field::format(double v) const {
+  if (precision < 0) return fmt::format("{:.3e}", v / display_scale);
+  return fmt::format("{:.{}f}", v / display_scale, precision);
+}
+
+namespace {
 nlohmann::json identity(const PointResult& r) {
   nlohmann::json p = nlohmann::json::object();
   for (const auto& [k, v] : r.id.params.items()) p[k] = format_param_value(v);
@@ -230,10 +242,7 @@ std::vector<Column> columns(bool for_csv) {
                    auto v = f.value(r, real_stats(r).median);
                    if (!v) return "";
                    if (for_csv) return fmt::format("{:.6g}", *v);
-                   if (is_bytes(f)) return fmt::format("{:.{}f}", *v / (1 << 20), f.precision);
-                   if (is_flops(f)) return fmt::format("{:.{}f}", *v / 1e9, f.precision);
-                   if (std::string(f.key) == "nmse") return fmt::format("{:.3e}", *v);
-                   return fmt::format("{:.{}f}", *v, f.precision);
+                   return f.format(*v);
                  }});
   }
   return c;
@@ -241,7 +250,15 @@ std::vector<Column> columns(bool for_csv) {
 }  // namespace
 
 std::string to_markdown(const std::vector<PointResult>& rs) {
-  auto cols = columns(false);
+  // A metric no row has (nmse without --error, instructions without --count) is left out.
+  auto all = columns(false);
+  std::vector<Column> cols;
+  const size_t fixed = all.size() - result_fields().size();
+  for (size_t i = 0; i < all.size(); ++i) {
+    bool any = i < fixed;
+    for (const auto& r : rs) any = any || !all[i].cell(r).empty();
+    if (any) cols.push_back(all[i]);
+  }
   std::string out = "|";
   for (const auto& c : cols) out += " " + c.header + " |";
   out += "\n|";

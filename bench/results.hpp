@@ -47,6 +47,7 @@ struct PointResult {
   size_t peak_rss_bytes = 0;  // VmHWM over the measured calls
   int64_t rss_delta_bytes = 0;
   std::optional<double> nmse;
+  std::optional<double> instructions;  // per call, counted by callgrind (--count instructions)
   // Tokens processed per call: the whole sequence, or one new token per sequence in decode.
   int64_t tokens() const { return id.mode == Mode::decode ? id.shape.B : id.shape.B * id.shape.N; }
 };
@@ -61,13 +62,18 @@ TimeStats cpu_stats(const PointResult& r);
 
 // A metric reported for a point: evaluated per repetition (from that repetition's time) in JSON,
 // and at the median time in the tables.
+enum class Better { Higher, Lower, Neither };
 struct Field {
   const char* key;     // JSON counter name and CSV column
-  const char* header;  // markdown column header
+  const char* header;  // markdown column header (in the display unit)
   int precision;       // digits after the point in tables
+  Better better;       // which direction is an improvement (`table` ratios, `compare` gates)
+  double display_scale;  // value / display_scale is shown (bytes as MiB, FLOPs as GFLOP)
   std::function<std::optional<double>(const PointResult&, double seconds)> value;
+  std::string format(double v) const;  // in the display unit, for tables
 };
 const std::vector<Field>& result_fields();
+const Field* find_field(const std::string& key);  // nullptr when unknown
 
 // Google Benchmark's JSON format: one entry per repetition plus median/mean/stddev/cv aggregates.
 nlohmann::json to_json_entries(const PointResult& r, int family_index);

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <new>
 
+#include <valgrind/callgrind.h>
+
 #include "core/matmul.hpp"
 #include "core/sysinfo.hpp"
 
@@ -182,6 +184,15 @@ PointResult run_point_impl(PreparedPoint& pp, const RunOptions& opts, PointResul
   if ((decode && !all_finite_view(token.o)) || (!decode && !all_finite(data.o)) || (bwd && (!all_finite(data.dq) || !all_finite(data.dk) || !all_finite(data.dv)))) {
     res.status = Status::FAILED;
     res.message = "non-finite values in the output";
+    return res;
+  }
+  if (opts.callgrind_child) {
+    // Run under `valgrind --tool=callgrind --collect-atstart=no` by `--count instructions`:
+    // the count covers exactly one measured call, after the warm-up.
+    CALLGRIND_TOGGLE_COLLECT;
+    call();
+    CALLGRIND_TOGGLE_COLLECT;
+    res.reps.push_back({t_call, t_call, 1});
     return res;
   }
   const int64_t iterations =

@@ -17,6 +17,9 @@ struct RunOptions {
   uint64_t seed = 0;
   bool error = false;       // compute nmse against flash
   size_t mem_limit = 0;     // bytes; 0 = no limit
+  bool count_instructions = false;  // also count each point's instructions under callgrind
+  bool callgrind_child = false;     // this process runs under callgrind: collect one call only
+  double gemm_gflops = 0;           // the GEMM rate to judge against; 0 = measure it
 };
 
 // Q, K, V, O and (for backward) dO, dQ, dK, dV of one problem, filled from the seed:

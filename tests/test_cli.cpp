@@ -124,12 +124,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"run --attn flash --param block=3", "flash has no parameter 'block'"},
         BadInput{"run --attn vanilla,flash --param block=3", "no selected mechanism has a parameter 'block'"},
         BadInput{"run --attn flash --param nosuch.block=3", "unknown mechanism 'nosuch'"},
-        BadInput{"run --attn flash --seq 0", "'0' in '0' is not a positive integer"},
+        BadInput{"run --attn flash --seq 0", "--seq: '0' in '0' is not a positive integer"},
         BadInput{"run --attn flash --seq 512:256:x2", "ends below its start"},
-        BadInput{"run --attn flash --batch 0", "sizes must be positive"},
-        BadInput{"run --attn flash --heads -2", "sizes must be positive"},
-        BadInput{"run --attn flash --dhead 0", "sizes must be positive"},
-        BadInput{"run --attn flash --threads 0", "--threads must be positive"},
+        BadInput{"run --attn flash --batch 0", "--batch: '0' in '0' is not a positive integer"},
+        BadInput{"run --attn flash --heads -2", "--heads: '-2' in '-2' is not a positive integer"},
+        BadInput{"run --attn flash --dhead 0", "--dhead: '0' in '0' is not a positive integer"},
+        BadInput{"run --attn flash --threads 0", "--threads: '0' in '0' is not a positive integer"},
         BadInput{"run --attn flash --mode sideways", "unknown mode 'sideways'; modes: fwd, fwdbwd, decode"},
         BadInput{"run --attn flash --level model", "unknown level 'model'; levels: attention"},
         BadInput{"run --attn flash --format xml", "unknown format 'xml'"},
@@ -140,7 +140,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"run --attn linformer --param k=0", "linformer: parameter k=0 is invalid; expected integer in [1, 1.04858e+06]"},
         BadInput{"run --attn synthesizer --param variant=sparse", "expected one of dense, random, factorized"},
         BadInput{"run --attn flash --no-such-option", "no-such-option"},
-        BadInput{"frobnicate", "unknown verb 'frobnicate'; verbs: list, run, dump"}),
+        BadInput{"frobnicate", "unknown verb 'frobnicate'; verbs: list, run, sweep, table, compare, merge, dump"}),
     bad_input_name);
 
 TEST(Cli, ListRejectsBadInput) {
@@ -157,7 +157,7 @@ TEST(Cli, DumpRejectsBadInput) {
   EXPECT_EQ(e.code, 2) << e.out;
   e = exec("dump --attn flash --seq 64,128 --out " + test::temp_path("d"));
   EXPECT_EQ(e.code, 2) << e.out;
-  EXPECT_NE(e.out.find("exactly one sequence length"), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("exactly one value of each size and parameter"), std::string::npos) << e.out;
 }
 
 }  // namespace

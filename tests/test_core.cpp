@@ -173,7 +173,11 @@ PointResult fixture_point(Status st) {
   r.flops = 2e9;
   r.gemm_gflops = 100;
   r.peak_bytes = 1 << 20;
-  if (st == Status::OK) r.reps = {{0.010, 0.020, 3}, {0.012, 0.024, 3}, {0.011, 0.022, 3}};
+  if (st == Status::OK) {
+    r.reps = {{0.010, 0.020, 3}, {0.012, 0.024, 3}, {0.011, 0.022, 3}};
+    r.nmse = 1e-7;
+    r.instructions = 12345;
+  }
   return r;
 }
 
@@ -219,6 +223,19 @@ TEST(Results, MarkdownAndCsvComeFromTheSameFields) {
   EXPECT_NE(md.find("| 11 |"), std::string::npos) << md;  // the median in ms
   EXPECT_NE(md.find("SKIPPED"), std::string::npos);
   EXPECT_NE(csv.find("SKIPPED: flash cannot do that"), std::string::npos);
+}
+
+TEST(Results, MarkdownLeavesOutMetricsNoPointHas) {
+  PointResult r = fixture_point(Status::OK);
+  r.nmse.reset();
+  r.instructions.reset();
+  const std::string md = to_markdown({r}), csv = to_csv({r});
+  EXPECT_EQ(md.find("nmse"), std::string::npos) << md;
+  EXPECT_EQ(md.find("instructions"), std::string::npos) << md;
+  EXPECT_NE(md.find("GFLOP/s"), std::string::npos) << md;
+  // CSV keeps a fixed set of columns, so scripts can rely on them.
+  EXPECT_NE(csv.find("nmse"), std::string::npos) << csv;
+  EXPECT_NE(csv.find("instructions"), std::string::npos) << csv;
 }
 
 }  // namespace

@@ -1,0 +1,43 @@
+// Reading result files back: `table` (comparison tables), `compare` (the regression gate) and
+// `merge` (joining shards).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "bench/result_file.hpp"
+
+namespace ab {
+
+struct TableOptions {
+  std::string metric = "time";
+  std::string baseline = "vanilla";
+  std::string format = "md";  // md | csv | latex
+};
+std::string table_metric_names();  // the metric names `--metric` accepts, for --help
+// One table per point group (level, mode, task, B, H, D, causal, threads): rows mechanisms,
+// columns N, cells "value (ratio)" where the ratio says how many times better than the baseline
+// the value is (baseline/value for time and memory, value/baseline for rates).
+std::string make_table(const std::vector<ResultFile>& files, const TableOptions& o);
+int cmd_table(const std::vector<std::string>& paths, const TableOptions& o);
+
+struct CompareOptions {
+  std::string metric = "time";  // time | instructions | memory
+  double max_regress = 0.05;
+  double alpha = 0.05;
+  std::string format = "md";
+};
+struct CompareOutcome {
+  std::string table;
+  int regressions = 0;
+  int untestable = 0;  // points whose repetitions are too few to ever reach p < alpha
+};
+CompareOutcome compare_files(const ResultFile& base, const ResultFile& next, const CompareOptions& o);
+int cmd_compare(const std::string& base, const std::string& next, const CompareOptions& o);
+
+// Joins files; the same point in two files, or files from different CPU models (unless
+// allowed), is refused.
+nlohmann::json merge_files(const std::vector<ResultFile>& files, bool allow_mixed_cpus, const std::string& command);
+int cmd_merge(const std::vector<std::string>& paths, const std::string& out, bool allow_mixed_cpus,
+              const std::string& command);
+
+}  // namespace ab

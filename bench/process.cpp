@@ -1,0 +1,121 @@
+#include "bench/process.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+extern char** environ;
+
+namespace ab {
+
+std::string ChildOutcome::describe() const {
+  switch (kind) {
+    case Exited: return fmt::format("exit code {}", exit_code);
+    case Signaled: return fmt::format("signal {} ({})", signal, strsignal(signal));
+    case TimedOut: return fmt::format("killed after {:.0f} s", seconds);
+    case Interrupted: return "interrupted";
+    case SpawnFailed: return "could not start the child process";
+  }
+  return "?";
+}
+
+std::string self_executable() { return std::filesystem::read_symlink("/proc/self/exe").string(); }
+
+ChildOutcome run_child(const std::vector<std::string>& argv, const std::string& stdout_path,
+                       const std::string& stderr_path, double time_limit_s,
+                       const std::atomic<bool>* interrupt) {
+  ChildOutcome out;
+  std::vector<char*> cargv;
+  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+  cargv.push_back(nullptr);
+
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 2, stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  // Its own process group: a timeout or an interrupt stops the child and anything it started
+  // (valgrind, OpenMP threads), and the terminal's Ctrl-C reaches only the sweep, which decides.
+  posix_spawnattr_setpgroup(&attr, 0);
+  sigset_t dflt;
+  sigemptyset(&dflt);
+  sigaddset(&dflt, SIGINT);
+  sigaddset(&dflt, SIGTERM);
+  posix_spawnattr_setsigdefault(&attr, &dflt);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, cargv[0], &fa, &attr, cargv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) {
+    out.kind = ChildOutcome::SpawnFailed;
+    out.exit_code = rc;
+    return out;
+  }
+
+  const auto t0 = std::chrono::steady_clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  bool killed_for_time = false, killed_for_interrupt = false;
+  double term_sent_at = -1;
+  int status = 0;
+  struct rusage ru {};
+  while (true) {
+    const pid_t w = wait4(pid, &status, WNOHANG, &ru);
+    if (w == pid) break;
+    if (w < 0 && errno != EINTR) break;
+    const double t = elapsed();
+    if (!killed_for_time && time_limit_s > 0 && t > time_limit_s) {
+      kill(-pid, SIGKILL);
+      killed_for_time = true;
+    }
+    if (interrupt && interrupt->load() && !killed_for_interrupt) {
+      kill(-pid, SIGTERM);
+      killed_for_interrupt = true;
+      term_sent_at = t;
+    }
+    if (killed_for_interrupt && t - term_sent_at > 2.0) kill(-pid, SIGKILL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(t < 1.0 ? 2 : 20));
+  }
+  kill(-pid, SIGKILL);  // anything the child left behind in its group
+  out.seconds = elapsed();
+  out.max_rss_kib = ru.ru_maxrss;
+  if (killed_for_interrupt) out.kind = ChildOutcome::Interrupted;
+  else if (killed_for_time) out.kind = ChildOutcome::TimedOut;
+  else if (WIFSIGNALED(status)) {
+    out.kind = ChildOutcome::Signaled;
+    out.signal = WTERMSIG(status);
+  } else {
+    out.kind = ChildOutcome::Exited;
+    out.exit_code = WEXITSTATUS(status);
+  }
+  return out;
+}
+
+std::string last_line_of(const std::string& path, size_t max_chars) {
+  std::ifstream in(path);
+  std::string line, last;
+  while (std::getline(in, line)) {
+    // The progress lines of a child end in carriage returns; keep the last segment.
+    const auto cr = line.find_last_of('\r', line.size() > 1 ? line.size() - 2 : 0);
+    if (cr != std::string::npos && cr + 1 < line.size()) line = line.substr(cr + 1);
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+    if (!line.empty()) last = line;
+  }
+  if (last.size() > max_chars) last = last.substr(0, max_chars) + "...";
+  return last;
+}
+
+}  // namespace ab

@@ -1,0 +1,31 @@
+// Child processes for the isolated sweep points and for valgrind instruction counts.
+#pragma once
+#include <atomic>
+#include <string>
+#include <vector>
+
+namespace ab {
+
+struct ChildOutcome {
+  enum Kind { Exited, Signaled, TimedOut, Interrupted, SpawnFailed } kind = Exited;
+  int exit_code = 0;
+  int signal = 0;
+  double seconds = 0;
+  long max_rss_kib = 0;  // the child's peak resident set (getrusage)
+  std::string describe() const;  // "exit code 3", "signal 11 (Segmentation fault)", ...
+};
+
+// Runs argv[0] (a path) with argv in its own process group, stdout and stderr redirected to the
+// given files. Kills the whole group with SIGKILL after `time_limit_s` (0: no limit), and with
+// SIGTERM (then SIGKILL) when `*interrupt` becomes true.
+ChildOutcome run_child(const std::vector<std::string>& argv, const std::string& stdout_path,
+                       const std::string& stderr_path, double time_limit_s,
+                       const std::atomic<bool>* interrupt);
+
+// The last non-empty line of a text file (at most `max_chars`), for error messages.
+std::string last_line_of(const std::string& path, size_t max_chars = 300);
+
+// The running executable's absolute path (/proc/self/exe).
+std::string self_executable();
+
+}  // namespace ab

@@ -1,0 +1,26 @@
+// Reading result files back: `table`, `compare`, `merge` and `sweep --resume` all start here.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "bench/results.hpp"
+
+namespace ab {
+
+struct ResultFile {
+  std::string path;
+  nlohmann::json context;
+  std::vector<PointResult> points;  // one per distinct point name, in file order
+};
+
+// Parses a Google-Benchmark-format file written by attnbench. A missing, truncated or malformed
+// file, or an entry without the fields of a point, throws InvalidInput naming the file and the
+// entry; nothing is returned partially.
+ResultFile read_result_file(const std::string& path);
+ResultFile parse_result_document(const nlohmann::json& doc, const std::string& path);
+
+// The error message of a failed point begins with its status word.
+Status parse_status(const std::string& error_message, std::string* rest);
+
+}  // namespace ab

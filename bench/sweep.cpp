@@ -1,0 +1,262 @@
+#include "bench/sweep.hpp"
+
+#include <fmt/format.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <set>
+
+#include "bench/cli.hpp"
+#include "bench/process.hpp"
+#include "bench/result_file.hpp"
+#include "core/matmul.hpp"
+
+namespace ab {
+
+void parse_shard(const std::string& text, int* index, int* count) {
+  const auto slash = text.find('/');
+  char* end = nullptr;
+  long i = 0, n = 0;
+  bool ok = slash != std::string::npos;
+  if (ok) {
+    i = std::strtol(text.c_str(), &end, 10);
+    ok = end == text.c_str() + slash;
+  }
+  if (ok) {
+    n = std::strtol(text.c_str() + slash + 1, &end, 10);
+    ok = *end == '\0' && slash + 1 < text.size();
+  }
+  if (!ok || n < 1 || i < 1 || i > n)
+    throw InvalidInput(fmt::format("--shard '{}' is not i/n with 1 <= i <= n (e.g. 2/4)", text));
+  *index = static_cast<int>(i);
+  *count = static_cast<int>(n);
+}
+
+std::vector<PointId> shard_of(const std::vector<PointId>& grid, int index, int count) {
+  std::vector<PointId> out;
+  for (size_t k = static_cast<size_t>(index - 1); k < grid.size(); k += static_cast<size_t>(count))
+    out.push_back(grid[k]);
+  return out;
+}
+
+namespace {
+
+std::atomic<bool> g_interrupted{false};
+void on_interrupt(int) { g_interrupted = true; }
+
+std::string gib(double b) { return fmt::format("{:.2f} GiB", b / (1ull << 30)); }
+
+std::string duration(double s) {
+  const long t = static_cast<long>(s + 0.5);
+  if (t >= 3600) return fmt::format("{}h{:02}m", t / 3600, t % 3600 / 60);
+  if (t >= 60) return fmt::format("{}m{:02}s", t / 60, t % 60);
+  return fmt::format("{}s", t);
+}
+
+// Time left, from a least-squares line seconds = a + b * flops over the points run so far: the
+// points of a sweep grow in cost, so an average of the finished ones would underestimate.
+struct Eta {
+  double n = 0, sf = 0, se = 0, sff = 0, sfe = 0;
+  void add(double flops, double seconds) {
+    n += 1;
+    sf += flops;
+    se += seconds;
+    sff += flops * flops;
+    sfe += flops * seconds;
+  }
+  double predict(double flops) const {
+    if (n == 0) return 0;
+    const double var = sff - sf * sf / n;
+    double b = var > 0 ? (sfe - sf * se / n) / var : 0;
+    b = std::max(b, 0.0);
+    const double a = std::max(se / n - b * sf / n, 0.0);
+    return a + b * flops;
+  }
+};
+
+struct Progress {
+  bool tty = isatty(2) != 0;
+  void show(const std::string& line, bool final_line) {
+    if (tty) std::cerr << "\r\033[K" << line << (final_line ? "\n" : "") << std::flush;
+    else if (final_line) std::cerr << line << "\n" << std::flush;
+  }
+};
+
+PointResult error_result(const PointId& id, const RunOptions& opts, Status s, std::string msg) {
+  PointResult r;
+  r.id = id;
+  r.label = point_label(id, opts);
+  r.status = s;
+  r.message = std::move(msg);
+  return r;
+}
+
+// Runs one point as `attnbench run ...` in a child process and turns whatever happened to it
+// into a result.
+PointResult run_isolated(const PointId& id, const RunOptions& opts, double gemm, double time_limit,
+                         const std::filesystem::path& dir, bool* interrupted) {
+  const std::string json = (dir / "point.json").string(), err = (dir / "stderr").string();
+  std::filesystem::remove(json);
+  std::vector<std::string> argv = {self_executable()};
+  for (const auto& a : point_args(id, opts)) argv.push_back(a);
+  for (const auto& a : {std::string("--gemm-gflops"), fmt::format("{}", gemm), std::string("--mem-limit"),
+                        std::to_string(opts.mem_limit), std::string("--format"), std::string("json"),
+                        std::string("--out"), json})
+    argv.push_back(a);
+  const ChildOutcome o = run_child(argv, "/dev/null", err, time_limit, &g_interrupted);
+  const std::string last = last_line_of(err);
+  auto with_last = [&](std::string m) { return last.empty() ? m : m + "; last output: " + last; };
+  switch (o.kind) {
+    case ChildOutcome::Interrupted:
+      *interrupted = true;
+      return error_result(id, opts, Status::FAILED, "interrupted");
+    case ChildOutcome::TimedOut:
+      return error_result(id, opts, Status::TIMEOUT, fmt::format("still running after {:g} s (--time-limit); stopped", time_limit));
+    case ChildOutcome::Signaled:
+      if (o.signal == SIGKILL)
+        return error_result(id, opts, Status::OOM,
+                            fmt::format("killed by SIGKILL, as the kernel's out-of-memory killer does (peak RSS {})",
+                                        gib(static_cast<double>(o.max_rss_kib) * 1024)));
+      return error_result(id, opts, Status::CRASHED, with_last(o.describe()));
+    case ChildOutcome::SpawnFailed:
+      return error_result(id, opts, Status::FAILED, o.describe());
+    case ChildOutcome::Exited:
+      break;
+  }
+  if (o.exit_code != 0) return error_result(id, opts, Status::FAILED, with_last(o.describe()));
+  try {
+    ResultFile rf = read_result_file(json);
+    if (rf.points.size() != 1) throw InvalidInput(fmt::format("{} points in the child's file", rf.points.size()));
+    return rf.points.front();
+  } catch (const InvalidInput& e) {
+    return error_result(id, opts, Status::FAILED, with_last(fmt::format("the child's result is unreadable: {}", e.what())));
+  }
+}
+
+}  // namespace
+
+int run_sweep(const std::vector<PointId>& full_grid, const RunOptions& opts, const SweepOptions& so) {
+  namespace fs = std::filesystem;
+  const std::vector<PointId> grid = shard_of(full_grid, so.shard_index, so.shard_count);
+
+  // Validate every point before running any, and predict each one's memory.
+  struct Planned {
+    PointId id;
+    Status status = Status::OK;
+    std::string message;
+    double flops = 0;
+  };
+  std::vector<Planned> plan;
+  RunOptions no_limit = opts;
+  no_limit.mem_limit = 0;
+  for (const auto& id : grid) {
+    PreparedPoint pp = prepare_point(id, no_limit);
+    Planned p{id, pp.status, pp.message, pp.flops};
+    if (p.status == Status::OK && opts.mem_limit && pp.predicted_bytes > opts.mem_limit) {
+      p.status = Status::OOM;
+      p.message = fmt::format("predicted {}, above --mem-limit {}; not run", gib(static_cast<double>(pp.predicted_bytes)),
+                              gib(static_cast<double>(opts.mem_limit)));
+    }
+    plan.push_back(std::move(p));
+  }
+
+  // The output file: new, or resumed.
+  std::vector<PointResult> results;
+  std::set<std::string> done;
+  nlohmann::json context;
+  const double gemm = opts.gemm_gflops > 0 ? opts.gemm_gflops : measure_gemm_gflops_1thread();
+  if (fs::exists(so.out)) {
+    if (!so.resume)
+      throw InvalidInput(fmt::format("{} exists; pass --resume to continue that sweep, or choose another --out", so.out));
+    ResultFile rf = read_result_file(so.out);
+    context = rf.context;
+    for (auto& r : rf.points) {
+      done.insert(r.id.name());
+      results.push_back(std::move(r));
+    }
+    context["resumed_by"].push_back(so.command);
+  } else {
+    const int threads = grid.empty() ? 1 : grid.front().threads;
+    context = run_context(so.command, opts.seed, threads, gemm);
+    if (so.shard_count > 1) context["shard"] = fmt::format("{}/{}", so.shard_index, so.shard_count);
+  }
+  auto save = [&] { write_file_atomic(so.out, results_document(context, results).dump(2) + "\n"); };
+
+  size_t todo = 0;
+  for (const auto& p : plan) todo += done.count(p.id.name()) ? 0 : 1;
+  std::cerr << fmt::format("sweep: {} points{}, {} already in {}, {} to run\n", plan.size(),
+                           so.shard_count > 1 ? fmt::format(" (shard {}/{})", so.shard_index, so.shard_count) : "",
+                           plan.size() - todo, so.out, todo);
+  save();  // the file exists and is valid from the start
+
+  char tmpl[] = "/tmp/attnbench-sweep-XXXXXX";
+  if (!mkdtemp(tmpl)) throw std::runtime_error("cannot create a temporary directory");
+  const fs::path dir = tmpl;
+  struct sigaction sa {}, old_int {}, old_term {};
+  sa.sa_handler = on_interrupt;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+  g_interrupted = false;
+
+  Progress progress;
+  Eta eta;
+  const auto t_start = std::chrono::steady_clock::now();
+  auto since_start = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count(); };
+  double flops_left = 0;
+  size_t left = todo;
+  for (const auto& p : plan)
+    if (!done.count(p.id.name()) && p.status == Status::OK) flops_left += p.flops;
+  size_t finished = 0;
+  bool interrupted = false;
+  for (const auto& p : plan) {
+    if (done.count(p.id.name())) continue;
+    if (g_interrupted) {
+      interrupted = true;
+      break;
+    }
+    const std::string where = fmt::format("[{}/{}] {}", finished + 1, todo, p.id.name());
+    double rest = 0;
+    if (eta.n > 0) rest = eta.predict(flops_left) + eta.predict(0) * static_cast<double>(left - 1);
+    progress.show(fmt::format("{} | {} elapsed{}", where, duration(since_start()),
+                              eta.n > 0 ? ", about " + duration(rest) + " left" : ""),
+                  false);
+    PointResult r;
+    const double t0 = since_start();
+    if (p.status != Status::OK) {
+      r = error_result(p.id, opts, p.status, p.message);
+    } else {
+      r = run_isolated(p.id, opts, gemm, so.time_limit_s, dir, &interrupted);
+      if (interrupted) break;
+      eta.add(p.flops, since_start() - t0);
+      flops_left -= p.flops;
+    }
+    --left;
+    ++finished;
+    const std::string outcome = r.status == Status::OK
+                                    ? fmt::format("{:.4g} ms", real_stats(r).median * 1e3)
+                                    : fmt::format("{}: {}", to_string(r.status), r.message);
+    results.push_back(std::move(r));
+    save();
+    progress.show(fmt::format("{} {}", where, outcome), true);
+  }
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  if (interrupted || g_interrupted) {
+    std::cerr << fmt::format("sweep: interrupted; {} finished points kept in {}; continue with --resume\n",
+                             results.size(), so.out);
+    return 130;
+  }
+  std::cerr << fmt::format("sweep: {} points in {} ({} run now, {})\n", results.size(), so.out, finished,
+                           duration(since_start()));
+  return 0;
+}
+
+}  // namespace ab

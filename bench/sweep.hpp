@@ -1,0 +1,32 @@
+// `attnbench sweep`: a grid of points, each run isolated in a child process, appended to one
+// result file as it finishes.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "bench/results.hpp"
+#include "bench/runner.hpp"
+
+namespace ab {
+
+struct SweepOptions {
+  std::string out;            // the result file (required)
+  bool resume = false;        // keep the points already in `out`, run only the others
+  double time_limit_s = 900;  // per point; 0 = none
+  int shard_index = 1, shard_count = 1;  // run the shard_index-th of shard_count parts (1-based)
+  std::string command;        // the sweep's own command line, for the context block
+};
+
+// "i/n" with 1 <= i <= n. Throws InvalidInput.
+void parse_shard(const std::string& text, int* index, int* count);
+
+// The points of shard i of n: every n-th point of the grid, starting at the (i-1)-th, so each
+// shard gets a share of every sequence length.
+std::vector<PointId> shard_of(const std::vector<PointId>& grid, int index, int count);
+
+// Returns the exit code: 0 when every point was attempted (failed points are recorded, not
+// fatal), 130 when interrupted (finished points kept). Bad input throws InvalidInput before
+// anything runs.
+int run_sweep(const std::vector<PointId>& grid, const RunOptions& opts, const SweepOptions& so);
+
+}  // namespace ab
