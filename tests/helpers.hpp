@@ -84,10 +84,11 @@ struct Exec {
   std::string out;  // stdout, and stderr unless dropped
 };
 
-inline Exec exec(const std::string& args, bool with_stderr = true) {
+// `env` is prefixed to the command line, e.g. "ATTNBENCH_FAULT=crash:N:128".
+inline Exec exec(const std::string& args, bool with_stderr = true, const std::string& env = "") {
   Exec e;
-  const std::string cmd =
-      std::string(ATTNBENCH_EXE) + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
+  const std::string cmd = (env.empty() ? "" : "env " + env + " ") + std::string(ATTNBENCH_EXE) + " " + args +
+                          (with_stderr ? " 2>&1" : " 2>/dev/null");
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return e;
   std::array<char, 4096> buf{};

@@ -1,0 +1,403 @@
+// Sweeps, tables, the regression gate and merging, through the attnbench binary as a user runs
+// them: isolation of crashing, killed and hanging points; resuming after an interrupt; shards.
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "bench/analysis.hpp"
+#include "bench/cli.hpp"
+#include "bench/result_file.hpp"
+#include "bench/stats.hpp"
+#include "bench/sweep.hpp"
+#include "tests/helpers.hpp"
+
+extern char** environ;
+
+namespace ab {
+namespace {
+
+using test::exec;
+
+const std::string kFixture = std::string(ATTNBENCH_SOURCE_DIR) + "/tests/fixtures/sweep_small.json";
+const char* kTiny = " --heads 1 --dhead 16 --reps 3 --min-time 0 --warmup 1 ";
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::set<std::string> point_names(const std::string& path) {
+  std::set<std::string> out;
+  for (const auto& r : read_result_file(path).points) out.insert(r.id.name());
+  return out;
+}
+
+const PointResult* find_point(const ResultFile& f, const std::string& needle) {
+  for (const auto& r : f.points)
+    if (r.id.name().find(needle) != std::string::npos) return &r;
+  return nullptr;
+}
+
+TEST(Stats, MannWhitneyExactMatchesHandCounts) {
+  // m = n = 3: U takes 0..9 with counts 1 1 2 3 3 3 3 2 1 1 over C(6,3) = 20 orderings.
+  auto r = mann_whitney({1, 3, 5}, {2, 4, 6});
+  EXPECT_TRUE(r.exact);
+  EXPECT_DOUBLE_EQ(r.u, 6);
+  EXPECT_DOUBLE_EQ(r.p_greater, 7.0 / 20);
+  EXPECT_DOUBLE_EQ(r.p_less, 16.0 / 20);
+  EXPECT_DOUBLE_EQ(r.min_p, 1.0 / 20);
+  r = mann_whitney({1, 2, 3, 4, 5}, {6, 7, 8, 9, 10});
+  EXPECT_DOUBLE_EQ(r.p_greater, 1.0 / 252);
+  EXPECT_DOUBLE_EQ(r.p_less, 1.0);
+}
+
+TEST(Stats, MannWhitneyWithTiesUsesTheNormalApproximation) {
+  const auto same = mann_whitney({1, 1, 1, 1}, {1, 1, 1, 1});
+  EXPECT_FALSE(same.exact);
+  EXPECT_DOUBLE_EQ(same.p_greater, 1.0);
+  // Clearly larger with a tie across the samples: small p one way, large the other.
+  const auto r = mann_whitney({1, 2, 3, 4, 5, 6, 7, 8}, {8, 9, 10, 11, 12, 13, 14, 15});
+  EXPECT_FALSE(r.exact);
+  EXPECT_LT(r.p_greater, 0.01);
+  EXPECT_GT(r.p_less, 0.99);
+}
+
+TEST(Sweep, ShardsAreDisjointAndCoverTheGrid) {
+  int i = 0, n = 0;
+  parse_shard("2/3", &i, &n);
+  EXPECT_EQ(i, 2);
+  EXPECT_EQ(n, 3);
+  for (const char* bad : {"0/3", "4/3", "1/0", "x/2", "1/", "/2", "12", "1/2/3", "-1/2"})
+    EXPECT_THROW(parse_shard(bad, &i, &n), InvalidInput) << bad;
+  std::vector<PointId> grid(10);
+  for (int k = 0; k < 10; ++k) grid[k].shape.N = k;
+  std::multiset<int64_t> seen;
+  for (int s = 1; s <= 3; ++s)
+    for (const auto& p : shard_of(grid, s, 3)) seen.insert(p.shape.N);
+  EXPECT_EQ(seen.size(), 10u);
+  EXPECT_EQ(std::set<int64_t>(seen.begin(), seen.end()).size(), 10u);
+}
+
+TEST(Sweep, ListValuedOptionsMakeTheGrid) {
+  const std::string path = test::temp_path("grid.json");
+  std::filesystem::remove(path);
+  auto e = exec("sweep --attn local --param block=16,32 --seq 64,128 --threads 1,2 --mode fwd,fwdbwd" +
+                std::string(kTiny) + "--out " + path);
+  ASSERT_EQ(e.code, 0) << e.out;
+  const auto names = point_names(path);
+  EXPECT_EQ(names.size(), 2u * 2 * 2 * 2);
+  EXPECT_TRUE(names.count("attn:local/block:32/lookback:1/lookahead:1/level:attention/mode:fwdbwd/task:none/B:1/H:1/N:128/D:16/causal:0/threads:2"));
+}
+
+// The child of one point crashes, is killed as by the OOM killer, hangs, or exits with an
+// error: that point gets its status, and every other point still runs.
+struct Fault {
+  const char* kind;
+  const char* status;
+  const char* message;
+};
+void PrintTo(const Fault& f, std::ostream* os) { *os << f.kind; }
+class SweepIsolation : public ::testing::TestWithParam<Fault> {};
+
+TEST_P(SweepIsolation, RecordsTheFailedPointAndContinues) {
+  const Fault f = GetParam();
+  const std::string path = test::temp_path(std::string("iso_") + f.kind + ".json");
+  std::filesystem::remove(path);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto e = exec("sweep --attn flash,linear --seq 64,128 --time-limit 3" + std::string(kTiny) + "--out " + path, true,
+                std::string("ATTNBENCH_FAULT=") + f.kind + ":attn:flash/level:attention/mode:fwd/task:none/B:1/H:1/N:64/");
+  ASSERT_EQ(e.code, 0) << e.out;
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 60);
+  const ResultFile rf = read_result_file(path);
+  ASSERT_EQ(rf.points.size(), 4u) << e.out;
+  const PointResult* bad = find_point(rf, "attn:flash/level:attention/mode:fwd/task:none/B:1/H:1/N:64/");
+  ASSERT_NE(bad, nullptr);
+  EXPECT_STREQ(to_string(bad->status), f.status);
+  EXPECT_NE(bad->message.find(f.message), std::string::npos) << bad->message;
+  int ok = 0;
+  for (const auto& r : rf.points) ok += r.status == Status::OK;
+  EXPECT_EQ(ok, 3) << e.out;
+  // The failed point's entry says so in Google Benchmark's terms.
+  const auto doc = nlohmann::json::parse(slurp(path));
+  bool found = false;
+  for (const auto& b : doc["benchmarks"])
+    if (b.value("error_occurred", false)) {
+      found = true;
+      EXPECT_EQ(b["error_message"].get<std::string>().rfind(f.status, 0), 0u);
+    }
+  EXPECT_TRUE(found);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, SweepIsolation,
+                         ::testing::Values(Fault{"crash", "CRASHED", "signal 11"},
+                                           Fault{"kill", "OOM", "SIGKILL"},
+                                           Fault{"hang", "TIMEOUT", "--time-limit"},
+                                           Fault{"exit", "FAILED", "exit code 3"}),
+                         [](const auto& info) { return std::string(info.param.kind); });
+
+TEST(Sweep, RefusesPointsPredictedAboveTheMemoryLimitWithoutRunningThem) {
+  const std::string path = test::temp_path("memlimit.json");
+  std::filesystem::remove(path);
+  // vanilla at N=4096 with 8 heads holds 8 x 4096^2 floats of scores: 512 MiB; flash far less.
+  auto e = exec("sweep --attn vanilla,flash --seq 4096 --heads 8 --dhead 16 --reps 1 --min-time 0 --mem-limit 256M --out " + path);
+  ASSERT_EQ(e.code, 0) << e.out;
+  const ResultFile rf = read_result_file(path);
+  ASSERT_EQ(rf.points.size(), 2u);
+  EXPECT_EQ(rf.points[0].status, Status::OOM);
+  EXPECT_NE(rf.points[0].message.find("predicted"), std::string::npos) << rf.points[0].message;
+  EXPECT_EQ(rf.points[1].status, Status::OK);
+}
+
+// Starts a sweep, checks the file parses every time it changes, interrupts it after two
+// points, and resumes it.
+TEST(Sweep, InterruptKeepsFinishedPointsAndResumeRunsOnlyTheMissing) {
+  const std::string path = test::temp_path("resume.json"), log = test::temp_path("resume.log");
+  std::filesystem::remove(path);
+  const std::string args = "sweep --attn flash,linear --seq 64,128,256 --heads 1 --dhead 16 --reps 3 --min-time 0.15 --warmup 1 --out " + path;
+  std::vector<std::string> argv = {ATTNBENCH_EXE};
+  std::istringstream ss(args);
+  for (std::string a; ss >> a;) argv.push_back(a);
+  std::vector<char*> cargv;
+  for (auto& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 2, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, cargv[0], &fa, nullptr, cargv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&fa);
+
+  size_t seen_points = 0, versions = 0;
+  std::string last;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (seen_points < 2 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60)) {
+    const std::string now = slurp(path);
+    if (!now.empty() && now != last) {
+      last = now;
+      ++versions;
+      ResultFile rf;
+      ASSERT_NO_THROW(rf = parse_result_document(nlohmann::json::parse(now), path)) << "not valid after a point";
+      EXPECT_GE(rf.points.size(), seen_points);
+      seen_points = rf.points.size();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_GE(seen_points, 2u);
+  kill(pid, SIGINT);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 130) << slurp(log);
+  EXPECT_NE(slurp(log).find("interrupted"), std::string::npos) << slurp(log);
+  EXPECT_GE(versions, 2u);
+
+  const ResultFile before = read_result_file(path);
+  ASSERT_GE(before.points.size(), 2u);
+  ASSERT_LT(before.points.size(), 6u) << "the interrupt came too late to test resuming";
+  for (const auto& r : before.points) EXPECT_EQ(r.status, Status::OK) << r.id.name() << " " << r.message;
+
+  // Without --resume an existing file is refused and left alone.
+  auto e = exec(args);
+  EXPECT_EQ(e.code, 2) << e.out;
+  EXPECT_NE(e.out.find("--resume"), std::string::npos);
+  EXPECT_EQ(read_result_file(path).points.size(), before.points.size());
+
+  e = exec(args + " --resume");
+  ASSERT_EQ(e.code, 0) << e.out;
+  EXPECT_NE(e.out.find(fmt::format("{} already in", before.points.size())), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find(fmt::format("{} to run", 6 - before.points.size())), std::string::npos) << e.out;
+  const ResultFile after = read_result_file(path);
+  ASSERT_EQ(after.points.size(), 6u);
+  // The points measured before the interrupt are kept as they were.
+  for (size_t i = 0; i < before.points.size(); ++i) {
+    EXPECT_EQ(after.points[i].id.name(), before.points[i].id.name());
+    EXPECT_EQ(after.points[i].reps.front().real_s, before.points[i].reps.front().real_s);
+  }
+}
+
+TEST(Sweep, ResumeRefusesACorruptFileAndLeavesIt) {
+  const std::string path = test::temp_path("corrupt.json");
+  std::string text = slurp(kFixture);
+  text.resize(text.size() / 2);  // a file cut off mid-write by something else
+  std::ofstream(path) << text;
+  auto e = exec("sweep --attn flash --seq 64" + std::string(kTiny) + "--out " + path + " --resume");
+  EXPECT_EQ(e.code, 2) << e.out;
+  EXPECT_NE(e.out.find("not valid JSON"), std::string::npos) << e.out;
+  EXPECT_EQ(std::count(e.out.begin(), e.out.end(), '\n'), 1) << e.out;
+  EXPECT_EQ(slurp(path), text);
+}
+
+TEST(Table, FixtureGivesTheExpectedMarkdown) {
+  auto e = exec("table " + kFixture + " --metric time --baseline vanilla", false);
+  ASSERT_EQ(e.code, 0) << e.out;
+  EXPECT_EQ(e.out, slurp(std::string(ATTNBENCH_SOURCE_DIR) + "/tests/fixtures/sweep_small_time.md"));
+}
+
+TEST(Table, OtherMetricsAndFormats) {
+  auto e = exec("table " + kFixture + " --metric memory --baseline flash --format latex", false);
+  ASSERT_EQ(e.code, 0) << e.out;
+  EXPECT_NE(e.out.find("\\begin{tabular}{lrr}"), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("flash & "), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("(1.0$\\times$)"), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("CRASHED"), std::string::npos) << e.out;
+  e = exec("table " + kFixture + " --metric gflops --format csv", false);
+  ASSERT_EQ(e.code, 0) << e.out;
+  EXPECT_EQ(e.out.rfind("table,mechanism,N=64,N=64 ratio,N=128,N=128 ratio\n", 0), 0u) << e.out;
+  // Ratios: flash's GFLOP/s over vanilla's, at N=64, from the file's own medians.
+  const ResultFile rf = read_result_file(kFixture);
+  const double fl = rf.points[2].flops / real_stats(rf.points[2]).median,
+               va = rf.points[0].flops / real_stats(rf.points[0]).median;
+  EXPECT_NE(e.out.find(fmt::format(",{:.4g},", fl / va)), std::string::npos) << e.out;
+  for (const char* bad : {"--metric speed", "--format xml", "--baseline nosuch"}) {
+    e = exec("table " + kFixture + " " + bad);
+    EXPECT_EQ(e.code, 2) << bad << ": " << e.out;
+  }
+}
+
+TEST(Compare, AFileAgainstItselfPassesAndAgainstSlowerTimesFails) {
+  auto e = exec("compare " + kFixture + " " + kFixture);
+  EXPECT_EQ(e.code, 0) << e.out;
+  EXPECT_NE(e.out.find("no regression"), std::string::npos) << e.out;
+
+  auto doc = nlohmann::json::parse(slurp(kFixture));
+  for (auto& b : doc["benchmarks"])
+    if (b["run_type"] == "iteration") {
+      b["real_time"] = b["real_time"].get<double>() * 1.5;
+      b["cpu_time"] = b["cpu_time"].get<double>() * 1.5;
+    }
+  const std::string slower = test::temp_path("slower.json");
+  std::ofstream(slower) << doc.dump();
+  e = exec("compare " + kFixture + " " + slower);
+  EXPECT_EQ(e.code, 1) << e.out;
+  EXPECT_NE(e.out.find("REGRESSION: slower"), std::string::npos) << e.out;
+  // Reversed, the same files show an improvement and pass.
+  e = exec("compare " + slower + " " + kFixture);
+  EXPECT_EQ(e.code, 0) << e.out;
+  EXPECT_NE(e.out.find("faster"), std::string::npos) << e.out;
+  // A 50% slowdown is within a 60% tolerance.
+  e = exec("compare " + kFixture + " " + slower + " --max-regress 0.6");
+  EXPECT_EQ(e.code, 0) << e.out;
+}
+
+TEST(Compare, MemoryGrowthAndNewFailuresAreRegressions) {
+  auto doc = nlohmann::json::parse(slurp(kFixture));
+  for (auto& b : doc["benchmarks"])
+    if (b["run_name"].get<std::string>().find("attn:local/") == 0 && b.contains("peak_bytes"))
+      b["peak_bytes"] = b["peak_bytes"].get<double>() * 1.2;
+  const std::string bigger = test::temp_path("bigger.json");
+  std::ofstream(bigger) << doc.dump();
+  auto e = exec("compare " + kFixture + " " + bigger);
+  EXPECT_EQ(e.code, 1) << e.out;
+  EXPECT_NE(e.out.find("REGRESSION: memory +20.0%"), std::string::npos) << e.out;
+
+  // A point that ran in BASE and crashes in NEW fails the gate.
+  doc = nlohmann::json::parse(slurp(kFixture));
+  for (auto& b : doc["benchmarks"])
+    if (b["run_name"].get<std::string>().find("attn:vanilla/") == 0 && b["run_name"].get<std::string>().find("/N:64/") != std::string::npos) {
+      b["error_occurred"] = true;
+      b["error_message"] = "CRASHED: signal 11";
+    }
+  const std::string crashed = test::temp_path("crashed.json");
+  std::ofstream(crashed) << doc.dump();
+  e = exec("compare " + kFixture + " " + crashed);
+  EXPECT_EQ(e.code, 1) << e.out;
+  EXPECT_NE(e.out.find("REGRESSION: now CRASHED"), std::string::npos) << e.out;
+}
+
+TEST(Compare, InstructionCountsUseAPlainThreshold) {
+  auto doc = nlohmann::json::parse(slurp(kFixture));
+  for (auto& b : doc["benchmarks"])
+    if (!b.value("error_occurred", false)) b["instructions"] = 1000000.0;
+  const std::string base = test::temp_path("ins_base.json"), more = test::temp_path("ins_more.json");
+  std::ofstream(base) << doc.dump();
+  for (auto& b : doc["benchmarks"])
+    if (b["run_name"].get<std::string>().find("attn:flash/") == 0 && !b.value("error_occurred", false))
+      b["instructions"] = 1030000.0;
+  std::ofstream(more) << doc.dump();
+  auto e = exec("compare " + base + " " + more + " --metric instructions --max-regress 0.01");
+  EXPECT_EQ(e.code, 1) << e.out;
+  EXPECT_NE(e.out.find("REGRESSION: more instructions"), std::string::npos) << e.out;
+  e = exec("compare " + base + " " + more + " --metric instructions --max-regress 0.05");
+  EXPECT_EQ(e.code, 0) << e.out;
+}
+
+TEST(Compare, BadInputExitsTwo) {
+  const std::string other = test::temp_path("other.json");
+  auto e = exec("run --attn flash --seq 32 --heads 1 --dhead 8 --reps 1 --min-time 0 --out " + other, false);
+  ASSERT_EQ(e.code, 0);
+  for (const std::string& args : {"compare " + kFixture + " " + other, "compare " + kFixture + " /nonexistent.json",
+                                  "compare " + kFixture + " " + kFixture + " --metric speed",
+                                  "compare " + kFixture + " " + kFixture + " --alpha 2"}) {
+    e = exec(args);
+    EXPECT_EQ(e.code, 2) << args << ": " << e.out;
+    EXPECT_EQ(std::count(e.out.begin(), e.out.end(), '\n'), 1) << e.out;
+  }
+}
+
+TEST(Merge, ShardsTogetherEqualTheWholeGrid) {
+  const std::string grid = "sweep --attn flash,linear,local --seq 64,128" + std::string(kTiny);
+  const std::string whole = test::temp_path("whole.json"), s1 = test::temp_path("s1.json"),
+                    s2 = test::temp_path("s2.json"), merged = test::temp_path("merged.json");
+  for (const auto& p : {whole, s1, s2, merged}) std::filesystem::remove(p);
+  ASSERT_EQ(exec(grid + "--out " + whole).code, 0);
+  ASSERT_EQ(exec(grid + "--out " + s1 + " --shard 1/2").code, 0);
+  ASSERT_EQ(exec(grid + "--out " + s2 + " --shard 2/2").code, 0);
+  const auto a = point_names(s1), b = point_names(s2);
+  EXPECT_FALSE(a.empty());
+  EXPECT_FALSE(b.empty());
+  for (const auto& n : a) EXPECT_FALSE(b.count(n)) << n << " is in both shards";
+  auto e = exec("merge " + s1 + " " + s2 + " --out " + merged);
+  ASSERT_EQ(e.code, 0) << e.out;
+  EXPECT_EQ(point_names(merged), point_names(whole));
+  const auto ctx = nlohmann::json::parse(slurp(merged))["context"];
+  EXPECT_EQ(ctx["merged_from"].size(), 2u);
+
+  // The same point twice, or another CPU model, is refused.
+  e = exec("merge " + s1 + " " + s1 + " --out " + test::temp_path("twice.json"));
+  EXPECT_EQ(e.code, 2) << e.out;
+  EXPECT_NE(e.out.find("is in both"), std::string::npos) << e.out;
+  auto doc = nlohmann::json::parse(slurp(s2));
+  doc["context"]["cpu_model"] = "Some Other CPU";
+  const std::string other = test::temp_path("s2_other.json");
+  std::ofstream(other) << doc.dump();
+  e = exec("merge " + s1 + " " + other + " --out " + test::temp_path("mixed.json"));
+  EXPECT_EQ(e.code, 2) << e.out;
+  EXPECT_NE(e.out.find("--allow-mixed-cpus"), std::string::npos) << e.out;
+  e = exec("merge " + s1 + " " + other + " --allow-mixed-cpus --out " + test::temp_path("mixed.json"));
+  EXPECT_EQ(e.code, 0) << e.out;
+}
+
+TEST(Instructions, CountedDeterministicallyOrRefusedWithTheReason) {
+  const std::string args = "run --attn linear --seq 64 --heads 1 --dhead 16 --reps 1 --min-time 0 --count instructions --format json";
+#ifdef __AVX512F__
+  auto e = exec(args);
+  EXPECT_EQ(e.code, 2) << e.out;
+  EXPECT_NE(e.out.find("without AVX-512"), std::string::npos) << e.out;
+#else
+  double counts[2] = {0, 0};
+  for (double& c : counts) {
+    auto e = exec(args, false);
+    ASSERT_EQ(e.code, 0) << e.out;
+    const auto doc = nlohmann::json::parse(e.out);
+    c = doc["benchmarks"][0]["instructions"].get<double>();
+  }
+  EXPECT_GT(counts[0], 1e4);
+  EXPECT_EQ(counts[0], counts[1]);
+#endif
+}
+
+}  // namespace
+}  // namespace ab
