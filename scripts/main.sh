@@ -16,6 +16,22 @@ run() {  # run NAME ARGS...: results/NAME.json and results/NAME.md
   "$exe" run "$@" --out "results/$name.json" > "results/$name.md"
 }
 
+# The default sweep: every mechanism, forward, N = 256 .. 16384, one thread, error vs flash; each
+# point in its own process, so a crash or an out-of-memory kill loses only that point.
+rm -f results/default_sweep.json
+echo "== default_sweep: attnbench sweep --attn all --seq 256:16384:x2 --mode fwd --threads 1 --error" >&2
+"$exe" sweep --attn all --seq 256:16384:x2 --mode fwd --threads 1 --error --out results/default_sweep.json
+{
+  "$exe" table results/default_sweep.json --metric time --baseline vanilla
+  echo
+  "$exe" table results/default_sweep.json --metric peak_fraction --baseline none
+  echo
+  "$exe" table results/default_sweep.json --metric memory --baseline vanilla
+  echo
+  "$exe" table results/default_sweep.json --metric nmse --baseline none
+} > results/default_sweep.md
+/usr/bin/python3 scripts/plot.py results/default_sweep.json plots/default_sweep
+
 # Every mechanism, forward and forward+backward, N = 256 .. 8192, one thread, error vs flash.
 run attention_1thread --attn all --seq 256:8192:x2 --mode fwd,fwdbwd --threads 1 --error
 # Two threads at N = 4096, for the scaling figures.
@@ -35,4 +51,4 @@ run decode --attn all --seq 1024:65536:x2 --mode decode --threads 1 --error
 
 /usr/bin/python3 scripts/plot.py results/attention_1thread.json plots/attention_1thread
 /usr/bin/python3 scripts/plot.py results/decode.json plots/decode
-echo "wrote results/*.json, results/*.md, plots/attention_1thread.{png,svg}, plots/decode.{png,svg}" >&2
+echo "wrote results/*.json, results/*.md, plots/{default_sweep,attention_1thread,decode}.{png,svg}" >&2
