@@ -48,6 +48,8 @@ Metric find_metric(const std::string& name) {
   const auto it = metric_aliases().find(name);
   const std::string key = it == metric_aliases().end() ? name : it->second;
   if (const Field* f = find_field(key)) return Metric{f->key, f->header, f->better, f, false};
+  if (key == "steps_per_s")
+    throw InvalidInput("steps_per_s is measured by --mode train at the model level, which does not exist yet");
   throw InvalidInput(fmt::format("unknown metric '{}'; metrics: time, cpu_time, {}", name, table_metric_names()));
 }
 

@@ -221,9 +221,11 @@ int run_sweep(const std::vector<PointId>& full_grid, const RunOptions& opts, con
       break;
     }
     const std::string where = fmt::format("[{}/{}] {}", finished + 1, todo, p.id.name());
+    const size_t filled = todo ? 20 * finished / todo : 20;
+    const std::string bar = "[" + std::string(filled, '#') + std::string(20 - filled, '.') + "] ";
     double rest = 0;
     if (eta.n > 0) rest = eta.predict(flops_left) + eta.predict(0) * static_cast<double>(left - 1);
-    progress.show(fmt::format("{} | {} elapsed{}", where, duration(since_start()),
+    progress.show(fmt::format("{}{} | {} elapsed{}", progress.tty ? bar : "", where, duration(since_start()),
                               eta.n > 0 ? ", about " + duration(rest) + " left" : ""),
                   false);
     PointResult r;
