@@ -27,5 +27,6 @@ MechanismInfo bigbird_info();
 MechanismInfo linformer_info();
 MechanismInfo memory_compressed_info();
 MechanismInfo synthesizer_info();
+MechanismInfo sinkhorn_info();
 
 }  // namespace ab

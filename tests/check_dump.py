@@ -136,6 +136,36 @@ def masked_softmax_attention(q, k, v, mask):
     return np.einsum("bhij,bhjd->bhid", p, v)
 
 
+def logsumexp(x, axis):
+    m = x.max(axis=axis, keepdims=True)
+    return m + np.log(np.exp(x - m).sum(axis=axis, keepdims=True))
+
+
+def sinkhorn(t, prm):
+    """Recomputes everything from Q, K, V, W1, W2 (P included, checked against the dump)."""
+    q, k, v = t["q"], t["k"], t["v"]
+    B, H, N, D = q.shape
+    blk = prm["block"]
+    nb = N // blk
+    blocks = lambda x: x.reshape(B, H, nb, blk, D)
+    x = blocks(q).mean(axis=3)
+    hd = np.maximum(np.einsum("bhcd,hde->bhce", x, t["W1"]), 0)
+    lg = np.einsum("bhce,hef->bhcf", hd, t["W2"]) / prm["temperature"]
+    for _ in range(prm["sinkhorn_iters"]):
+        lg = lg - logsumexp(lg, 3)
+        lg = lg - logsumexp(lg, 2)
+    p = np.exp(lg)
+    np.testing.assert_allclose(t["P"], p, rtol=1e-4, atol=1e-6, err_msg="P")
+    ks = np.einsum("bhce,bhejd->bhcjd", p, blocks(k))
+    vs = np.einsum("bhce,bhejd->bhcjd", p, blocks(v))
+    kk = np.concatenate([blocks(k), ks], axis=3)
+    vv = np.concatenate([blocks(v), vs], axis=3)
+    s = np.einsum("bhcid,bhcjd->bhcij", blocks(q), kk) / np.sqrt(D)
+    a = np.exp(s - s.max(axis=-1, keepdims=True))
+    a /= a.sum(axis=-1, keepdims=True)
+    return np.einsum("bhcij,bhcjd->bhcid", a, vv).reshape(B, H, N, D)
+
+
 def expected_output(mech, t, causal, params):
     if mech in ("sliding", "local", "bigbird"):
         return masked_softmax_attention(t["q"], t["k"], t["v"], pattern_mask(mech, t, causal, params))
@@ -156,6 +186,8 @@ def expected_output(mech, t, causal, params):
         kc, vc = compressed(t["k"], t["Wk"]), compressed(t["v"], t["Wv"])
         p = softmax_rows(np.einsum("bhid,bhtd->bhit", t["q"], kc) * scale, False)
         return np.einsum("bhit,bhtd->bhid", p, vc)
+    if mech == "sinkhorn":
+        return sinkhorn(t, params)
     if mech == "synthesizer":
         a = synthesized_logits(t, params["variant"], t["q"].shape[2])
         return np.einsum("bhij,bhjd->bhid", softmax_rows(a, causal), t["v"])
@@ -182,10 +214,13 @@ def check(exe, work, mech, causal, params=(), n=37):
                 "Wk": (H, stride, D, D), "Wv": (H, stride, D, D), "W1": (H, D, D), "b1": (H, D),
                 "W2": (H, D, max_len), "b2": (H, max_len), "R": (H, N, N),
                 "R1": (H, N, prm.get("k", 0)), "R2": (H, N, prm.get("k", 0))}
+    if mech == "sinkhorn":
+        nb = N // prm["block"]
+        declared.update({"W2": (H, D, nb), "P": (B, H, nb, nb)})
     if "random_blocks" in cfg["tensors"]:
         declared["random_blocks"] = (H, N // prm["block"], prm["random_blocks"])
     own = {"performer": {"omega"}, "linformer": {"E", "F"}, "memory_compressed": {"Wk", "Wv"},
-           "bigbird": {"random_blocks"},
+           "bigbird": {"random_blocks"}, "sinkhorn": {"W1", "W2", "P"},
            "synthesizer": {"dense": {"W1", "b1", "W2", "b2"}, "random": {"R"},
                            "factorized": {"R1", "R2"}}.get(prm.get("variant"), set())}
     t = {}
@@ -216,6 +251,7 @@ def main():
     cases += [("sliding", c, ("window=5",), 37) for c in (False, True)]
     cases += [("local", c, ("block=8",), 37) for c in (False, True)]
     cases += [("bigbird", False, ("block=4", "random_blocks=2"), 36)]
+    cases += [("sinkhorn", False, ("block=8",), 40), ("sinkhorn", False, ("block=4", "temperature=0.05"), 40)]
     cases += [("synthesizer", c, (f"variant={v}", "max_len=40", "k=4"), 37)
               for v in ("dense", "random", "factorized") for c in (False, True)]
     for mech, causal, params, n in cases:
