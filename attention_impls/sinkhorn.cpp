@@ -108,7 +108,7 @@ class Sinkhorn final : public Attention {
  private:
   // Per-thread workspace, in floats (each array 64-byte aligned).
   struct Layout {
-    size_t Kc = 0, Vc = 0, x = 0, hd = 0, S = 0;                            // forward
+    size_t Kc = 0, Vc = 0, x = 0, hd = 0, S = 0, tmp = 0;                   // forward
     size_t dKc = 0, dVc = 0, dKs = 0, dVs = 0, dA = 0, states = 0, g = 0, dx = 0;  // backward
     size_t total = 0;
   };
@@ -127,6 +127,7 @@ class Sinkhorn final : public Attention {
     L.x = take(nb * D);
     L.hd = take(nb * D);
     L.S = take(b * 2 * b);
+    L.tmp = take(2 * nb);
     if (mode == Mode::fwdbwd) {
       L.dKc = take(N * D);
       L.dVc = take(N * D);
@@ -216,23 +217,47 @@ class Sinkhorn final : public Attention {
     for (int64_t i = 0; i < p_.shape.N; ++i) std::memcpy(out + i * D(), t.row(b, h, i), static_cast<size_t>(D()) * sizeof(float));
   }
 
-  // One normalisation pass in log space over rows (by_rows) or columns of L (nb x nb).
-  void normalise(float* L, bool by_rows) const {
+  // One normalisation pass in log space: every row (by_rows) or every column of L (nb x nb)
+  // gets its log-sum-exp subtracted. Columns are swept row by row (contiguous, vectorised), with
+  // the running maxima and sums in tmp (2·nb floats).
+  void normalise(float* L, bool by_rows, float* tmp) const {
     const int64_t n = nb_;
+    if (by_rows) {
+      for (int64_t i = 0; i < n; ++i) {
+        float* row = L + i * n;
+        const float m = max_of(row, n);
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t j = 0; j < n; ++j) sum += exp_f32(row[j] - m);
+        const float lse = m + std::log(sum);
+#pragma omp simd
+        for (int64_t j = 0; j < n; ++j) row[j] -= lse;
+      }
+      return;
+    }
+    float *mx = tmp, *sum = tmp + n;
+    std::memcpy(mx, L, static_cast<size_t>(n) * sizeof(float));
+    for (int64_t i = 1; i < n; ++i) {
+      const float* row = L + i * n;
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) mx[j] = std::max(mx[j], row[j]);
+    }
+    fill(sum, n, 0.0f);
     for (int64_t i = 0; i < n; ++i) {
-      const int64_t step = by_rows ? 1 : n;
-      float* base = by_rows ? L + i * n : L + i;
-      float m = -std::numeric_limits<float>::infinity();
-      for (int64_t j = 0; j < n; ++j) m = std::max(m, base[j * step]);
-      double sum = 0;
-      for (int64_t j = 0; j < n; ++j) sum += std::exp(static_cast<double>(base[j * step] - m));
-      const float lse = m + static_cast<float>(std::log(sum));
-      for (int64_t j = 0; j < n; ++j) base[j * step] -= lse;
+      const float* row = L + i * n;
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) sum[j] += exp_f32(row[j] - mx[j]);
+    }
+    for (int64_t j = 0; j < n; ++j) mx[j] += std::log(sum[j]);
+    for (int64_t i = 0; i < n; ++i) {
+      float* row = L + i * n;
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) row[j] -= mx[j];
     }
   }
 
   // Passes 1-3: summaries, sorting network, Sinkhorn. Leaves P (and R, pre) for this head.
-  void sort_matrix(const AttnArgs& a, int tid, int64_t b, int64_t h, float* x, float* hd) const {
+  void sort_matrix(const AttnArgs& a, int tid, int64_t b, int64_t h, float* x, float* hd, float* tmp) const {
     const int64_t nb = nb_, Dd = D();
     const size_t bh = bh_index(b, h);
     // 1. x_c = mean of block c's query rows.
@@ -255,10 +280,11 @@ class Sinkhorn final : public Attention {
     float* P = P_.data() + bh * static_cast<size_t>(nb * nb);
     for (int64_t i = 0; i < nb * nb; ++i) P[i] = R[i] / static_cast<float>(temperature_);
     for (int64_t t = 0; t < iters_; ++t) {
-      normalise(P, true);
-      normalise(P, false);
+      normalise(P, true, tmp);
+      normalise(P, false, tmp);
     }
-    for (int64_t i = 0; i < nb * nb; ++i) P[i] = std::exp(P[i]);
+#pragma omp simd
+    for (int64_t i = 0; i < nb * nb; ++i) P[i] = exp_f32(P[i]);
   }
 
   void forward_head(const AttnArgs& a, int tid, int64_t b, int64_t h) const {
@@ -267,7 +293,7 @@ class Sinkhorn final : public Attention {
     float *Kc = w + L.Kc, *Vc = w + L.Vc, *S = w + L.S;
     const int64_t nb = nb_, Dd = D(), b2 = 2 * blk_;
     const size_t bh = bh_index(b, h);
-    sort_matrix(a, tid, b, h, w + L.x, w + L.hd);
+    sort_matrix(a, tid, b, h, w + L.x, w + L.hd, w + L.tmp);
     // 4. K~ = P Kc, V~ = P Vc (block-wise).
     gather(a.k, b, h, Kc);
     gather(a.v, b, h, Vc);
@@ -355,17 +381,30 @@ class Sinkhorn final : public Attention {
     for (int64_t t = 0; t < 2 * iters_; ++t) {
       float* next = states + (t + 1) * nn;
       std::memcpy(next, states + t * nn, static_cast<size_t>(nn) * sizeof(float));
-      normalise(next, t % 2 == 0);
+      normalise(next, t % 2 == 0, w + L.tmp);
     }
     for (int64_t k = 0; k < nn; ++k) g[k] *= P[k];  // through P = exp(L)
+    float* colsum = w + L.tmp;
     for (int64_t t = 2 * iters_ - 1; t >= 0; --t) {
       const float* y = states + (t + 1) * nn;
-      const bool by_rows = t % 2 == 0;
-      for (int64_t i = 0; i < nb; ++i) {
-        const int64_t step = by_rows ? 1 : nb, at = by_rows ? i * nb : i;
-        double sum = 0;
-        for (int64_t j = 0; j < nb; ++j) sum += g[at + j * step];
-        for (int64_t j = 0; j < nb; ++j) g[at + j * step] -= std::exp(y[at + j * step]) * static_cast<float>(sum);
+      if (t % 2 == 0) {  // a row pass
+        for (int64_t i = 0; i < nb; ++i) {
+          float* gi = g + i * nb;
+          const float* yi = y + i * nb;
+          float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+          for (int64_t j = 0; j < nb; ++j) sum += gi[j];
+#pragma omp simd
+          for (int64_t j = 0; j < nb; ++j) gi[j] -= exp_f32(yi[j]) * sum;
+        }
+      } else {  // a column pass
+        std::memcpy(colsum, g, static_cast<size_t>(nb) * sizeof(float));
+        for (int64_t i = 1; i < nb; ++i)
+#pragma omp simd
+          for (int64_t j = 0; j < nb; ++j) colsum[j] += g[i * nb + j];
+        for (int64_t i = 0; i < nb; ++i)
+#pragma omp simd
+          for (int64_t j = 0; j < nb; ++j) g[i * nb + j] -= exp_f32(y[i * nb + j]) * colsum[j];
       }
     }
     scale_inplace(g, nn, 1.0f / static_cast<float>(temperature_));  // dR
