@@ -47,6 +47,7 @@ run synthesizer_factorized --attn synthesizer --param variant=factorized --seq 1
 run kernel_16384 --attn linear,performer --seq 16384 --mode fwd,fwdbwd --threads 1
 run kernel_16384_causal --attn linear,performer --seq 16384 --mode fwd,fwdbwd --threads 1 --causal
 # Decoding one token after a context of N = 1024 .. 65536.
+run sinkhorn_fwdbwd --attn sinkhorn --seq 4096,16384 --mode fwdbwd --reps 3
 run decode --attn all --seq 1024:65536:x2 --mode decode --threads 1 --error
 
 /usr/bin/python3 scripts/plot.py results/attention_1thread.json plots/attention_1thread
