@@ -79,6 +79,14 @@ inline int check_gradients_by_differences(
   return checked;
 }
 
+// A mechanism's dumped parameter by name (a test failure when it has none).
+inline DumpTensor tensor(const Attention& impl, const std::string& name) {
+  for (const auto& t : impl.dump_tensors())
+    if (t.name == name) return t;
+  ADD_FAILURE() << "no tensor " << name;
+  return {};
+}
+
 struct Exec {
   int code = -1;
   std::string out;  // stdout, and stderr unless dropped

@@ -13,13 +13,7 @@ namespace ab {
 namespace {
 
 using test::run_mechanism;
-
-DumpTensor tensor(const Attention& impl, const std::string& name) {
-  for (const auto& t : impl.dump_tensors())
-    if (t.name == name) return t;
-  ADD_FAILURE() << "no tensor " << name;
-  return {};
-}
+using test::tensor;
 
 int64_t numel(const DumpTensor& t) {
   int64_t n = 1;

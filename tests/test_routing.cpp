@@ -12,13 +12,7 @@ namespace {
 
 using test::exec;
 using test::run_mechanism;
-
-DumpTensor tensor(const Attention& impl, const std::string& name) {
-  for (const auto& t : impl.dump_tensors())
-    if (t.name == name) return t;
-  ADD_FAILURE() << "no tensor " << name;
-  return {};
-}
+using test::tensor;
 
 double max_diff(const Tensor& a, const Tensor& b) {
   double w = 0;
