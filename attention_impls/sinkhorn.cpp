@@ -212,9 +212,12 @@ class Sinkhorn final : public Attention {
   float* ws(int tid) const { return ws_.data() + static_cast<size_t>(tid) * thread_floats(mode_); }
   size_t bh_index(int64_t b, int64_t h) const { return static_cast<size_t>(b * p_.shape.H + h); }
 
-  // Kc, Vc: the head's keys and values gathered contiguously, an (nb, block·D) matrix each.
-  void gather(const TensorView& t, int64_t b, int64_t h, float* out) const {
-    for (int64_t i = 0; i < p_.shape.N; ++i) std::memcpy(out + i * D(), t.row(b, h, i), static_cast<size_t>(D()) * sizeof(float));
+  // The head's keys or values as a contiguous (nb, block·D) matrix: the tensor itself when its
+  // rows are contiguous, else a copy into `buf`.
+  const float* contiguous(const TensorView& t, int64_t b, int64_t h, float* buf) const {
+    if (t.strides.sn == D()) return t.head(b, h);
+    for (int64_t i = 0; i < p_.shape.N; ++i) std::memcpy(buf + i * D(), t.row(b, h, i), static_cast<size_t>(D()) * sizeof(float));
+    return buf;
   }
 
   // One normalisation pass in log space: every row (by_rows) or every column of L (nb x nb)
@@ -290,13 +293,13 @@ class Sinkhorn final : public Attention {
   void forward_head(const AttnArgs& a, int tid, int64_t b, int64_t h) const {
     const Layout L = layout(mode_);
     float* w = ws(tid);
-    float *Kc = w + L.Kc, *Vc = w + L.Vc, *S = w + L.S;
+    float* S = w + L.S;
     const int64_t nb = nb_, Dd = D(), b2 = 2 * blk_;
     const size_t bh = bh_index(b, h);
     sort_matrix(a, tid, b, h, w + L.x, w + L.hd, w + L.tmp);
     // 4. K~ = P Kc, V~ = P Vc (block-wise).
-    gather(a.k, b, h, Kc);
-    gather(a.v, b, h, Vc);
+    const float* Kc = contiguous(a.k, b, h, w + L.Kc);
+    const float* Vc = contiguous(a.v, b, h, w + L.Vc);
     const float* P = P_.data() + bh * static_cast<size_t>(nb * nb);
     float* Ks = Ks_.data() + bh * static_cast<size_t>(p_.shape.N * Dd);
     float* Vs = Vs_.data() + bh * static_cast<size_t>(p_.shape.N * Dd);
@@ -325,12 +328,12 @@ class Sinkhorn final : public Attention {
   void backward_head(const AttnArgs& a, int tid, int64_t b, int64_t h) const {
     const Layout L = layout(mode_);
     float* w = ws(tid);
-    float *Kc = w + L.Kc, *Vc = w + L.Vc, *A = w + L.S, *dA = w + L.dA;
+    float *A = w + L.S, *dA = w + L.dA;
     float *dKc = w + L.dKc, *dVc = w + L.dVc, *dKs = w + L.dKs, *dVs = w + L.dVs;
     const int64_t nb = nb_, Dd = D(), N = p_.shape.N, b2 = 2 * blk_;
     const size_t bh = bh_index(b, h);
-    gather(a.k, b, h, Kc);
-    gather(a.v, b, h, Vc);
+    const float* Kc = contiguous(a.k, b, h, w + L.Kc);
+    const float* Vc = contiguous(a.v, b, h, w + L.Vc);
     for (float* z : {dKc, dVc, dKs, dVs}) fill(z, N * Dd, 0.0f);
     const float* Ks = Ks_.data() + bh * static_cast<size_t>(N * Dd);
     const float* Vs = Vs_.data() + bh * static_cast<size_t>(N * Dd);

@@ -161,8 +161,6 @@ std::string latex_escape(const std::string& s) {
   return o;
 }
 
-std::string fmt_value(const Cell& c) { return c.value_text; }
-
 std::string render(const std::vector<Table>& tables, const std::string& format) {
   std::string out;
   auto cell = [](const Table& t, const std::string& row, int64_t n) -> const Cell* {
@@ -200,7 +198,7 @@ std::string render(const std::vector<Table>& tables, const std::string& format) 
         for (int64_t n : t.ns) {
           const Cell* c = cell(t, row, n);
           std::string text = "--";
-          if (c && c->value) text = latex_escape(fmt_value(*c));
+          if (c && c->value) text = latex_escape(c->value_text);
           else if (c) text = latex_escape(c->text);
           if (c && c->ratio) {
             const std::string r = ratio_text(*c->ratio);
