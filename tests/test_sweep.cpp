@@ -292,6 +292,24 @@ TEST(Compare, AFileAgainstItselfPassesAndAgainstSlowerTimesFails) {
   EXPECT_EQ(e.code, 0) << e.out;
 }
 
+// A slower median is not enough: overlapping repetitions (p well above alpha) pass the gate.
+TEST(Compare, ASlowerMedianWithoutSignificanceIsNotARegression) {
+  auto base = nlohmann::json::parse(slurp(kFixture)), next = base;
+  const double b[] = {10, 11, 12, 13, 14}, n[] = {10.5, 11.5, 13, 14.5, 15};  // median +8%
+  for (auto* doc : {&base, &next}) {
+    const double* v = doc == &base ? b : n;
+    for (auto& e : (*doc)["benchmarks"])
+      if (e["run_type"] == "iteration" && e["run_name"].get<std::string>().find("attn:vanilla/") == 0)
+        e["real_time"] = v[e["repetition_index"].get<int>()];
+  }
+  const std::string pb = test::temp_path("overlap_base.json"), pn = test::temp_path("overlap_new.json");
+  std::ofstream(pb) << base.dump();
+  std::ofstream(pn) << next.dump();
+  auto e = exec("compare " + pb + " " + pn);
+  EXPECT_EQ(e.code, 0) << e.out;
+  EXPECT_NE(e.out.find("+8.3%"), std::string::npos) << e.out;
+}
+
 TEST(Compare, MemoryGrowthAndNewFailuresAreRegressions) {
   auto doc = nlohmann::json::parse(slurp(kFixture));
   for (auto& b : doc["benchmarks"])
