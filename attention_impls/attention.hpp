@@ -129,6 +129,8 @@ class Attention {
     throw std::logic_error("decode not supported");
   }
   virtual std::vector<DumpTensor> dump_tensors() const { return {}; }
+  // A remark `attnbench dump` writes into config.json as "note", e.g. an input that is not used.
+  virtual std::string dump_note() const { return {}; }
 };
 
 struct MechanismInfo {

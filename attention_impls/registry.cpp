@@ -18,6 +18,7 @@ const std::vector<MechanismInfo>& mechanisms() {
       linformer_info(),
       memory_compressed_info(),
       synthesizer_info(),
+      reformer_info(),
       sinkhorn_info(),
       linear_info(),
       performer_info(),

@@ -27,6 +27,7 @@ MechanismInfo bigbird_info();
 MechanismInfo linformer_info();
 MechanismInfo memory_compressed_info();
 MechanismInfo synthesizer_info();
+MechanismInfo reformer_info();
 MechanismInfo sinkhorn_info();
 
 }  // namespace ab

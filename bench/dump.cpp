@@ -64,6 +64,7 @@ void dump_point(const PointId& id, uint64_t seed, const std::string& dir) {
                         {"H", s.H},                  {"N", s.N},           {"D", s.D},
                         {"causal", id.causal},       {"seed", seed},       {"scale", 1.0 / std::sqrt(double(s.D))},
                         {"tensors", files}};
+  if (const std::string note = pp.impl->dump_note(); !note.empty()) cfg["note"] = note;
   FILE* f = std::fopen((tmp / "config.json").c_str(), "w");
   if (!f) throw std::runtime_error("cannot write " + (tmp / "config.json").string());
   const std::string text = cfg.dump(2) + "\n";

@@ -166,6 +166,45 @@ def sinkhorn(t, prm):
     return np.einsum("bhcij,bhcjd->bhcid", a, vv).reshape(B, H, N, D)
 
 
+def reformer(t, causal, prm):
+    """Recomputes the buckets from Q and the rotations (checked against the dump, up to float
+    near-ties), then the output from the dumped buckets: sort, chunks with look-back, the
+    bucket, causal and self rules, and the log-sum-exp combination of rounds."""
+    q, v = t["q"], t["v"]
+    B, H, N, D = q.shape
+    rot = t["rotations"]  # (n_hashes, H, D, nb/2)
+    proj = np.einsum("bhnd,rhdk->bhrnk", q, rot)
+    want = np.concatenate([proj, -proj], axis=-1).argmax(-1)
+    got = t["buckets"].astype(np.int64)
+    top = np.sort(np.concatenate([proj, -proj], axis=-1), axis=-1)
+    near_tie = top[..., -1] - top[..., -2] < 1e-5
+    assert ((want == got) | near_tie).all(), "buckets"
+    bs = prm["bucket_size"]
+    nch = N // bs
+    key = q / np.linalg.norm(q, axis=-1, keepdims=True)
+    out = np.zeros_like(q)
+    for b in range(B):
+        for h in range(H):
+            lses, outs = [], []
+            for r in range(got.shape[2]):
+                bk = got[b, h, r]
+                order = np.argsort(bk, kind="stable")
+                lse_r, o_r = np.zeros(N), np.zeros((N, D))
+                for p in range(N):
+                    i, c = order[p], p // bs
+                    window = set(order[c * bs:(c + 1) * bs]) | set(order[((c - 1) % nch) * bs:((c - 1) % nch + 1) * bs])
+                    keys = sorted(j for j in window if bk[j] == bk[i] and j != i and (not causal or j <= i)) or [i]
+                    sc = key[b, h, keys] @ q[b, h, i] / np.sqrt(D)
+                    m = sc.max()
+                    lse_r[i] = m + np.log(np.exp(sc - m).sum())
+                    o_r[i] = np.exp(sc - lse_r[i]) @ v[b, h, keys]
+                lses.append(lse_r)
+                outs.append(o_r)
+            w = np.exp(np.array(lses) - logsumexp(np.array(lses), 0))
+            out[b, h] = np.einsum("rn,rnd->nd", w, np.array(outs))
+    return out
+
+
 def expected_output(mech, t, causal, params):
     if mech in ("sliding", "local", "bigbird"):
         return masked_softmax_attention(t["q"], t["k"], t["v"], pattern_mask(mech, t, causal, params))
@@ -188,6 +227,8 @@ def expected_output(mech, t, causal, params):
         return np.einsum("bhit,bhtd->bhid", p, vc)
     if mech == "sinkhorn":
         return sinkhorn(t, params)
+    if mech == "reformer":
+        return reformer(t, causal, params)
     if mech == "synthesizer":
         a = synthesized_logits(t, params["variant"], t["q"].shape[2])
         return np.einsum("bhij,bhjd->bhid", softmax_rows(a, causal), t["v"])
@@ -217,16 +258,20 @@ def check(exe, work, mech, causal, params=(), n=37):
     if mech == "sinkhorn":
         nb = N // prm["block"]
         declared.update({"W2": (H, D, nb), "P": (B, H, nb, nb)})
+    if mech == "reformer":
+        nbk = prm["n_buckets"] or max(2, (N // prm["bucket_size"] + 1) // 2 * 2)
+        declared.update({"rotations": (prm["n_hashes"], H, D, nbk // 2), "buckets": (B, H, prm["n_hashes"], N)})
+        assert "not used" in cfg.get("note", ""), cfg
     if "random_blocks" in cfg["tensors"]:
         declared["random_blocks"] = (H, N // prm["block"], prm["random_blocks"])
     own = {"performer": {"omega"}, "linformer": {"E", "F"}, "memory_compressed": {"Wk", "Wv"},
-           "bigbird": {"random_blocks"}, "sinkhorn": {"W1", "W2", "P"},
+           "bigbird": {"random_blocks"}, "sinkhorn": {"W1", "W2", "P"}, "reformer": {"rotations", "buckets"},
            "synthesizer": {"dense": {"W1", "b1", "W2", "b2"}, "random": {"R"},
                            "factorized": {"R1", "R2"}}.get(prm.get("variant"), set())}
     t = {}
     for name, file in cfg["tensors"].items():
         arr = np.load(os.path.join(out, file))
-        want_dtype = np.int64 if name == "random_blocks" else np.float32
+        want_dtype = np.int64 if name in ("random_blocks", "buckets") else np.float32
         assert arr.dtype == want_dtype, (name, arr.dtype)
         assert arr.shape == declared.get(name, shape), (name, arr.shape)
         t[name] = arr.astype(np.float64)
@@ -252,6 +297,7 @@ def main():
     cases += [("local", c, ("block=8",), 37) for c in (False, True)]
     cases += [("bigbird", False, ("block=4", "random_blocks=2"), 36)]
     cases += [("sinkhorn", False, ("block=8",), 40), ("sinkhorn", False, ("block=4", "temperature=0.05"), 40)]
+    cases += [("reformer", c, ("bucket_size=8", "n_buckets=4", "n_hashes=3"), 40) for c in (False, True)]
     cases += [("synthesizer", c, (f"variant={v}", "max_len=40", "k=4"), 37)
               for v in ("dense", "random", "factorized") for c in (False, True)]
     for mech, causal, params, n in cases:

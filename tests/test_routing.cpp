@@ -1,9 +1,16 @@
+// Routing attention.
 // sinkhorn: one block reduces to vanilla; P doubly stochastic; the output equals a direct
 // reference built from the dumped P; gradients (through the attention, the sort, the Sinkhorn
 // iterations and the sorting network) against finite differences; memory, FLOPs, bad input.
+// reformer: one bucket and one chunk is dense shared-QK attention with the self-exclusion rule;
+// otherwise it equals a reference that builds each query's admissible set from the dumped
+// buckets; the buckets are the argmax of the dumped rotations; causal ignores later positions;
+// gradients against finite differences; memory, FLOPs, bad input.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <set>
 
 #include "tests/helpers.hpp"
 
@@ -11,6 +18,7 @@ namespace ab {
 namespace {
 
 using test::exec;
+using test::Run;
 using test::run_mechanism;
 using test::tensor;
 
@@ -165,6 +173,295 @@ TEST(Sinkhorn, BadInputAndCausal) {
   e = exec("run --attn sinkhorn --seq 128 --heads 1 --dhead 16 --reps 1 --min-time 0 --causal --format csv", false);
   EXPECT_EQ(e.code, 0) << e.out;
   EXPECT_NE(e.out.find("SKIPPED: sinkhorn cannot be causal"), std::string::npos) << e.out;
+}
+
+// ---- reformer ----
+
+// The reference of mechanisms.md, in double, from the dumped bucket assignments: per round, sort
+// by (bucket, position), cut into chunks, let each query attend the set of keys of its chunk and
+// the previous one (wrapping) in its bucket, j <= i when causal, itself only when nothing else
+// is admissible; combine rounds by their log-sum-exp. Keys are Q_j / ||Q_j||.
+std::vector<double> reformer_reference(const Run& r, int64_t bucket_size, bool causal) {
+  const DumpTensor bk = tensor(*r.impl, "buckets");
+  const Shape4 s = r.data->q.view().shape;
+  const int64_t N = s.N, D = s.D, nh = bk.shape[2], nchunks = N / bucket_size;
+  const TensorView q = r.data->q.view(), v = r.data->v.view();
+  std::vector<double> out(static_cast<size_t>(s.numel()));
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t h = 0; h < s.H; ++h) {
+      std::vector<std::vector<double>> key(N, std::vector<double>(D));
+      for (int64_t j = 0; j < N; ++j) {
+        double n2 = 0;
+        for (int64_t d = 0; d < D; ++d) n2 += double(q.at(b, h, j, d)) * q.at(b, h, j, d);
+        for (int64_t d = 0; d < D; ++d) key[j][d] = q.at(b, h, j, d) / std::sqrt(n2);
+      }
+      std::vector<std::vector<double>> o_round(nh, std::vector<double>(N * D)), lse(nh, std::vector<double>(N));
+      for (int64_t rd = 0; rd < nh; ++rd) {
+        const int64_t* bucket = bk.i64 + ((b * s.H + h) * nh + rd) * N;
+        std::vector<int64_t> order(N);
+        for (int64_t i = 0; i < N; ++i) order[i] = i;
+        std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return bucket[x] < bucket[y]; });
+        for (int64_t p = 0; p < N; ++p) {
+          const int64_t i = order[p], c = p / bucket_size;
+          std::set<int64_t> window;
+          for (int64_t cc : {c, (c + nchunks - 1) % nchunks})
+            for (int64_t t = cc * bucket_size; t < (cc + 1) * bucket_size; ++t) window.insert(order[t]);
+          std::vector<int64_t> keys;
+          for (int64_t j : window)
+            if (bucket[j] == bucket[i] && j != i && (!causal || j <= i)) keys.push_back(j);
+          if (keys.empty()) keys.push_back(i);
+          std::vector<double> sc;
+          double mx = -1e300;
+          for (int64_t j : keys) {
+            double d = 0;
+            for (int64_t c2 = 0; c2 < D; ++c2) d += double(q.at(b, h, i, c2)) * key[j][c2];
+            sc.push_back(d / std::sqrt(double(D)));
+            mx = std::max(mx, sc.back());
+          }
+          double sum = 0;
+          for (double x : sc) sum += std::exp(x - mx);
+          lse[rd][i] = mx + std::log(sum);
+          for (size_t t = 0; t < keys.size(); ++t)
+            for (int64_t d = 0; d < D; ++d) o_round[rd][i * D + d] += std::exp(sc[t] - mx) / sum * v.at(b, h, keys[t], d);
+        }
+      }
+      for (int64_t i = 0; i < N; ++i) {
+        double m = -1e300, z = 0;
+        for (int64_t rd = 0; rd < nh; ++rd) m = std::max(m, lse[rd][i]);
+        for (int64_t rd = 0; rd < nh; ++rd) z += std::exp(lse[rd][i] - m);
+        for (int64_t rd = 0; rd < nh; ++rd)
+          for (int64_t d = 0; d < D; ++d)
+            out[((b * s.H + h) * N + i) * D + d] += std::exp(lse[rd][i] - m) / z * o_round[rd][i * D + d];
+      }
+    }
+  return out;
+}
+
+double max_diff(const Tensor& a, const std::vector<double>& want) {
+  double w = 0;
+  for (size_t i = 0; i < a.size(); ++i) w = std::max(w, std::abs(double(a.data()[i]) - want[i]));
+  return w;
+}
+
+// With one bucket and one chunk, reformer is dense attention of Q against the normalised Q,
+// each query excluded from its own keys. Q's rows are flipped to the positive side of the single
+// rotation column (n_buckets = 2), which puts every position in bucket 0.
+TEST(Reformer, OneBucketOneChunkEqualsDenseSharedQKWithoutSelf) {
+  for (bool causal : {false, true}) {
+    const Shape4 s{2, 2, 32, 8};
+    const std::vector<std::string> prm{"bucket_size=32", "n_buckets=2", "n_hashes=1"};
+    auto r = run_mechanism("reformer", s, causal, Mode::fwd, prm, 3);
+    const DumpTensor rot = tensor(*r.impl, "rotations");
+    ASSERT_EQ(rot.shape, (std::vector<int64_t>{1, 2, 8, 1}));
+    TensorView q = r.data->q.view();
+    for (int64_t b = 0; b < s.B; ++b)
+      for (int64_t h = 0; h < s.H; ++h)
+        for (int64_t i = 0; i < s.N; ++i) {
+          double proj = 0;
+          for (int64_t d = 0; d < s.D; ++d) proj += double(q.at(b, h, i, d)) * rot.f32[h * s.D + d];
+          if (proj < 0)
+            for (int64_t d = 0; d < s.D; ++d) q.at(b, h, i, d) = -q.at(b, h, i, d);
+        }
+    r.impl->forward(r.data->args());
+    const DumpTensor bk = tensor(*r.impl, "buckets");
+    for (int64_t i = 0; i < s.B * s.H * s.N; ++i) ASSERT_EQ(bk.i64[i], 0) << i;
+    // Dense: softmax over all j != i (j < i when causal; position 0 causal has only itself).
+    const TensorView v = r.data->v.view(), o = r.data->o.view();
+    double worst = 0;
+    for (int64_t b = 0; b < s.B; ++b)
+      for (int64_t h = 0; h < s.H; ++h)
+        for (int64_t i = 0; i < s.N; ++i) {
+          std::vector<int64_t> keys;
+          for (int64_t j = 0; j < s.N; ++j)
+            if (j != i && (!causal || j < i)) keys.push_back(j);
+          if (keys.empty()) keys.push_back(i);
+          std::vector<double> w;
+          double mx = -1e300, sum = 0;
+          for (int64_t j : keys) {
+            double dq = 0, nn = 0;
+            for (int64_t d = 0; d < s.D; ++d) {
+              dq += double(q.at(b, h, i, d)) * q.at(b, h, j, d);
+              nn += double(q.at(b, h, j, d)) * q.at(b, h, j, d);
+            }
+            w.push_back(dq / std::sqrt(nn) / std::sqrt(double(s.D)));
+            mx = std::max(mx, w.back());
+          }
+          for (double& x : w) sum += (x = std::exp(x - mx));
+          for (int64_t d = 0; d < s.D; ++d) {
+            double want = 0;
+            for (size_t t = 0; t < keys.size(); ++t) want += w[t] / sum * v.at(b, h, keys[t], d);
+            worst = std::max(worst, std::abs(want - o.at(b, h, i, d)));
+          }
+        }
+    EXPECT_LT(worst, 2e-6) << "causal=" << causal;
+  }
+}
+
+// The dumped buckets are argmax([q·R ; -q·R]) of the dumped rotations (up to float rounding at
+// near-ties), and every bucket is used.
+TEST(Reformer, BucketsAreTheArgmaxOfTheDumpedRotations) {
+  const Shape4 s{1, 2, 256, 16};
+  auto r = run_mechanism("reformer", s, false, Mode::fwd, {"bucket_size=16", "n_buckets=8", "n_hashes=3"}, 4);
+  const DumpTensor rot = tensor(*r.impl, "rotations"), bk = tensor(*r.impl, "buckets");
+  ASSERT_EQ(rot.shape, (std::vector<int64_t>{3, 2, 16, 4}));
+  ASSERT_EQ(bk.shape, (std::vector<int64_t>{1, 2, 3, 256}));
+  const TensorView q = r.data->q.view();
+  int mismatches = 0;
+  std::set<int64_t> used;
+  for (int64_t h = 0; h < 2; ++h)
+    for (int64_t rd = 0; rd < 3; ++rd)
+      for (int64_t i = 0; i < 256; ++i) {
+        std::vector<double> x(8);
+        for (int64_t k = 0; k < 4; ++k) {
+          double p = 0;
+          for (int64_t d = 0; d < 16; ++d) p += double(q.at(0, h, i, d)) * rot.f32[((rd * 2 + h) * 16 + d) * 4 + k];
+          x[k] = p;
+          x[k + 4] = -p;
+        }
+        const int64_t want = std::max_element(x.begin(), x.end()) - x.begin();
+        const int64_t got = bk.i64[(h * 3 + rd) * 256 + i];
+        used.insert(got);
+        if (got != want) {
+          ++mismatches;
+          EXPECT_LT(std::abs(x[want] - x[got]), 1e-5) << "round " << rd << " position " << i;
+        }
+      }
+  EXPECT_LE(mismatches, 2);
+  EXPECT_EQ(used.size(), 8u);
+}
+
+struct ReformerCase {
+  Shape4 shape;
+  bool causal;
+  std::vector<std::string> params;
+  int64_t bucket_size;
+};
+class ReformerReference : public ::testing::TestWithParam<ReformerCase> {};
+TEST_P(ReformerReference, MatchesAdmissibleSetsFromDumpedBuckets) {
+  const auto& c = GetParam();
+  auto r = run_mechanism("reformer", c.shape, c.causal, Mode::fwd, c.params, 11);
+  EXPECT_LT(max_diff(r.data->o, reformer_reference(r, c.bucket_size, c.causal)), 2e-6);
+}
+INSTANTIATE_TEST_SUITE_P(
+    All, ReformerReference,
+    ::testing::Values(
+        // several chunks and buckets, one and three rounds
+        ReformerCase{{2, 2, 64, 8}, false, {"bucket_size=8", "n_buckets=4", "n_hashes=1"}, 8},
+        ReformerCase{{2, 2, 64, 8}, false, {"bucket_size=8", "n_buckets=4", "n_hashes=3"}, 8},
+        ReformerCase{{2, 2, 64, 8}, true, {"bucket_size=8", "n_buckets=4", "n_hashes=3"}, 8},
+        // many small buckets: queries left with no other key attend themselves
+        ReformerCase{{1, 2, 48, 8}, false, {"bucket_size=4", "n_buckets=16", "n_hashes=2"}, 4},
+        ReformerCase{{1, 2, 48, 8}, true, {"bucket_size=4", "n_buckets=16", "n_hashes=2"}, 4},
+        // two chunks (each the other's previous), and one chunk (no look-back)
+        ReformerCase{{1, 3, 32, 8}, true, {"bucket_size=16", "n_buckets=2"}, 16},
+        ReformerCase{{1, 3, 16, 8}, false, {"bucket_size=16", "n_buckets=4", "n_hashes=2"}, 16},
+        // the defaults: bucket_size 64, N/64 buckets rounded up to even, 4 rounds
+        ReformerCase{{1, 2, 192, 16}, false, {}, 64}, ReformerCase{{1, 2, 192, 16}, true, {}, 64}));
+
+// Perturbing the keys and values of later positions leaves earlier outputs exactly alone when
+// causal. Keys are the normalised queries: a small perturbation of later query rows that keeps
+// every bucket (checked) changes later keys without moving the sort.
+TEST(Reformer, CausalNeverUsesALaterPosition) {
+  const Shape4 s{1, 2, 64, 8};
+  auto r = run_mechanism("reformer", s, true, Mode::fwd, {"bucket_size=8", "n_buckets=4", "n_hashes=3"}, 6);
+  const DumpTensor bk = tensor(*r.impl, "buckets");
+  const std::vector<int64_t> buckets0(bk.i64, bk.i64 + 2 * 3 * 64);
+  const std::vector<float> o0(r.data->o.data(), r.data->o.data() + r.data->o.size());
+  AttnArgs a = r.data->args();
+  const int64_t t = 29;
+  Rng noise(99, 0);
+  for (int64_t h = 0; h < 2; ++h)
+    for (int64_t i = t + 1; i < 64; ++i)
+      for (int64_t d = 0; d < 8; ++d) {
+        a.q.at(0, h, i, d) += static_cast<float>(1e-3 * noise.normal());
+        a.k.at(0, h, i, d) += 1.0f;
+        a.v.at(0, h, i, d) += 1.0f;
+      }
+  r.impl->forward(a);
+  ASSERT_EQ(std::vector<int64_t>(bk.i64, bk.i64 + 2 * 3 * 64), buckets0) << "the perturbation moved a bucket";
+  double earlier = 0, later = 0;
+  for (int64_t h = 0; h < 2; ++h)
+    for (int64_t i = 0; i < 64; ++i)
+      for (int64_t d = 0; d < 8; ++d) {
+        const double diff = std::abs(a.o.at(0, h, i, d) - o0[static_cast<size_t>((h * 64 + i) * 8 + d)]);
+        (i <= t ? earlier : later) = std::max(i <= t ? earlier : later, diff);
+      }
+  EXPECT_EQ(earlier, 0.0);
+  EXPECT_GT(later, 0.1);  // the perturbation was seen where it may be
+}
+
+// Finite differences of the whole mechanism; elements whose perturbation moves a bucket (where
+// the output jumps) are left out, and dK is zero (K is not an input).
+class ReformerFiniteDifferences : public ::testing::TestWithParam<std::tuple<bool, std::vector<std::string>>> {};
+TEST_P(ReformerFiniteDifferences, GradientsMatch) {
+  const auto& [causal, prm] = GetParam();
+  const Shape4 s{1, 2, 32, 8};
+  const float eps = 1e-2f;
+  auto r = run_mechanism("reformer", s, causal, Mode::fwdbwd, prm, 5);
+  for (size_t i = 0; i < r.data->dk.size(); ++i) ASSERT_EQ(r.data->dk.data()[i], 0.0f);
+  const DumpTensor bk = tensor(*r.impl, "buckets");
+  const size_t nb = static_cast<size_t>(bk.shape[0] * bk.shape[1] * bk.shape[2] * bk.shape[3]);
+  const std::vector<int64_t> buckets0(bk.i64, bk.i64 + nb);
+  AttnArgs a = r.data->args();
+  int skipped = 0;
+  auto moves_a_bucket = [&](const TensorView& t, int64_t i) {
+    if (t.data != a.q.data) return false;
+    const float saved = t.data[i];
+    bool moved = false;
+    for (float e : {eps, -eps}) {
+      t.data[i] = saved + e;
+      r.impl->forward(a);
+      moved |= std::vector<int64_t>(bk.i64, bk.i64 + nb) != buckets0;
+    }
+    t.data[i] = saved;
+    skipped += moved;
+    return moved;
+  };
+  EXPECT_GT(test::check_gradients_by_differences(r, 1, 2e-3, 1e-2, eps, moves_a_bucket), 1400);
+  EXPECT_LT(skipped, 60);
+}
+INSTANTIATE_TEST_SUITE_P(
+    All, ReformerFiniteDifferences,
+    ::testing::Values(std::tuple{false, std::vector<std::string>{"bucket_size=8", "n_buckets=4", "n_hashes=2"}},
+                      std::tuple{true, std::vector<std::string>{"bucket_size=8", "n_buckets=4", "n_hashes=2"}},
+                      std::tuple{false, std::vector<std::string>{"bucket_size=4", "n_buckets=8", "n_hashes=3"}},
+                      std::tuple{true, std::vector<std::string>{"bucket_size=32", "n_buckets=2", "n_hashes=1"}}));
+
+TEST(Reformer, TrackedPeakEqualsDeclaredAndFlopsAreAnalytic) {
+  for (Mode mode : {Mode::fwd, Mode::fwdbwd})
+    for (int64_t n : {64, 256})
+      for (int threads : {1, 2}) {
+        auto r = run_mechanism("reformer", Shape4{1, 2, n, 16}, false, mode, {"bucket_size=16"}, 1, threads);
+        EXPECT_EQ(r.tracked_peak, r.declared) << to_string(mode) << " N=" << n << " threads=" << threads;
+      }
+  const auto& info = find_mechanism("reformer");
+  auto flops = [&](int64_t n, Mode mode, const std::vector<std::string>& prm) {
+    const Shape4 s{1, 8, n, 64};
+    return info.make(AttnProblem{s, false, Strides3::contiguous(s), 1}, resolve_params(info, prm))->flops(mode);
+  };
+  // N = 4096, defaults: 64 buckets (32 rotation columns), 4 rounds, windows of 128 keys.
+  const double N = 4096, D = 64;
+  const double hash = 2 * N * D * 32, attention = 4 * N * 128 * D;
+  EXPECT_DOUBLE_EQ(flops(4096, Mode::fwd, {}), 8 * 4 * (hash + attention));
+  EXPECT_DOUBLE_EQ(flops(4096, Mode::fwdbwd, {}), 8 * 4 * (hash + 3.5 * attention));
+  // One chunk: a window of bucket_size keys; an odd N/bucket_size rounds n_buckets up to even.
+  EXPECT_DOUBLE_EQ(flops(64, Mode::fwd, {"n_hashes=1"}), 8 * (2 * 64 * D * 1 + 4 * 64 * 64 * D));
+  EXPECT_DOUBLE_EQ(flops(192, Mode::fwd, {"n_hashes=1"}), 8 * (2 * 192 * D * 2 + 4 * 192 * 128 * D));
+}
+
+TEST(Reformer, BadInputExitsTwo) {
+  for (const auto& [args, msg] : std::vector<std::pair<std::string, std::string>>{
+           {"--seq 100", "N=100 is not a multiple of bucket_size=64"},
+           {"--seq 128 --param n_buckets=3", "n_buckets=3 must be even"},
+           {"--seq 128 --param n_hashes=0", "n_hashes=0 is invalid"},
+           {"--seq 128 --param bucket_size=0", "bucket_size=0 is invalid"}}) {
+    auto e = exec("run --attn reformer --reps 1 --min-time 0 " + args);
+    EXPECT_EQ(e.code, 2) << args << ": " << e.out;
+    EXPECT_NE(e.out.find(msg), std::string::npos) << e.out;
+  }
+  auto e = exec("run --attn reformer --seq 128 --heads 1 --dhead 16 --reps 1 --min-time 0 --causal --mode fwdbwd --format csv", false);
+  EXPECT_EQ(e.code, 0) << e.out;
+  EXPECT_NE(e.out.find(",OK,"), std::string::npos) << e.out;
 }
 
 }  // namespace

@@ -1,0 +1,539 @@
+// reformer: LSH attention with shared query-key.
+// Paper: Kitaev, Kaiser, Levskaya 2020, "Reformer: The Efficient Transformer".
+// Complexity: per head and round, O(N·D·n_buckets/2) for the hash projection (with the default
+//   n_buckets = N/bucket_size this is O(N²·D/(2·bucket_size)), small beside the attention up to
+//   N ≈ 16K), O(N + n_buckets) for the sort (a counting sort: positions are already in order, so
+//   sorting by (bucket, position) is a stable sort by bucket), O(N·2·bucket_size·D) for the
+//   chunk attention. Memory O(N·D) per thread, O(n_hashes·N) for the bucket assignments.
+// Computes (mechanisms.md): keys are K_j = Q_j/||Q_j|| (the K input is not used; dK is zero);
+//   per round r and head h a rotation R (D, n_buckets/2), standard normal, seeded;
+//   bucket(i) = argmax([Q_i·R ; -Q_i·R]) (the same as for the normalised key: a positive scale
+//   does not move an argmax); sorted order by (bucket, position) cut into chunks of bucket_size;
+//   a query attends the keys of its chunk and the previous one (the last one for chunk 0; with a
+//   single chunk, only itself) that share its bucket, never its own position unless it has no
+//   other admissible key, and with causal only j <= i. Rounds combine by their log-sum-exp:
+//   O_i = Σ_r exp(lse_r,i - L_i)·O_r,i with L_i = logsumexp_r(lse_r,i), accumulated online.
+// Optimises: the hash is a matrix product per row block and round; each round gathers Q, the
+//   normalised keys and V into sorted contiguous arrays with the last chunk copied in front, so a
+//   chunk's window of 2·bucket_size keys is one contiguous tile and its logits and output are two
+//   oneDNN products; (batch, head) pairs run in parallel.
+// Backward: the combined output is one softmax over the union of every round's admissible keys
+//   with normaliser L_i, so each round recomputes its chunk logits and applies the flash-style
+//   backward with the global L_i and delta_i = dO_i·O_i; gradients of the keys flow into dQ
+//   through the normalisation. Hashing and sorting are piecewise constant: no gradient.
+// Leaves out: the paper's duplicate-attention correction across rounds (mechanisms.md combines
+//   rounds by log-sum-exp only), reversible layers and chunked feed-forward (model-level
+//   features), and running rounds of one head on different threads: rounds are combined online
+//   into one output buffer, which keeps memory at O(N·D) instead of O(n_hashes·N·D).
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "attention_impls/registry.hpp"
+#include "core/matmul.hpp"
+#include "core/vecmath.hpp"
+
+namespace ab {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// The number of buckets the spec defaults to: N / bucket_size rounded up to an even number, at
+// least 2.
+int64_t default_buckets(int64_t N, int64_t bucket_size) {
+  const int64_t q = std::max<int64_t>(1, N / std::max<int64_t>(1, bucket_size));
+  return std::max<int64_t>(2, (q + 1) / 2 * 2);
+}
+
+class Reformer final : public Attention {
+ public:
+  Reformer(const AttnProblem& p, const ParamValues& v)
+      : p_(p),
+        bs_(v.get_int("bucket_size")),
+        nh_(v.get_int("n_hashes")),
+        nbk_(v.get_int("n_buckets") > 0 ? v.get_int("n_buckets") : default_buckets(p.shape.N, v.get_int("bucket_size"))),
+        nchunks_(p.shape.N / std::max<int64_t>(1, v.get_int("bucket_size"))),
+        hash_rows_(std::min<int64_t>(p.shape.N, 256)) {}
+
+  void validate() const override {
+    if (p_.shape.N % bs_ != 0)
+      throw InvalidInput("reformer: N=" + std::to_string(p_.shape.N) + " is not a multiple of bucket_size=" +
+                         std::to_string(bs_));
+    if (nbk_ % 2 != 0 || nbk_ < 2)
+      throw InvalidInput("reformer: n_buckets=" + std::to_string(nbk_) +
+                         " must be even and at least 2 (the hash is argmax over [xR ; -xR], R has n_buckets/2 columns)");
+  }
+
+  double flops(Mode mode) const override {
+    const auto& s = p_.shape;
+    const double N = static_cast<double>(s.N), D = static_cast<double>(s.D);
+    const double hash = 2.0 * N * D * static_cast<double>(nbk_ / 2);
+    const double attention = attention_pair_flops(N * static_cast<double>(window()), s.D);
+    const double per_round = hash + (mode == Mode::fwd ? attention : 3.5 * attention);
+    return per_round * static_cast<double>(nh_ * s.B * s.H);
+  }
+
+  size_t working_bytes(Mode mode) const override {
+    plan(mode);
+    const Layout L = layout(mode);
+    return persistent_bytes() +
+           static_cast<size_t>(p_.threads) * (L.floats * sizeof(float) + L.ints * sizeof(int32_t) + mm_.scratch_per_slot());
+  }
+
+  void setup(Mode mode, Rng& rng) override {
+    plan(mode);
+    mode_ = mode;
+    const auto& s = p_.shape;
+    rotations_ = Buffer<float>(static_cast<size_t>(nh_ * s.H * s.D * (nbk_ / 2)));
+    rng.fill_normal(rotations_.data(), static_cast<int64_t>(rotations_.size()));
+    const int64_t half = nbk_ / 2;
+    packed_ = Buffer<float>(rotations_.size());
+    for (int64_t r = 0; r < nh_; ++r)
+      for (int64_t h = 0; h < s.H; ++h)
+        for (int64_t d = 0; d < s.D; ++d)
+          std::memcpy(packed_.data() + (h * s.D + d) * nh_ * half + r * half,
+                      rotations_.data() + ((r * s.H + h) * s.D + d) * half, static_cast<size_t>(half) * sizeof(float));
+    buckets_ = Buffer<int64_t>(static_cast<size_t>(s.B * s.H * nh_ * s.N));
+    lse_ = Buffer<float>(static_cast<size_t>(s.B * s.H * s.N));
+    const Layout L = layout(mode);
+    wsf_ = Buffer<float>(static_cast<size_t>(p_.threads) * L.floats);
+    wsi_ = Buffer<int32_t>(static_cast<size_t>(p_.threads) * L.ints);
+    scratch_ = Buffer<std::byte>(static_cast<size_t>(p_.threads) * mm_.scratch_per_slot());
+    mm_.bind(p_.threads, scratch_.data());
+  }
+
+  void forward(const AttnArgs& a) override {
+    const auto& s = p_.shape;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t bh = 0; bh < s.B * s.H; ++bh) forward_head(a, omp_get_thread_num(), bh / s.H, bh % s.H);
+  }
+
+  void backward(const AttnArgs& a) override {
+    const auto& s = p_.shape;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t bh = 0; bh < s.B * s.H; ++bh) backward_head(a, omp_get_thread_num(), bh / s.H, bh % s.H);
+  }
+
+  std::vector<DumpTensor> dump_tensors() const override {
+    const auto& s = p_.shape;
+    return {DumpTensor{"rotations", {nh_, s.H, s.D, nbk_ / 2}, rotations_.data(), nullptr},
+            DumpTensor{"buckets", {s.B, s.H, nh_, s.N}, nullptr, buckets_.data()}};
+  }
+  std::string dump_note() const override {
+    return "shared query-key: the keys are Q_j/||Q_j||; the K input is not used and dk is zero";
+  }
+
+ private:
+  // Keys each query's window holds: its chunk and the previous one, or only its own chunk when
+  // the sequence is one chunk (the previous chunk would be the same keys again).
+  int64_t window() const { return nchunks_ > 1 ? 2 * bs_ : bs_; }
+  // Rows of the sorted arrays: the last chunk copied in front (the wrap of chunk 0), then N.
+  int64_t padded() const { return p_.shape.N + bs_; }
+
+  // Per-thread workspace (floats and int32), each array aligned to 16 elements.
+  struct Layout {
+    size_t inv = 0, proj = 0, best = 0, Ks = 0, Vs = 0, S = 0, Oc = 0, M = 0, Z = 0, lc = 0;  // forward
+    size_t Qs = 0, dOs = 0, dKs = 0, dVs = 0, dKn = 0, dA = 0, Ls = 0, deltas = 0, delta = 0;  // backward
+    size_t perm = 0, bsort = 0, count = 0, arg = 0, run_lo = 0, run_hi = 0;                                        // int32
+    size_t floats = 0, ints = 0;
+  };
+  Layout layout(Mode mode) const {
+    Layout L;
+    const size_t N = static_cast<size_t>(p_.shape.N), D = static_cast<size_t>(p_.shape.D),
+                 P = static_cast<size_t>(padded()), b = static_cast<size_t>(bs_), W = static_cast<size_t>(window());
+    size_t at = 0;
+    auto take = [&at](size_t n) {
+      const size_t o = at;
+      at += (n + 15) / 16 * 16;
+      return o;
+    };
+    L.inv = take(N);
+    L.proj = take(static_cast<size_t>(hash_rows_ * nh_ * (nbk_ / 2)));
+    L.best = take(static_cast<size_t>(hash_rows_));
+    L.Ks = take(P * D);
+    L.Vs = take(P * D);
+    L.S = take(b * W);
+    L.Oc = take(b * D);
+    L.M = take(N);
+    L.Z = take(N);
+    L.lc = take(2 * b);  // per chunk row: this round's lse, then 1/sum
+    if (mode == Mode::fwdbwd) {
+      L.Qs = take(N * D);
+      L.dOs = take(N * D);
+      L.dKs = take(P * D);
+      L.dVs = take(P * D);
+      L.dKn = take(N * D);
+      L.dA = take(b * W);
+      L.Ls = take(N);
+      L.deltas = take(N);
+      L.delta = take(N);
+    }
+    L.floats = at;
+    at = 0;
+    L.perm = take(P);
+    L.bsort = take(P);
+    L.count = take(static_cast<size_t>(nbk_) + 1);
+    L.arg = take(static_cast<size_t>(hash_rows_));
+    L.run_lo = take(W);
+    L.run_hi = take(W);
+    L.ints = at;
+    return L;
+  }
+  size_t persistent_bytes() const {
+    const auto& s = p_.shape;
+    return 2 * static_cast<size_t>(nh_ * s.H * s.D * (nbk_ / 2)) * sizeof(float)  // rotations, packed
+           + static_cast<size_t>(s.B * s.H * nh_ * s.N) * sizeof(int64_t)     // buckets
+           + static_cast<size_t>(s.B * s.H * s.N) * sizeof(float);            // L, for backward
+  }
+
+  // ---- matrix product shapes (row-major; see MatmulSpec::tile) ----
+  int64_t D() const { return p_.shape.D; }
+  float scale() const { return 1.0f / std::sqrt(static_cast<float>(p_.shape.D)); }
+  // projT(n_hashes·nb/2, rows) = Rcat^T(n_hashes·nb/2, D) Q^T(D, rows), Rcat = the head's
+  // rotations side by side (D, n_hashes·nb/2)
+  MatmulSpec spec_hash(int64_t rows) const {
+    const int64_t cols = nh_ * (nbk_ / 2);
+    return MatmulSpec::tile(cols, rows, D(), cols, true, p_.strides.sn, true, rows);
+  }
+  // S(bs, W) = scale · Qs(bs, D) Ks(W, D)^T
+  MatmulSpec spec_qk() const { return MatmulSpec::tile(bs_, window(), D(), D(), false, D(), true, window(), scale()); }
+  // Oc(bs, D) = A(bs, W) Vs(W, D)
+  MatmulSpec spec_av() const { return MatmulSpec::tile(bs_, D(), window(), window(), false, D(), false, D()); }
+  // dA(bs, W) = dOs(bs, D) Vs(W, D)^T
+  MatmulSpec spec_dav() const { return MatmulSpec::tile(bs_, window(), D(), D(), false, D(), true, window()); }
+  // dQc(bs, D) = scale · dS(bs, W) Ks(W, D)   (into Oc)
+  MatmulSpec spec_dq() const { return MatmulSpec::tile(bs_, D(), window(), window(), false, D(), false, D(), scale()); }
+  // dKs(W, D) += scale · dS^T(W, bs) Qs(bs, D)
+  MatmulSpec spec_dk() const {
+    return MatmulSpec::tile(window(), D(), bs_, window(), true, D(), false, D(), scale(), true);
+  }
+  // dVs(W, D) += A^T(W, bs) dOs(bs, D)
+  MatmulSpec spec_dv() const { return MatmulSpec::tile(window(), D(), bs_, window(), true, D(), false, D(), 1.0f, true); }
+
+  void plan(Mode mode) const {
+    if (planned_ && planned_mode_ == mode) return;
+    mm_.clear();
+    mm_.add(spec_hash(hash_rows_));
+    if (p_.shape.N % hash_rows_ != 0) mm_.add(spec_hash(p_.shape.N % hash_rows_));
+    mm_.add(spec_qk());
+    mm_.add(spec_av());
+    if (mode == Mode::fwdbwd)
+      for (const auto& sp : {spec_dav(), spec_dq(), spec_dk(), spec_dv()}) mm_.add(sp);
+    planned_ = true;
+    planned_mode_ = mode;
+  }
+
+  float* wsf(int tid) const { return wsf_.data() + static_cast<size_t>(tid) * layout(mode_).floats; }
+  int32_t* wsi(int tid) const { return wsi_.data() + static_cast<size_t>(tid) * layout(mode_).ints; }
+  int64_t* buckets_of(int64_t b, int64_t h, int64_t r) const {
+    return buckets_.data() + ((b * p_.shape.H + h) * nh_ + r) * p_.shape.N;
+  }
+
+  // 1/||Q_i|| for every row (a zero row keeps a zero key instead of NaN).
+  void inverse_norms(const AttnArgs& a, int64_t b, int64_t h, float* inv) const {
+    for (int64_t i = 0; i < p_.shape.N; ++i) {
+      const float* q = a.q.row(b, h, i);
+      const float n2 = dot(q, q, D());
+      inv[i] = n2 > 0.0f ? 1.0f / std::sqrt(n2) : 0.0f;
+    }
+  }
+
+  // Bucket of every position in every round: argmax over [x·R ; -x·R], first index on ties.
+  // One product per row block gives every round's projections, transposed (n_hashes·nb/2,
+  // rows), so that the running argmax is vectorised across rows: one pass for +x·R, one for
+  // -x·R (strict > keeps the first index).
+  void hash(const AttnArgs& a, int tid, int64_t b, int64_t h, float* projT, float* best, int32_t* arg) const {
+    const int64_t N = p_.shape.N, half = nbk_ / 2;
+    for (int64_t i0 = 0; i0 < N; i0 += hash_rows_) {
+      const int64_t rows = std::min(hash_rows_, N - i0);
+      mm_.run(tid, spec_hash(rows), packed_.data() + h * D() * nh_ * half, a.q.row(b, h, i0), projT);
+      for (int64_t r = 0; r < nh_; ++r) {
+        fill(best, rows, kNegInf);
+        for (int64_t k = 0; k < half; ++k) {
+          const float* x = projT + (r * half + k) * rows;
+#pragma omp simd
+          for (int64_t i = 0; i < rows; ++i) {
+            const bool up = x[i] > best[i];
+            best[i] = up ? x[i] : best[i];
+            arg[i] = up ? static_cast<int32_t>(k) : arg[i];
+          }
+        }
+        for (int64_t k = 0; k < half; ++k) {
+          const float* x = projT + (r * half + k) * rows;
+#pragma omp simd
+          for (int64_t i = 0; i < rows; ++i) {
+            const bool up = -x[i] > best[i];
+            best[i] = up ? -x[i] : best[i];
+            arg[i] = up ? static_cast<int32_t>(half + k) : arg[i];
+          }
+        }
+        int64_t* out = buckets_of(b, h, r) + i0;
+        for (int64_t i = 0; i < rows; ++i) out[i] = arg[i];
+      }
+    }
+  }
+
+  // Round r's sorted order: perm[bs + p] is the position at sorted index p, perm[0, bs) repeats
+  // the last chunk (the previous chunk of chunk 0); bsort likewise holds the buckets. A stable
+  // counting sort by bucket, since positions are visited in increasing order.
+  void sort_round(const int64_t* bucket, int32_t* perm, int32_t* bsort, int32_t* count) const {
+    const int64_t N = p_.shape.N;
+    std::fill(count, count + nbk_ + 1, 0);
+    for (int64_t i = 0; i < N; ++i) ++count[bucket[i] + 1];
+    for (int64_t k = 0; k < nbk_; ++k) count[k + 1] += count[k];
+    for (int64_t i = 0; i < N; ++i) {
+      const int32_t at = count[bucket[i]]++;
+      perm[bs_ + at] = static_cast<int32_t>(i);
+      bsort[bs_ + at] = static_cast<int32_t>(bucket[i]);
+    }
+    std::memcpy(perm, perm + N, static_cast<size_t>(bs_) * sizeof(int32_t));
+    std::memcpy(bsort, bsort + N, static_cast<size_t>(bs_) * sizeof(int32_t));
+  }
+
+  // Rows of a (B, H, N, D) tensor in sorted order: dst[p] = scale_p · src[perm[p]] for p < rows.
+  void gather(const TensorView& t, int64_t b, int64_t h, const int32_t* perm, int64_t rows, float* dst,
+              const float* row_scale = nullptr) const {
+    const int64_t Dd = D();
+    for (int64_t p = 0; p < rows; ++p) {
+      const float* src = t.row(b, h, perm[p]);
+      float* d = dst + p * Dd;
+      const float s = row_scale ? row_scale[perm[p]] : 1.0f;
+#pragma omp simd
+      for (int64_t c = 0; c < Dd; ++c) d[c] = s * src[c];
+    }
+  }
+
+  // Masks the chunk's logits S (bs x W): keys of another bucket, later keys when causal, and the
+  // query's own position unless no other key is admissible. Window column k holds padded sorted
+  // index w0 + k; the chunk's query row rr is padded index q0 + rr.
+  //
+  // Except for chunk 0's wrapped window, a window is a contiguous piece of the order sorted by
+  // (bucket, position): a query's same-bucket keys are one run of columns [lo, hi), in position
+  // order, so its causal keys are [lo, self]. Those rows are masked by two fills; the wrapped
+  // window is checked key by key.
+  void mask_chunk(float* S, int64_t q0, int64_t w0, const int32_t* perm, const int32_t* bsort, int32_t* run_lo,
+                  int32_t* run_hi) const {
+    const int64_t W = window();
+    const int32_t* pk = perm + w0;
+    const int32_t* bk = bsort + w0;
+    const bool wrapped = nchunks_ > 1 && w0 == 0;
+    if (!wrapped) {
+      for (int64_t k = 0; k < W; ++k) run_lo[k] = k > 0 && bk[k] == bk[k - 1] ? run_lo[k - 1] : static_cast<int32_t>(k);
+      for (int64_t k = W - 1; k >= 0; --k) run_hi[k] = k + 1 < W && bk[k] == bk[k + 1] ? run_hi[k + 1] : static_cast<int32_t>(k + 1);
+    }
+    for (int64_t rr = 0; rr < bs_; ++rr) {
+      float* row = S + rr * W;
+      const int64_t self = q0 + rr - w0;  // the query's own column
+      if (!wrapped) {
+        const int64_t lo = run_lo[self], hi = p_.causal ? self + 1 : run_hi[self];
+        fill(row, lo, kNegInf);
+        fill(row + hi, W - hi, kNegInf);
+        if (hi - lo > 1) row[self] = kNegInf;
+        continue;
+      }
+      const int32_t iq = pk[self], bq = bk[self];
+      const float own = row[self];
+      bool any = false;
+      for (int64_t k = 0; k < W; ++k) {
+        const bool ok = bk[k] == bq && pk[k] != iq && (!p_.causal || pk[k] <= iq);
+        row[k] = ok ? row[k] : kNegInf;
+        any |= ok;
+      }
+      if (!any) row[self] = own;
+    }
+  }
+
+  // Window start (padded sorted index) of chunk c.
+  int64_t window_start(int64_t c) const { return nchunks_ > 1 ? c * bs_ : bs_; }
+
+  void forward_head(const AttnArgs& a, int tid, int64_t b, int64_t h) const {
+    const Layout L = layout(mode_);
+    float* w = wsf(tid);
+    int32_t* wi = wsi(tid);
+    float *inv = w + L.inv, *Ks = w + L.Ks, *Vs = w + L.Vs, *S = w + L.S, *Oc = w + L.Oc;
+    float *M = w + L.M, *Z = w + L.Z, *lc = w + L.lc;
+    int32_t *perm = wi + L.perm, *bsort = wi + L.bsort;
+    const int64_t N = p_.shape.N, Dd = D(), W = window();
+    // 1. Norms of the shared keys; 2. buckets of every round.
+    inverse_norms(a, b, h, inv);
+    hash(a, tid, b, h, w + L.proj, w + L.best, wi + L.arg);
+    for (int64_t r = 0; r < nh_; ++r) {
+      // 3. Sort, and gather the normalised keys and V in sorted order. Queries are not gathered:
+      //    q_i·k_j = ||q_i||·(k_i·k_j), so a chunk's queries are its own rows of Ks, and each
+      //    logit row is scaled by ||q_i|| inside the softmax.
+      sort_round(buckets_of(b, h, r), perm, bsort, wi + L.count);
+      gather(a.q, b, h, perm, padded(), Ks, inv);
+      gather(a.v, b, h, perm, padded(), Vs);
+      // 4. Each chunk: logits over its window, mask, unnormalised softmax (its sum goes into
+      //    the merge weight), output.
+      for (int64_t c = 0; c < nchunks_; ++c) {
+        const int64_t q0 = bs_ + c * bs_, w0 = window_start(c);
+        mm_.run(tid, spec_qk(), Ks + q0 * Dd, Ks + w0 * Dd, S);
+        mask_chunk(S, q0, w0, perm, bsort, wi + L.run_lo, wi + L.run_hi);
+        for (int64_t rr = 0; rr < bs_; ++rr) {
+          float* Sr = S + rr * W;
+          // ||q_i||; a zero query has a zero key, its finite logits are 0 at any positive scale.
+          const float nq = std::max(inv[perm[q0 + rr]] > 0.0f ? 1.0f / inv[perm[q0 + rr]] : 0.0f,
+                                    std::numeric_limits<float>::min());
+          const float m = nq * max_of(Sr, W);
+          float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+          for (int64_t k = 0; k < W; ++k) {
+            const float e = exp_f32(nq * Sr[k] - m);
+            Sr[k] = e;
+            sum += e;
+          }
+          lc[rr] = m + std::log(sum);
+          lc[bs_ + rr] = 1.0f / sum;
+        }
+        mm_.run(tid, spec_av(), S, Vs + w0 * Dd, Oc);
+        // 5. Merge into O online: O_i holds Σ_r exp(lse_r - M_i)·O_r,i, Z_i the sum of the
+        //    weights, M_i the largest lse so far.
+        for (int64_t rr = 0; rr < bs_; ++rr) {
+          const int32_t i = perm[q0 + rr];
+          float* o = a.o.row(b, h, i);
+          const float* oc = Oc + rr * Dd;
+          const float norm = lc[bs_ + rr];
+          if (r == 0) {
+#pragma omp simd
+            for (int64_t d = 0; d < Dd; ++d) o[d] = norm * oc[d];
+            M[i] = lc[rr];
+            Z[i] = 1.0f;
+            continue;
+          }
+          const float m = std::max(M[i], lc[rr]);
+          const float keep = exp_f32(M[i] - m), add = exp_f32(lc[rr] - m);
+          const float w_oc = add * norm;
+#pragma omp simd
+          for (int64_t d = 0; d < Dd; ++d) o[d] = keep * o[d] + w_oc * oc[d];
+          Z[i] = keep * Z[i] + add;
+          M[i] = m;
+        }
+      }
+    }
+    // 6. Normalise, and keep L_i = logsumexp_r(lse_r,i) for the backward pass.
+    float* lse = lse_.data() + (b * p_.shape.H + h) * N;
+    for (int64_t i = 0; i < N; ++i) {
+      scale_inplace(a.o.row(b, h, i), Dd, 1.0f / Z[i]);
+      lse[i] = M[i] + std::log(Z[i]);
+    }
+  }
+
+  // ---- backward ----
+  void backward_head(const AttnArgs& a, int tid, int64_t b, int64_t h) const {
+    const Layout L = layout(mode_);
+    float* w = wsf(tid);
+    int32_t* wi = wsi(tid);
+    float *inv = w + L.inv, *Qs = w + L.Qs, *Ks = w + L.Ks, *Vs = w + L.Vs, *A = w + L.S, *dQc = w + L.Oc;
+    float *dOs = w + L.dOs, *dKs = w + L.dKs, *dVs = w + L.dVs, *dKn = w + L.dKn, *dA = w + L.dA;
+    float *Ls = w + L.Ls, *deltas = w + L.deltas, *delta = w + L.delta;
+    int32_t *perm = wi + L.perm, *bsort = wi + L.bsort;
+    const int64_t N = p_.shape.N, Dd = D(), W = window(), P = padded();
+    const float* lse = lse_.data() + (b * p_.shape.H + h) * N;
+    inverse_norms(a, b, h, inv);
+    for (int64_t i = 0; i < N; ++i) {
+      delta[i] = dot(a.dout.row(b, h, i), a.o.row(b, h, i), Dd);
+      fill(a.dq.row(b, h, i), Dd, 0.0f);
+      fill(a.dk.row(b, h, i), Dd, 0.0f);  // K is not an input of the mechanism
+      fill(a.dv.row(b, h, i), Dd, 0.0f);
+    }
+    fill(dKn, N * Dd, 0.0f);
+    for (int64_t r = 0; r < nh_; ++r) {
+      // 1. The round's sorted order and sorted copies (as in the forward pass), plus dO, L, delta.
+      sort_round(buckets_of(b, h, r), perm, bsort, wi + L.count);
+      gather(a.q, b, h, perm + bs_, N, Qs);
+      gather(a.q, b, h, perm, P, Ks, inv);
+      gather(a.v, b, h, perm, P, Vs);
+      gather(a.dout, b, h, perm + bs_, N, dOs);
+      for (int64_t p = 0; p < N; ++p) {
+        Ls[p] = lse[perm[bs_ + p]];
+        deltas[p] = delta[perm[bs_ + p]];
+      }
+      fill(dKs, P * Dd, 0.0f);
+      fill(dVs, P * Dd, 0.0f);
+      // 2. Each chunk: A = exp(S - L) (the combined softmax's share of this round), dS = A (dA -
+      //    delta), then dQ, dK~, dV of the window.
+      for (int64_t c = 0; c < nchunks_; ++c) {
+        const int64_t q0 = bs_ + c * bs_, w0 = window_start(c);
+        const float* Qc = Qs + c * bs_ * Dd;
+        const float* dOc = dOs + c * bs_ * Dd;
+        mm_.run(tid, spec_qk(), Qc, Ks + w0 * Dd, A);
+        mask_chunk(A, q0, w0, perm, bsort, wi + L.run_lo, wi + L.run_hi);
+        mm_.run(tid, spec_dav(), dOc, Vs + w0 * Dd, dA);
+        for (int64_t rr = 0; rr < bs_; ++rr) {
+          float* Ar = A + rr * W;
+          float* dAr = dA + rr * W;
+          const float l = Ls[c * bs_ + rr], dl = deltas[c * bs_ + rr];
+#pragma omp simd
+          for (int64_t k = 0; k < W; ++k) {
+            Ar[k] = exp_f32(Ar[k] - l);
+            dAr[k] = Ar[k] * (dAr[k] - dl);
+          }
+        }
+        mm_.run(tid, spec_dq(), dA, Ks + w0 * Dd, dQc);
+        mm_.run(tid, spec_dk(), dA, Qc, dKs + w0 * Dd);
+        mm_.run(tid, spec_dv(), A, dOc, dVs + w0 * Dd);
+        for (int64_t rr = 0; rr < bs_; ++rr) {
+          float* dq = a.dq.row(b, h, perm[q0 + rr]);
+          const float* g = dQc + rr * Dd;
+#pragma omp simd
+          for (int64_t d = 0; d < Dd; ++d) dq[d] += g[d];
+        }
+      }
+      // 3. Scatter the window gradients back to positions (the copied last chunk included).
+      for (int64_t p = 0; p < P; ++p) {
+        float* dk = dKn + static_cast<int64_t>(perm[p]) * Dd;
+        float* dv = a.dv.row(b, h, perm[p]);
+        const float *gk = dKs + p * Dd, *gv = dVs + p * Dd;
+#pragma omp simd
+        for (int64_t d = 0; d < Dd; ++d) {
+          dk[d] += gk[d];
+          dv[d] += gv[d];
+        }
+      }
+    }
+    // 4. Through the normalisation k = q/||q||: dq += (dk - k (k·dk)) / ||q||.
+    for (int64_t i = 0; i < N; ++i) {
+      const float* q = a.q.row(b, h, i);
+      const float* g = dKn + i * Dd;
+      float* dq = a.dq.row(b, h, i);
+      const float s = inv[i];
+      const float kg = s * dot(q, g, Dd);
+#pragma omp simd
+      for (int64_t d = 0; d < Dd; ++d) dq[d] += s * (g[d] - s * q[d] * kg);
+    }
+  }
+
+  AttnProblem p_;
+  int64_t bs_, nh_, nbk_, nchunks_, hash_rows_;
+  Mode mode_ = Mode::fwd;
+  mutable MatmulCache mm_;
+  mutable bool planned_ = false;
+  mutable Mode planned_mode_ = Mode::fwd;
+  Buffer<float> rotations_, packed_, lse_, wsf_;  // packed_: rotations as (H, D, n_hashes·nb/2)
+  Buffer<int64_t> buckets_;
+  Buffer<int32_t> wsi_;
+  Buffer<std::byte> scratch_;
+};
+
+}  // namespace
+
+MechanismInfo reformer_info() {
+  MechanismInfo m;
+  m.name = "reformer";
+  m.family = "routing";
+  m.summary = "LSH attention: shared query-key hashed by random rotations, sorted into chunks attending themselves and the previous chunk";
+  m.complexity = "O(n_hashes N (bucket_size + n_buckets/2) D) time, O(N D) memory";
+  m.caps = Capabilities{.exact = false, .causal = true, .backward = true, .decode = false,
+                        .constraints = "N a multiple of bucket_size; n_buckets even"};
+  m.params = {ParamSpec{"bucket_size", ParamType::Int, int64_t{64}, 1, 1 << 20, {}, "chunk length of the sorted order (N must be a multiple)"},
+              ParamSpec{"n_buckets", ParamType::Int, int64_t{0}, 0, 1 << 20, {}, "hash buckets, even; 0 means N/bucket_size rounded up to even, at least 2"},
+              ParamSpec{"n_hashes", ParamType::Int, int64_t{4}, 1, 64, {}, "hashing rounds, combined by their log-sum-exp"}};
+  m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<Reformer>(p, v); };
+  return m;
+}
+
+}  // namespace ab
