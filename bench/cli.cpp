@@ -1,4 +1,5 @@
 #include "bench/cli.hpp"
+#include "bench/task_cli.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -298,7 +299,9 @@ int cmd_list(const std::string& what, const std::string& name) {
     return 0;
   }
   if (what == "tasks") {
-    throw InvalidInput("no tasks are built yet (the tasks issue adds them); attention-level runs use --batch --heads --seq --dhead");
+    TaskOptions o;
+    o.data_dir = name;
+    return cmd_list_tasks(o);
   }
   throw InvalidInput(fmt::format("unknown list '{}'; lists: mechanisms, params NAME, tasks", what));
 }
@@ -418,6 +421,31 @@ int cli_main(int argc, char** argv) {
   auto* list = app.add_subcommand("list", "list mechanisms, one mechanism's parameters, or tasks");
   list->add_option("what", list_what, "mechanisms | params | tasks")->capture_default_str();
   list->add_option("name", list_name, "mechanism name (for params)");
+  std::string list_data_dir;
+  list->add_option("--data-dir", list_data_dir, "tasks: show what this directory provides");
+
+  // task sample | rate
+  TaskCliOptions task_opts;
+  auto* task = app.add_subcommand("task", "task data: sample examples, or measure the generation rate");
+  task->require_subcommand(1);
+  auto add_task_options = [&](CLI::App* sub) {
+    sub->add_option("--task", task_opts.task, "task name (attnbench list tasks)")->required();
+    sub->add_option("--seed", task_opts.task_opts.seed, "generator seed")->capture_default_str();
+    sub->add_option("--seq", task_opts.task_opts.seq, "sequence length (0: the task's default)")->capture_default_str();
+    sub->add_option("--data-dir", task_opts.task_opts.data_dir, "read the task's real data from here");
+    sub->add_option("--difficulty", task_opts.task_opts.difficulty, "pathfinder, pathx: easy | intermediate | hard")->capture_default_str();
+  };
+  auto* task_sample = task->add_subcommand("sample", "print examples a person can read, or JSON lines");
+  add_task_options(task_sample);
+  task_sample->add_option("--count", task_opts.count, "examples")->capture_default_str();
+  task_sample->add_option("--first", task_opts.first, "index of the first example")->capture_default_str();
+  task_sample->add_option("--format", task_opts.format, "text | json (one object per example)")->capture_default_str();
+  task_sample->add_option("--png", task_opts.png_dir, "image tasks: also write each example as a PNG here");
+  auto* task_rate = task->add_subcommand("rate", "time batch generation (samples/s)");
+  add_task_options(task_rate);
+  task_rate->add_option("--batch", task_opts.batch, "examples per batch (0: the task's LRA batch)")->capture_default_str();
+  task_rate->add_option("--reps", task_opts.reps, "timed batches")->capture_default_str();
+  task_rate->add_option("--threads", task_opts.threads, "OpenMP threads")->capture_default_str();
 
   // run
   ShapeOptions run_shape;
@@ -493,7 +521,7 @@ int cli_main(int argc, char** argv) {
     bool known = false;
     for (const auto* sub : app.get_subcommands([](CLI::App*) { return true; })) known |= sub->get_name() == verb;
     if (!known) {
-      std::cerr << "attnbench: error: unknown verb '" << verb << "'; verbs: list, run, sweep, table, compare, merge, dump\n";
+      std::cerr << "attnbench: error: unknown verb '" << verb << "'; verbs: list, run, sweep, table, compare, merge, dump, task\n";
       return 2;
     }
   }
@@ -507,7 +535,9 @@ int cli_main(int argc, char** argv) {
 
   const std::string command = join_args(argc, argv);
   try {
-    if (list->parsed()) return cmd_list(list_what, list_name);
+    if (list->parsed()) return cmd_list(list_what, list_what == "tasks" ? list_data_dir : list_name);
+    if (task_sample->parsed()) return cmd_task_sample(task_opts);
+    if (task_rate->parsed()) return cmd_task_rate(task_opts);
     if (run->parsed()) {
       finish_run_options(ropts, run_shape, run_mem, run_count);
       return cmd_run(run_shape.grid(run_modes, run_levels), ropts, run_out, run_format, command);

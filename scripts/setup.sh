@@ -3,7 +3,7 @@
 # everything is already installed.
 set -euo pipefail
 packages=(g++ cmake ninja-build git libdnnl-dev libbenchmark-dev libgtest-dev nlohmann-json3-dev
-          libfmt-dev libcli11-dev python3-matplotlib python3-numpy valgrind)
+          libfmt-dev libcli11-dev zlib1g-dev python3-matplotlib python3-numpy valgrind)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,100 @@
+#include "bench/task_cli.hpp"
+
+#include <fmt/format.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "attention_impls/attention.hpp"
+
+namespace ab {
+
+int cmd_list_tasks(const TaskOptions& opts) {
+  std::string out =
+      "| task | N | alphabet | vocab | classes | layers | d_model | heads | mlp | batch | pooling | data |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const auto& t : tasks()) {
+    std::string data = "synthetic (in-process generator)";
+    if (!t.real_data.empty()) {
+      if (opts.data_dir.empty()) {
+        data += "; real with --data-dir: " + t.real_data;
+      } else {
+        try {
+          TaskOptions o = opts;
+          o.seq = 0;
+          data = t.make(o)->source();
+        } catch (const InvalidInput& e) {
+          data = std::string("--data-dir unusable: ") + e.what();
+        }
+      }
+    }
+    out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", t.name, t.default_seq,
+                       t.alphabet, t.vocab, t.classes ? std::to_string(t.classes) : "next token", t.model.layers,
+                       t.model.dmodel, t.model.heads, t.model.mlp, t.model.batch, t.model.pooling, data);
+  }
+  std::cout << out;
+  return 0;
+}
+
+int cmd_task_sample(const TaskCliOptions& o) {
+  if (o.format != "text" && o.format != "json") throw InvalidInput(fmt::format("unknown format '{}'; formats: text, json", o.format));
+  if (o.count < 1) throw InvalidInput("--count must be at least 1");
+  if (o.first < 0) throw InvalidInput("--first must not be negative");
+  const auto task = make_task(o.task, o.task_opts);
+  if (!o.png_dir.empty()) {
+    if (task->image_side() == 0) throw InvalidInput(fmt::format("--png: {} is not an image task", o.task));
+    std::filesystem::create_directories(o.png_dir);
+  }
+  if (o.format == "text") std::cout << fmt::format("# {}: N = {}, source: {}\n", o.task, task->seq(), task->source());
+  for (int64_t i = o.first; i < o.first + o.count; ++i) {
+    const Example e = task->example(i);
+    const std::string readable = task->readable(e);
+    std::string png;
+    if (!o.png_dir.empty()) {
+      png = (std::filesystem::path(o.png_dir) / fmt::format("{}_{}_label{}.png", o.task, i, e.label)).string();
+      write_png_grey(png, e.tokens, task->image_side(), task->image_side());
+    }
+    if (o.format == "json") {
+      nlohmann::json j = {{"task", o.task}, {"index", i}, {"seed", o.task_opts.seed}, {"label", e.label},
+                          {"tokens", e.tokens}, {"readable", readable}, {"source", task->source()}};
+      if (!e.tokens2.empty()) j["tokens2"] = e.tokens2;
+      if (!e.loss_mask.empty()) j["loss_mask"] = e.loss_mask;
+      if (!png.empty()) j["png"] = png;
+      std::cout << j.dump() << "\n";
+      continue;
+    }
+    std::cout << fmt::format("\n## example {}  label {}{}\n", i, e.label == -1 ? std::string("(next token)") : std::to_string(e.label),
+                             png.empty() ? "" : "  " + png);
+    std::cout << readable << (readable.empty() || readable.back() != '\n' ? "\n" : "");
+  }
+  return 0;
+}
+
+int cmd_task_rate(const TaskCliOptions& o) {
+  if (o.reps < 1) throw InvalidInput("--reps must be at least 1");
+  if (o.threads < 1) throw InvalidInput("--threads must be at least 1");
+  const auto& info = find_task(o.task);
+  const auto task = make_task(o.task, o.task_opts);
+  const int64_t batch = o.batch > 0 ? o.batch : info.model.batch;
+  omp_set_num_threads(o.threads);
+  std::vector<double> ms;
+  task->batch(0, batch);  // warm-up
+  for (int r = 0; r < o.reps; ++r) {
+    const double t0 = omp_get_wtime();
+    const Batch b = task->batch(static_cast<int64_t>(r + 1) * batch, batch);
+    ms.push_back((omp_get_wtime() - t0) * 1e3);
+    if (b.tokens.empty()) throw std::logic_error("empty batch");
+  }
+  std::vector<double> sorted = ms;
+  std::sort(sorted.begin(), sorted.end());
+  const double median = sorted[sorted.size() / 2];
+  std::cout << fmt::format("{}: batch {} x {} ({}), {} thread(s): median {:.2f} ms per batch (min {:.2f}, max {:.2f}), {:.0f} samples/s\n",
+                           o.task, batch, task->seq(), task->source(), o.threads, median, sorted.front(), sorted.back(),
+                           batch / (median / 1e3));
+  return 0;
+}
+
+}  // namespace ab

@@ -1,0 +1,26 @@
+// The task verbs: `list tasks`, `task sample` (examples a person can read, or JSON lines with the
+// token ids) and `task rate` (how fast a task generates its batches).
+#pragma once
+#include <string>
+
+#include "tasks/task.hpp"
+
+namespace ab {
+
+struct TaskCliOptions {
+  std::string task;
+  TaskOptions task_opts;
+  int64_t count = 3;
+  int64_t first = 0;
+  std::string format = "text";  // text | json
+  std::string png_dir;
+  int64_t batch = 0;  // rate: 0 = the task's LRA batch
+  int reps = 5;
+  int threads = 1;
+};
+
+int cmd_list_tasks(const TaskOptions& opts);
+int cmd_task_sample(const TaskCliOptions& o);
+int cmd_task_rate(const TaskCliOptions& o);
+
+}  // namespace ab

@@ -1,0 +1,140 @@
+// The task registry (explicit, in one place), batching, and helpers shared by the tasks.
+#include "tasks/task.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <stdexcept>
+
+#include "attention_impls/attention.hpp"  // InvalidInput
+
+namespace ab {
+
+const std::vector<TaskInfo>& tasks() {
+  static const std::vector<TaskInfo> all = {copy_task_info(),  listops_task_info(),    text_task_info(),
+                                            retrieval_task_info(), image_task_info(), pathfinder_task_info(),
+                                            pathx_task_info()};
+  return all;
+}
+
+const TaskInfo& find_task(const std::string& name) {
+  for (const auto& t : tasks())
+    if (t.name == name) return t;
+  std::vector<std::string> names;
+  for (const auto& t : tasks()) names.push_back(t.name);
+  throw InvalidInput(fmt::format("unknown task '{}'; known: {}", name, fmt::join(names, ", ")));
+}
+
+std::unique_ptr<Task> make_task(const std::string& name, const TaskOptions& opts) {
+  const auto& info = find_task(name);
+  if (opts.seq < 0) throw InvalidInput(fmt::format("{}: --seq must be positive", name));
+  return info.make(opts);
+}
+
+uint64_t example_stream(int64_t index) { return 0x7a5c0000ull + static_cast<uint64_t>(index); }
+
+Batch Task::batch(int64_t first, int64_t size) const {
+  Batch b;
+  b.size = size;
+  b.seq = seq_;
+  const size_t n = static_cast<size_t>(size * seq_);
+  b.tokens.assign(n, 0);
+  b.labels.assign(static_cast<size_t>(size), 0);
+  bool two = false, mask = false;
+  std::vector<Example> ex(static_cast<size_t>(size));
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t i = 0; i < size; ++i) ex[static_cast<size_t>(i)] = example(first + i);
+  for (int64_t i = 0; i < size; ++i) {
+    const Example& e = ex[static_cast<size_t>(i)];
+    std::copy(e.tokens.begin(), e.tokens.end(), b.tokens.begin() + i * seq_);
+    b.labels[static_cast<size_t>(i)] = e.label;
+    two |= !e.tokens2.empty();
+    mask |= !e.loss_mask.empty();
+  }
+  if (two) {
+    b.tokens2.assign(n, 0);
+    for (int64_t i = 0; i < size; ++i)
+      std::copy(ex[static_cast<size_t>(i)].tokens2.begin(), ex[static_cast<size_t>(i)].tokens2.end(), b.tokens2.begin() + i * seq_);
+  }
+  if (mask) {
+    b.loss_mask.assign(n, 0);
+    for (int64_t i = 0; i < size; ++i)
+      std::copy(ex[static_cast<size_t>(i)].loss_mask.begin(), ex[static_cast<size_t>(i)].loss_mask.end(),
+                b.loss_mask.begin() + i * seq_);
+  }
+  return b;
+}
+
+std::string text_of_tokens(const std::vector<int32_t>& tokens, size_t max_chars) {
+  std::string s;
+  for (int32_t t : tokens) {
+    if (t == 0) continue;
+    if (s.size() >= max_chars) {
+      s += "...";
+      break;
+    }
+    const int c = t - 1;
+    s += (c >= 32 && c < 127) ? static_cast<char>(c) : '.';
+  }
+  return s;
+}
+
+std::string ascii_art(const std::vector<int32_t>& pixels, int64_t side, int64_t step) {
+  static const char* ramp = " .:-=+*#%@";
+  std::string out;
+  for (int64_t y = 0; y < side; y += step) {
+    for (int64_t x = 0; x < side; x += step) {
+      int32_t v = 0;
+      for (int64_t dy = 0; dy < step && y + dy < side; ++dy)
+        for (int64_t dx = 0; dx < step && x + dx < side; ++dx) v = std::max(v, pixels[static_cast<size_t>((y + dy) * side + x + dx)]);
+      out += ramp[std::clamp(v * 10 / 256, 0, 9)];
+    }
+    out += '\n';
+  }
+  return out;
+}
+
+namespace {
+void put_u32(std::string& s, uint32_t v) {
+  for (int k = 3; k >= 0; --k) s += static_cast<char>((v >> (8 * k)) & 0xff);
+}
+void put_chunk(std::string& out, const char* type, const std::string& data) {
+  put_u32(out, static_cast<uint32_t>(data.size()));
+  const std::string body = std::string(type, 4) + data;
+  out += body;
+  put_u32(out, static_cast<uint32_t>(crc32(0, reinterpret_cast<const Bytef*>(body.data()), static_cast<uInt>(body.size()))));
+}
+}  // namespace
+
+void write_png_grey(const std::string& path, const std::vector<int32_t>& pixels, int64_t width, int64_t height) {
+  // Rows each prefixed by filter type 0, deflated by zlib.
+  std::string raw;
+  for (int64_t y = 0; y < height; ++y) {
+    raw += '\0';
+    for (int64_t x = 0; x < width; ++x) raw += static_cast<char>(std::clamp(pixels[static_cast<size_t>(y * width + x)], 0, 255));
+  }
+  uLongf zlen = compressBound(static_cast<uLong>(raw.size()));
+  std::string z(zlen, '\0');
+  if (compress2(reinterpret_cast<Bytef*>(z.data()), &zlen, reinterpret_cast<const Bytef*>(raw.data()),
+                static_cast<uLong>(raw.size()), 6) != Z_OK)
+    throw std::runtime_error("png: zlib compression failed");
+  z.resize(zlen);
+  std::string ihdr;
+  put_u32(ihdr, static_cast<uint32_t>(width));
+  put_u32(ihdr, static_cast<uint32_t>(height));
+  ihdr += std::string("\x08\x00\x00\x00\x00", 5);  // 8-bit, greyscale, deflate, no filter, no interlace
+  std::string out = "\x89PNG\r\n\x1a\n";
+  put_chunk(out, "IHDR", ihdr);
+  put_chunk(out, "IDAT", z);
+  put_chunk(out, "IEND", "");
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) throw InvalidInput("cannot write " + path);
+  std::fwrite(out.data(), 1, out.size(), f);
+  std::fclose(f);
+}
+
+}  // namespace ab

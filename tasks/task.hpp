@@ -1,0 +1,107 @@
+// The workloads of ../shared/spec/tasks.md as data sources: each task yields examples of token ids
+// and labels of its shape, deterministically from the seed and the example's index (so a batch
+// can be generated in parallel and any example regenerated alone), with no download. Tasks with
+// a real-data format read it from --data-dir, whole and validated when the task is made.
+//
+// Token alphabets (ids as the model sees them):
+//   copy        0 separator, 1..10 symbols, 11 pad                       (vocab 12)
+//   listops     0 pad, 1..10 digits 0..9, 11 [MIN, 12 [MAX, 13 [MED, 14 [SM, 15 ]   (vocab 16)
+//   text, retrieval  0 pad, byte b as b + 1                              (vocab 257)
+//   image, pathfinder, pathx  grey level 0..255                          (vocab 256)
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ab {
+
+// The model a task is benchmarked with (LRA's base configs, tasks.md).
+struct ModelShape {
+  int64_t layers = 0, dmodel = 0, heads = 0, mlp = 0, batch = 0;
+  std::string pooling;
+};
+
+struct TaskOptions {
+  int64_t seq = 0;  // 0: the task's default length
+  uint64_t seed = 1;
+  std::string data_dir;             // real data, for the tasks that read it
+  std::string difficulty = "hard";  // pathfinder, pathx: easy | intermediate | hard
+};
+
+struct Example {
+  std::vector<int32_t> tokens;   // (N)
+  std::vector<int32_t> tokens2;  // retrieval: the second document (N)
+  int32_t label = 0;             // class; copy: -1 (next-token prediction)
+  std::vector<uint8_t> loss_mask;  // copy: 1 at the separator and the copy
+  // pathfinder, pathx: the drawn contour map (snake id per pixel, 0 where nothing is drawn;
+  // markers belong to their snake) and the pixel indices of the two markers.
+  std::vector<int32_t> contour;
+  int64_t marker_a = -1, marker_b = -1;
+  int32_t depth = 0;  // listops: depth of the expression tree (a single digit has depth 1)
+};
+
+// A batch: examples [first, first + size) laid out row after row.
+struct Batch {
+  int64_t size = 0, seq = 0;
+  std::vector<int32_t> tokens, tokens2, labels;
+  std::vector<uint8_t> loss_mask;
+};
+
+class Task {
+ public:
+  virtual ~Task() = default;
+  // Deterministic in (seed, index).
+  virtual Example example(int64_t index) const = 0;
+  // The example in a form a person can read: the expression, an excerpt, ASCII art.
+  virtual std::string readable(const Example& e) const = 0;
+  // "synthetic (in-process generator)" or the real files read and their record count.
+  virtual std::string source() const { return "synthetic (in-process generator)"; }
+  // Side of the square image for the image tasks, else 0.
+  virtual int64_t image_side() const { return 0; }
+  int64_t seq() const { return seq_; }
+  // Examples generated in parallel (OpenMP over examples).
+  Batch batch(int64_t first, int64_t size) const;
+
+ protected:
+  int64_t seq_ = 0;
+};
+
+struct TaskInfo {
+  std::string name, summary, alphabet;
+  int64_t default_seq = 0, vocab = 0, classes = 0;  // classes 0: next-token
+  ModelShape model;
+  std::string real_data;  // what --data-dir is read for ("" when the task has no real source)
+  std::function<std::unique_ptr<Task>(const TaskOptions&)> make;
+};
+
+const std::vector<TaskInfo>& tasks();
+// Throws InvalidInput naming the known tasks.
+const TaskInfo& find_task(const std::string& name);
+std::unique_ptr<Task> make_task(const std::string& name, const TaskOptions& opts);
+
+// One entry per file in tasks/.
+TaskInfo copy_task_info();
+TaskInfo listops_task_info();
+TaskInfo text_task_info();
+TaskInfo retrieval_task_info();
+TaskInfo image_task_info();
+TaskInfo pathfinder_task_info();
+TaskInfo pathx_task_info();
+
+// ---- shared helpers ----
+// The generator of example `index`: a stream of its own, so examples are independent.
+uint64_t example_stream(int64_t index);
+// ListOps: the value of a token sequence (pads ignored); throws InvalidInput when malformed.
+int32_t listops_evaluate(const std::vector<int32_t>& tokens);
+// ListOps in LRA's spelling, e.g. "[MAX 2 9 [MIN 4 7 ] 0 ]".
+std::string listops_spelling(const std::vector<int32_t>& tokens);
+// Text tokens back to bytes (pads dropped), non-printable bytes shown as '.'.
+std::string text_of_tokens(const std::vector<int32_t>& tokens, size_t max_chars);
+// A grey image as ASCII art, `side` x `side`, shrunk by `step` (the maximum of each block).
+std::string ascii_art(const std::vector<int32_t>& pixels, int64_t side, int64_t step);
+// Writes an 8-bit grey PNG.
+void write_png_grey(const std::string& path, const std::vector<int32_t>& pixels, int64_t width, int64_t height);
+
+}  // namespace ab
