@@ -46,9 +46,17 @@ run synthesizer_factorized --attn synthesizer --param variant=factorized --seq 1
 # The kernel family at N = 16384, non-causal and causal.
 run kernel_16384 --attn linear,performer --seq 16384 --mode fwd,fwdbwd --threads 1
 run kernel_16384_causal --attn linear,performer --seq 16384 --mode fwd,fwdbwd --threads 1 --causal
-# Decoding one token after a context of N = 1024 .. 65536.
+# The routing mechanisms at the sizes their targets name.
 run sinkhorn_fwdbwd --attn sinkhorn --seq 4096,16384 --mode fwdbwd --reps 3
+run reformer_fwd --attn reformer,flash --seq 4096,16384 --mode fwd --reps 3 --threads 1
+run reformer_fwdbwd --attn reformer --seq 4096,16384 --mode fwdbwd --reps 3 --threads 1
+# Decoding one token after a context of N = 1024 .. 65536.
 run decode --attn all --seq 1024:65536:x2 --mode decode --threads 1 --error
+
+# How fast each task generates a batch of its LRA size, one thread.
+for t in copy listops text retrieval image pathfinder pathx; do
+  "$exe" task rate --task "$t" --reps 3
+done > results/task_rates.txt
 
 /usr/bin/python3 scripts/plot.py results/attention_1thread.json plots/attention_1thread
 /usr/bin/python3 scripts/plot.py results/decode.json plots/decode
