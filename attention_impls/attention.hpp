@@ -16,6 +16,8 @@
 // output and stores that token; flops(decode) and working_bytes(decode) describe one step after
 // a context of N tokens.
 #pragma once
+#include <omp.h>
+
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -161,6 +163,14 @@ inline double dense_attention_flops(const AttnProblem& p) {
   return attention_pair_flops(dense_pairs(p.shape.N, p.causal), p.shape.D) *
          static_cast<double>(p.shape.B * p.shape.H);
 }
+// Runs f(thread, b, h) for every (batch, head) pair, the pairs shared out over the OpenMP threads
+// one at a time (heads can differ in cost, so dynamically).
+template <class F>
+void for_each_head(const Shape4& s, F&& f) {
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t bh = 0; bh < s.B * s.H; ++bh) f(omp_get_thread_num(), bh / s.H, bh % s.H);
+}
+
 // Forward+backward counts 3.5x the forward, FlashAttention's convention: the backward pass
 // recomputes QK^T and does four more products of the same size.
 inline double with_backward(double forward_flops, Mode mode) {

@@ -308,17 +308,11 @@ float KernelAttention::row_eps(const float* pmax, int64_t i, float c) const {
 }
 
 void KernelAttention::forward(const AttnArgs& a) {
-  const auto& s = p_.shape;
-  const int64_t BH = s.B * s.H;
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t bh = 0; bh < BH; ++bh) forward_head(omp_get_thread_num(), a, bh / s.H, bh % s.H);
+  for_each_head(p_.shape, [&](int tid, int64_t b, int64_t h) { forward_head(tid, a, b, h); });
 }
 
 void KernelAttention::backward(const AttnArgs& a) {
-  const auto& s = p_.shape;
-  const int64_t BH = s.B * s.H;
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t bh = 0; bh < BH; ++bh) backward_head(omp_get_thread_num(), a, bh / s.H, bh % s.H);
+  for_each_head(p_.shape, [&](int tid, int64_t b, int64_t h) { backward_head(tid, a, b, h); });
 }
 
 // Forward of one (batch, head).

@@ -106,15 +106,11 @@ class Reformer final : public Attention {
   }
 
   void forward(const AttnArgs& a) override {
-    const auto& s = p_.shape;
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t bh = 0; bh < s.B * s.H; ++bh) forward_head(a, omp_get_thread_num(), bh / s.H, bh % s.H);
+    for_each_head(p_.shape, [&](int tid, int64_t b, int64_t h) { forward_head(a, tid, b, h); });
   }
 
   void backward(const AttnArgs& a) override {
-    const auto& s = p_.shape;
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t bh = 0; bh < s.B * s.H; ++bh) backward_head(a, omp_get_thread_num(), bh / s.H, bh % s.H);
+    for_each_head(p_.shape, [&](int tid, int64_t b, int64_t h) { backward_head(a, tid, b, h); });
   }
 
   std::vector<DumpTensor> dump_tensors() const override {
