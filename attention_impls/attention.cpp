@@ -15,6 +15,7 @@ const char* to_string(Mode m) {
     case Mode::fwd: return "fwd";
     case Mode::fwdbwd: return "fwdbwd";
     case Mode::decode: return "decode";
+    case Mode::train: return "train";
   }
   return "?";
 }

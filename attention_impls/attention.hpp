@@ -32,7 +32,9 @@
 
 namespace ab {
 
-enum class Mode { fwd, fwdbwd, decode };
+// train exists at the model level only (forward, loss, backward and the optimizer step); a
+// mechanism is only ever set up for fwd, fwdbwd or decode.
+enum class Mode { fwd, fwdbwd, decode, train };
 const char* to_string(Mode m);
 
 // The attention call being benchmarked: shapes, causality and the layout shared by Q, K, V, O

@@ -1,0 +1,123 @@
+// The Transformer's layers, forward and backward side by side (llm.c style): plain functions
+// with their shapes in comments for the element-wise work, and thin classes over the oneDNN
+// primitives (matmul, layer normalisation, eltwise GELU) created once in untimed setup.
+//
+// Every primitive runs with a user scratchpad (the model's one tracked scratch region) and with
+// memory objects made once whose data handles are swapped per call, so a step allocates no
+// buffer. All of them run outside any OpenMP region and parallelise themselves.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <vector>
+
+#include "core/matmul.hpp"
+
+namespace ab {
+
+// A oneDNN primitive with its argument memories made once; run() sets their data handles.
+class BoundPrimitive {
+ public:
+  BoundPrimitive() = default;
+  BoundPrimitive(dnnl::primitive prim, const dnnl::memory::desc& scratch_desc) : prim_(std::move(prim)), scratch_desc_(scratch_desc) {}
+  // Declares argument `arg` (DNNL_ARG_*); run() takes the pointers in declaration order.
+  void arg(int arg, const dnnl::memory::desc& md);
+  size_t scratchpad_bytes() const { return scratch_desc_.get_size(); }
+  void bind(std::byte* scratch);
+  void run(std::initializer_list<const void*> ptrs) const;
+
+ private:
+  dnnl::primitive prim_;
+  dnnl::memory::desc scratch_desc_;
+  std::vector<dnnl::memory> mems_;
+  std::vector<dnnl_exec_arg_t> args_;
+};
+
+// Y (M, N) = X (M, K) · W (K, N) + b (N); W row-major.
+class Linear {
+ public:
+  Linear() = default;
+  Linear(int64_t M, int64_t K, int64_t N, bool with_backward);
+  size_t scratchpad_bytes() const;
+  void bind(std::byte* scratch);
+  double forward_flops() const { return 2.0 * M_ * N_ * K_; }
+  void forward(const float* X, const float* W, const float* b, float* Y) const;
+  // dX (M, K) = dY · W^T; dW (K, N) = X^T · dY; db (N) = column sums of dY. Overwrites all three.
+  void backward(const float* X, const float* W, const float* dY, float* dX, float* dW, float* db) const;
+  int64_t M() const { return M_; }
+
+ private:
+  int64_t M_ = 0, K_ = 0, N_ = 0;
+  Matmul fwd_, bwd_data_, bwd_weights_;
+};
+
+// Layer normalisation over the last axis of (rows, cols), learned scale g and shift b, with the
+// mean and variance kept for the backward pass (oneDNN layer_normalization, eps 1e-6 as LRA).
+class LayerNorm {
+ public:
+  LayerNorm() = default;
+  LayerNorm(int64_t rows, int64_t cols, bool with_backward);
+  size_t scratchpad_bytes() const;
+  void bind(std::byte* scratch);
+  // y = (x - mean) / sqrt(var + eps) * g + b; mean, var (rows).
+  void forward(const float* x, const float* g, const float* b, float* y, float* mean, float* var) const;
+  // dx (rows, cols), dg, db (cols): overwritten.
+  void backward(const float* x, const float* mean, const float* var, const float* dy, const float* g,
+                float* dx, float* dg, float* db) const;
+
+ private:
+  BoundPrimitive fwd_, bwd_;
+};
+
+// GELU (tanh approximation, oneDNN eltwise_gelu_tanh) over n elements.
+class Gelu {
+ public:
+  Gelu() = default;
+  Gelu(int64_t n, bool with_backward);
+  size_t scratchpad_bytes() const;
+  void bind(std::byte* scratch);
+  void forward(const float* u, float* g) const;
+  // du = gelu'(u) * dg; du may be dg.
+  void backward(const float* u, const float* dg, float* du) const;
+
+ private:
+  BoundPrimitive fwd_, bwd_;
+};
+
+// ---- element-wise passes (OpenMP over rows) ----
+
+// x (B·N, d) = E[tokens] + positions (sinusoidal, (N, d)) (+ cls at every sequence's position 0
+// when cls is not null).
+void embedding_forward(const int32_t* tokens, int64_t rows, int64_t N, int64_t d, const float* E,
+                       const float* positions, const float* cls, float* x);
+// dE += scatter of dx by token; dcls = sum of dx over position 0 rows (when not null).
+// Columns are shared out over the threads, so the scatter has no races and a fixed order.
+void embedding_backward(const int32_t* tokens, int64_t rows, int64_t N, int64_t d, const float* dx,
+                        float* dE, float* dcls);
+// The sinusoidal table of Vaswani et al.: P[n, 2i] = sin(n / 10000^(2i/d)), P[n, 2i+1] = cos(...).
+void sinusoidal_positions(int64_t N, int64_t d, float* P);
+
+// qkv (B·N, 3·H·Dh), laid out [q heads | k heads | v heads] per row -> q, k, v (B, H, N, Dh).
+void split_heads(const float* qkv, int64_t B, int64_t N, int64_t H, int64_t Dh, float* q, float* k, float* v);
+// The inverse: q, k, v (B, H, N, Dh) -> qkv (B·N, 3·H·Dh).
+void merge_qkv(const float* q, const float* k, const float* v, int64_t B, int64_t N, int64_t H, int64_t Dh, float* qkv);
+// o (B, H, N, Dh) -> a (B·N, H·Dh), and back.
+void merge_heads(const float* o, int64_t B, int64_t N, int64_t H, int64_t Dh, float* a);
+void split_single(const float* a, int64_t B, int64_t N, int64_t H, int64_t Dh, float* o);
+
+// y += x, n elements.
+void add_inplace(float* y, const float* x, int64_t n);
+
+// Softmax cross-entropy over rows of logits (rows, C) with oneDNN's softmax applied first (the
+// logits are turned into probabilities in place). target[r] < 0: the row does not count.
+// Returns the mean loss over counted rows; writes dlogits = (p - onehot) / counted into `probs`
+// when `with_grad`, zero on rows that do not count.
+double cross_entropy(float* probs, const int32_t* target, int64_t rows, int64_t C, bool with_grad);
+
+// AdamW (Loshchilov & Hutter): decoupled weight decay, bias-corrected moments; `step` from 1.
+struct AdamW {
+  float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.01f;
+  void update(float* w, const float* g, float* m, float* v, int64_t n, int64_t step) const;
+};
+
+}  // namespace ab

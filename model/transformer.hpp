@@ -1,0 +1,138 @@
+// The model level: a pre-LayerNorm Transformer encoder (causal decoder for `copy`) on a task's
+// tokens, whose attention core is any registered mechanism: the LRA efficiency table measures
+// this whole training step, not the attention call alone.
+//
+//   tokens (B, N) -> embedding + sinusoidal positions (+ a learned CLS vector at position 0)
+//   L x [ x += Wo · attention(split(LN1(x) · Wqkv)) ;  x += W2 · gelu(W1 · LN2(x)) ]
+//   LN_f -> pooling (CLS: position 0; mean; retrieval: both documents through the same encoder,
+//   head on [e1, e2, e1·e2, e1-e2]) -> W_c2 · gelu(W_c1 · ·) -> softmax cross-entropy;
+//   copy: next-token logits at every position, loss where the task's loss mask is set.
+//
+// Life of a model point, as for a mechanism: construct (validates, no allocation) -> flops() and
+// working_bytes() analytic -> setup(seed) allocates everything (tracked) and creates every
+// primitive -> step() runs forward, loss, and in train mode backward and AdamW, allocating
+// nothing. Activations live in one arena laid out in the constructor, so working_bytes() is the
+// exact tracked peak of a step. In fwd mode the per-layer activations share one slot, since
+// nothing is kept for a backward pass.
+//
+// What it leaves out: dropout (LRA trains with 0.1), learning-rate schedules, and training of the
+// mechanisms' own random or learned tensors (Linformer's E, F, Sinkhorn's W1, W2, Synthesizer's
+// logits, Performer's features): they keep their seeded values, so their cost is measured but
+// they are not learned.
+#pragma once
+#include <array>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attention_impls/attention.hpp"
+#include "core/matmul.hpp"
+#include "model/layers.hpp"
+#include "tasks/task.hpp"
+
+namespace ab {
+
+// Where a step's time goes, from the model's own timers (wall clock per layer type).
+enum class LayerType { embedding, layernorm, projections, attention, feedforward, head, optimizer };
+constexpr int kLayerTypes = 7;
+const std::array<const char*, kLayerTypes>& layer_type_names();
+
+struct ModelConfig {
+  int64_t vocab = 0, classes = 0;  // classes 0: next-token head over the vocabulary (copy)
+  int64_t seq = 0, batch = 0, layers = 0, dmodel = 0, heads = 0, mlp = 0;
+  std::string pooling;     // cls | mean | lm
+  bool two_tower = false;  // retrieval: two documents per example, shared encoder
+  bool causal = false;
+  std::string mechanism = "flash";
+  ParamValues params;      // the mechanism's, resolved
+  int threads = 1;
+  AdamW optimizer;
+};
+
+// The model config of a task (tasks.md shapes); overrides of 0 keep the task's value.
+ModelConfig model_config_for_task(const TaskInfo& task, int64_t seq);
+
+class TransformerModel {
+ public:
+  // mode: fwd (inference), fwdbwd (forward, loss, backward), train (and the AdamW step).
+  // Throws InvalidInput for impossible shapes or mechanism parameters.
+  TransformerModel(const ModelConfig& c, Mode mode);
+  ~TransformerModel();
+
+  double flops() const;           // analytic, per step: products, attention, forward (+ backward)
+  size_t working_bytes() const;   // exact tracked bytes after setup (see memory_parts)
+  // The declared parts of working_bytes, by name: parameters, gradients, optimizer state,
+  // activations (the arena), token buffers, scratchpad, attention (the mechanisms' own).
+  std::vector<std::pair<std::string, size_t>> memory_parts() const;
+
+  void setup(uint64_t seed);
+  // One step on a batch of the task (batch.size == config batch, batch.seq == seq). Returns the
+  // loss of the forward pass (before the optimizer step).
+  double step(const Batch& batch);
+  // Forward and loss only (whatever the mode); for finite differences.
+  double loss(const Batch& batch);
+
+  const std::array<double, kLayerTypes>& layer_seconds() const { return seconds_; }
+  void reset_timers() { seconds_.fill(0); }
+
+  // Parameters as named slices of one flat vector, with their gradients after a backward pass.
+  struct Slice {
+    std::string name;
+    int64_t offset = 0, count = 0;
+  };
+  const std::vector<Slice>& parameters() const { return slices_; }
+  float* weights() const { return w_.data(); }
+  float* gradients() const { return g_.data(); }
+  int64_t parameter_count() const { return n_params_; }
+  const ModelConfig& config() const { return c_; }
+
+ private:
+  struct LayerParams { int64_t ln1_g, ln1_b, wqkv, bqkv, wo, bo, ln2_g, ln2_b, w1, b1, w2, b2; };
+  struct LayerActs { int64_t h1, mean1, var1, q, k, v, o, a, xm, h2, mean2, var2, u, g; };
+  struct Init { int64_t offset, count; float stddev, value; };
+
+  int64_t param(const std::string& name, int64_t count, float stddev, float value = 0);
+  int64_t act(int64_t count);
+  float* A(int64_t off) const { return arena_.data() + off; }
+  float* W(int64_t off) const { return w_.data() + off; }
+  float* G(int64_t off) const { return g_.data() + off; }
+  AttnArgs attention_args(int64_t layer) const;
+  void create_primitives();
+  void load(const Batch& batch);
+  double forward_and_loss(bool with_grad);
+  void backward();
+  template <class F> void timed(LayerType t, F&& f);
+
+  ModelConfig c_;
+  Mode mode_;
+  bool backward_ = false;
+  int64_t Benc_ = 0, T_ = 0, Dh_ = 0, rows_ = 0, C_ = 0, feat_ = 0;  // rows_: loss rows; feat_: head input width
+  // Parameter layout.
+  std::vector<Slice> slices_;
+  std::vector<Init> inits_;
+  int64_t n_params_ = 0;
+  int64_t emb_ = 0, cls_ = -1, lnf_g_ = 0, lnf_b_ = 0, wc1_ = 0, bc1_ = 0, wc2_ = 0, bc2_ = 0;
+  std::vector<LayerParams> lp_;
+  // Arena layout (float offsets).
+  int64_t n_act_ = 0;
+  int64_t pos_ = 0, qkv_ = 0, hf_ = 0, meanf_ = 0, varf_ = 0, feat_buf_ = 0, z_ = 0, gz_ = 0, logits_ = 0;
+  int64_t dres_ = 0, dtmp_ = 0, dtmp2_ = 0, do_ = 0, dq_ = 0, dk_ = 0, dv_ = 0, dff_ = 0, dfeat_ = 0, dz_ = 0;
+  std::vector<int64_t> x_;  // residual stream, L + 1 slots
+  std::vector<LayerActs> la_;
+  // Mechanisms, one per layer (each keeps its own forward state for its backward pass).
+  std::vector<std::unique_ptr<Attention>> attn_;
+  // Primitives.
+  Linear qkv_lin_, o_lin_, ff1_lin_, ff2_lin_, head1_lin_, head2_lin_;
+  LayerNorm ln_;
+  Gelu ff_gelu_, head_gelu_;
+  RowSoftmax softmax_;
+  size_t scratch_bytes_ = 0;
+  // Tracked storage.
+  Buffer<float> w_, g_, m_, v_, arena_;
+  Buffer<std::byte> scratch_;
+  Buffer<int32_t> tokens_, targets_;
+  int64_t steps_ = 0;
+  std::array<double, kLayerTypes> seconds_{};
+};
+
+}  // namespace ab
