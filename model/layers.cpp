@@ -1,5 +1,6 @@
 #include "model/layers.hpp"
 
+#include <fmt/format.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -41,8 +42,9 @@ void BoundPrimitive::run(std::initializer_list<const void*> ptrs) const {
   if (ptrs.size() + 1 != mems_.size()) throw std::logic_error("BoundPrimitive: wrong number of arguments");
   size_t i = 0;
   for (const void* p : ptrs) dnnl_memory_set_data_handle_v2(mems_[i++].get(), const_cast<void*>(p), nullptr);
-  if (dnnl_primitive_execute(prim_.get(), cpu_stream(0).get(), static_cast<int>(args_.size()), args_.data()) != dnnl_success)
-    throw std::runtime_error("oneDNN primitive execution failed");
+  const dnnl_status_t st =
+      dnnl_primitive_execute(prim_.get(), cpu_stream(0).get(), static_cast<int>(args_.size()), args_.data());
+  if (st != dnnl_success) throw std::runtime_error(fmt::format("oneDNN primitive execution failed (status {})", static_cast<int>(st)));
 }
 
 // ---- Linear ----
@@ -126,6 +128,7 @@ LayerNorm::LayerNorm(int64_t rows, int64_t cols, bool with_backward) {
     bwd_.arg(DNNL_ARG_VARIANCE, stat);
     bwd_.arg(DNNL_ARG_DIFF_DST, data);
     bwd_.arg(DNNL_ARG_SCALE, param);
+    bwd_.arg(DNNL_ARG_SHIFT, param);  // oneDNN 2.6 lists it among the backward arguments
     bwd_.arg(DNNL_ARG_DIFF_SRC, data);
     bwd_.arg(DNNL_ARG_DIFF_SCALE, param);
     bwd_.arg(DNNL_ARG_DIFF_SHIFT, param);
@@ -144,8 +147,8 @@ void LayerNorm::forward(const float* x, const float* g, const float* b, float* y
 }
 
 void LayerNorm::backward(const float* x, const float* mean, const float* var, const float* dy, const float* g,
-                         float* dx, float* dg, float* db) const {
-  bwd_.run({x, mean, var, dy, g, dx, dg, db});
+                         const float* b, float* dx, float* dg, float* db) const {
+  bwd_.run({x, mean, var, dy, g, b, dx, dg, db});
 }
 
 // ---- Gelu ----

@@ -63,7 +63,7 @@ class LayerNorm {
   void forward(const float* x, const float* g, const float* b, float* y, float* mean, float* var) const;
   // dx (rows, cols), dg, db (cols): overwritten.
   void backward(const float* x, const float* mean, const float* var, const float* dy, const float* g,
-                float* dx, float* dg, float* db) const;
+                const float* b, float* dx, float* dg, float* db) const;
 
  private:
   BoundPrimitive fwd_, bwd_;

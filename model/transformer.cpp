@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <omp.h>
+
 #include <chrono>
 #include <cmath>
 
@@ -58,6 +60,9 @@ TransformerModel::TransformerModel(const ModelConfig& c, Mode mode) : c_(c), mod
   if (mode != Mode::fwd && mode != Mode::fwdbwd && mode != Mode::train)
     throw InvalidInput(fmt::format("the model level runs --mode fwd, fwdbwd or train, not {}", to_string(mode)));
   backward_ = mode != Mode::fwd;
+  // The mechanisms and primitives are planned for this many threads (one execution slot each).
+  if (c.threads < 1) throw InvalidInput(fmt::format("--threads must be positive, got {}", c.threads));
+  omp_set_num_threads(c.threads);
   const int64_t L = c.layers, d = c.dmodel, H = c.heads, F = c.mlp, N = c.seq;
   if (L < 1 || d < 1 || H < 1 || F < 1 || N < 2 || c.batch < 1)
     throw InvalidInput(fmt::format("model sizes must be positive (layers={} dmodel={} heads={} mlp={} batch={}) and seq at least 2 (got {})",
@@ -422,7 +427,7 @@ void TransformerModel::backward() {
     }
   });
   timed(LayerType::layernorm, [&] {
-    ln_.backward(A(x_[L]), A(meanf_), A(varf_), dhf, W(lnf_g_), A(dres_), G(lnf_g_), G(lnf_b_));
+    ln_.backward(A(x_[L]), A(meanf_), A(varf_), dhf, W(lnf_g_), W(lnf_b_), A(dres_), G(lnf_g_), G(lnf_b_));
   });
   // 2'. The blocks in reverse; dres carries the residual stream's gradient.
   for (int64_t l = L - 1; l >= 0; --l) {
@@ -434,7 +439,7 @@ void TransformerModel::backward() {
       ff1_lin_.backward(A(a.h2), W(p.w1), A(dff_), A(dtmp_), G(p.w1), G(p.b1));
     });
     timed(LayerType::layernorm, [&] {
-      ln_.backward(A(a.xm), A(a.mean2), A(a.var2), A(dtmp_), W(p.ln2_g), A(dtmp2_), G(p.ln2_g), G(p.ln2_b));
+      ln_.backward(A(a.xm), A(a.mean2), A(a.var2), A(dtmp_), W(p.ln2_g), W(p.ln2_b), A(dtmp2_), G(p.ln2_g), G(p.ln2_b));
       add_inplace(A(dres_), A(dtmp2_), T_ * d);
     });
     timed(LayerType::projections, [&] {
@@ -447,7 +452,7 @@ void TransformerModel::backward() {
       qkv_lin_.backward(A(a.h1), W(p.wqkv), A(qkv_), A(dtmp_), G(p.wqkv), G(p.bqkv));
     });
     timed(LayerType::layernorm, [&] {
-      ln_.backward(A(x_[l]), A(a.mean1), A(a.var1), A(dtmp_), W(p.ln1_g), A(dtmp2_), G(p.ln1_g), G(p.ln1_b));
+      ln_.backward(A(x_[l]), A(a.mean1), A(a.var1), A(dtmp_), W(p.ln1_g), W(p.ln1_b), A(dtmp2_), G(p.ln1_g), G(p.ln1_b));
       add_inplace(A(dres_), A(dtmp2_), T_ * d);
     });
   }
@@ -459,6 +464,7 @@ void TransformerModel::backward() {
 }
 
 double TransformerModel::step(const Batch& batch) {
+  omp_set_num_threads(c_.threads);
   load(batch);
   const double loss = forward_and_loss(backward_);
   if (!backward_) return loss;
@@ -469,6 +475,7 @@ double TransformerModel::step(const Batch& batch) {
 }
 
 double TransformerModel::loss(const Batch& batch) {
+  omp_set_num_threads(c_.threads);
   load(batch);
   return forward_and_loss(false);
 }
