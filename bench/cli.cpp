@@ -102,7 +102,8 @@ Mode parse_mode(const std::string& m) {
   if (m == "fwd") return Mode::fwd;
   if (m == "fwdbwd") return Mode::fwdbwd;
   if (m == "decode") return Mode::decode;
-  throw InvalidInput(fmt::format("unknown mode '{}'; modes: fwd, fwdbwd, decode", m));
+  if (m == "train") return Mode::train;
+  throw InvalidInput(fmt::format("unknown mode '{}'; modes: fwd, fwdbwd, decode, train (model level)", m));
 }
 
 // The shape and mechanism options shared by run, sweep and dump. Every size option takes a list
@@ -113,6 +114,10 @@ struct ShapeOptions {
   bool causal = false;
   uint64_t seed = 0;
   std::vector<std::string> params;
+  // A task gives the defaults of every size (its model shape, tasks.md); the model level also
+  // needs layers, d_model and the feed-forward width. Empty: the task's value.
+  std::string task, layers, dmodel, mlp, data_dir;
+  CLI::Option *batch_opt = nullptr, *heads_opt = nullptr, *seq_opt = nullptr, *dhead_opt = nullptr;
 
   void add_to(CLI::App* app, bool multi) {
     const std::string list = multi ? " (list: 1,2 or a range like 256:16384:x2)" : "";
@@ -120,13 +125,20 @@ struct ShapeOptions {
                     multi ? "mechanisms, comma-separated, or 'all'" : "the mechanism")
         ->delimiter(',')
         ->capture_default_str();
-    app->add_option("--batch", batch, "batch size B" + list)->capture_default_str();
-    app->add_option("--heads", heads, "heads H" + list)->capture_default_str();
-    app->add_option("--seq", seq,
-                    multi ? "sequence lengths N: 256,512 or 256:16384:x2 or 1024:4096:+1024"
+    batch_opt = app->add_option("--batch", batch, "batch size B" + list + " (with --task: the task's)")->capture_default_str();
+    heads_opt = app->add_option("--heads", heads, "heads H" + list + " (with --task: the task's)")->capture_default_str();
+    seq_opt = app->add_option("--seq", seq,
+                    multi ? "sequence lengths N: 256,512 or 256:16384:x2 or 1024:4096:+1024 (with --task: the task's)"
                           : "sequence length N")
         ->capture_default_str();
-    app->add_option("--dhead", dhead, "head dimension D" + list)->capture_default_str();
+    dhead_opt = app->add_option("--dhead", dhead, "head dimension D" + list + " (with --task: dmodel / heads)")->capture_default_str();
+    if (multi) {
+      app->add_option("--task", task, "take the shape from this task's model (attnbench list tasks); needed by --level model");
+      app->add_option("--layers", layers, "model level: Transformer blocks" + list + " (default: the task's)");
+      app->add_option("--dmodel", dmodel, "model level: model width" + list + " (default: the task's)");
+      app->add_option("--mlp", mlp, "model level: feed-forward width" + list + " (default: the task's)");
+      app->add_option("--data-dir", data_dir, "model level: read the task's real data from here");
+    }
     app->add_flag("--causal", causal, "causal masking (query i uses keys j <= i)");
     app->add_option("--threads", threads, "OpenMP threads" + list)->capture_default_str();
     app->add_option("--seed", seed, "seed of every random draw")->capture_default_str();
@@ -209,8 +221,19 @@ struct ShapeOptions {
         throw InvalidInput(fmt::format("{}: {}", option, e.what()));
       }
     };
-    const auto seqs = sizes("--seq", seq), bs = sizes("--batch", batch), hs = sizes("--heads", heads),
-               ds = sizes("--dhead", dhead);
+    const TaskInfo* ti = task.empty() ? nullptr : &find_task(task);
+    auto given = [](const CLI::Option* o) { return o && o->count() > 0; };
+    // A size list: what the user gave, else the task's value, else the option's default.
+    auto size_list = [&](const char* option, const CLI::Option* opt, const std::string& text, int64_t task_value) {
+      if (ti && !given(opt)) return std::vector<int64_t>{task_value};
+      return sizes(option, text);
+    };
+    auto model_list = [&](const char* option, const std::string& text, int64_t task_value) {
+      return text.empty() ? std::vector<int64_t>{task_value} : sizes(option, text);
+    };
+    const ModelShape ms = ti ? ti->model : ModelShape{};
+    const auto seqs = size_list("--seq", seq_opt, seq, ti ? ti->default_seq : 0),
+               bs = size_list("--batch", batch_opt, batch, ms.batch), hs = size_list("--heads", heads_opt, heads, ms.heads);
     std::vector<int> ts;
     for (int64_t t : sizes("--threads", threads)) {
       if (t > 1024) throw InvalidInput(fmt::format("--threads {} is more than 1024", t));
@@ -218,8 +241,26 @@ struct ShapeOptions {
     }
     std::vector<Mode> mode_list;
     for (const auto& m : modes) mode_list.push_back(parse_mode(m));
-    for (const auto& l : levels)
-      if (l != "attention") throw InvalidInput(fmt::format("unknown level '{}'; levels: attention", l));
+    bool model_level = false;
+    for (const auto& l : levels) {
+      if (l != "attention" && l != "model") throw InvalidInput(fmt::format("unknown level '{}'; levels: attention, model", l));
+      model_level |= l == "model";
+    }
+    if (model_level && !ti) throw InvalidInput("--level model needs --task (attnbench list tasks)");
+    if (model_level && given(dhead_opt)) throw InvalidInput("--level model takes --dmodel and --heads; the head size is dmodel / heads");
+    const auto Ls = model_list("--layers", layers, ms.layers), dms = model_list("--dmodel", dmodel, ms.dmodel),
+               mlps = model_list("--mlp", mlp, ms.mlp);
+    // The attention level with a task: D = dmodel / heads unless --dhead is given.
+    std::vector<int64_t> ds;
+    if (ti && !given(dhead_opt)) {
+      for (int64_t dm : dms)
+        for (int64_t h : hs) ds.push_back(dm / h > 0 ? dm / h : 1);
+      std::sort(ds.begin(), ds.end());
+      ds.erase(std::unique(ds.begin(), ds.end()), ds.end());
+    } else {
+      ds = sizes("--dhead", dhead);
+    }
+    const bool task_causal = ti && ti->classes == 0;  // next-token tasks (copy) are causal
     std::vector<PointId> out;
     for (const auto& mech : mechs)
       for (const auto& params : param_grid(mech, mechs))
@@ -227,19 +268,34 @@ struct ShapeOptions {
           for (Mode mode : mode_list)
             for (int t : ts)
               for (int64_t b : bs)
-                for (int64_t h : hs)
-                  for (int64_t d : ds)
+                for (int64_t h : hs) {
+                  // The model level runs over (layers, dmodel, mlp); the attention level over D.
+                  std::vector<std::pair<ModelDims, int64_t>> shapes;
+                  if (level == "model") {
+                    for (int64_t L : Ls)
+                      for (int64_t dm : dms) {
+                        if (dm % h) throw InvalidInput(fmt::format("--dmodel {} is not a multiple of --heads {}", dm, h));
+                        for (int64_t f : mlps) shapes.push_back({ModelDims{L, dm, f}, dm / h});
+                      }
+                  } else {
+                    for (int64_t d : ds) shapes.push_back({ModelDims{}, d});
+                  }
+                  for (const auto& [dims, d] : shapes)
                     for (int64_t n : seqs) {
                       PointId id;
                       id.mechanism = mech;
                       id.params = params;
                       id.level = level;
                       id.mode = mode;
+                      id.task = ti ? ti->name : "none";
                       id.shape = Shape4{b, h, n, d};
-                      id.causal = causal || mode == Mode::decode;  // decoding is causal by definition
+                      id.model = dims;
+                      // Decoding is causal by definition; so is a next-token task's model.
+                      id.causal = causal || mode == Mode::decode || task_causal;
                       id.threads = t;
                       out.push_back(std::move(id));
                     }
+                }
     return out;
   }
 };
@@ -367,6 +423,7 @@ void add_run_options(CLI::App* app, RunOptions& o, std::string& mem_limit, std::
 
 void finish_run_options(RunOptions& o, const ShapeOptions& so, const std::string& mem_limit, const std::string& count) {
   o.seed = so.seed;
+  o.data_dir = so.data_dir;
   o.mem_limit = mem_limit.empty() ? physical_memory_bytes() / 5 * 4 : parse_bytes(mem_limit);
   if (!count.empty() && count != "instructions")
     throw InvalidInput(fmt::format("unknown --count '{}'; counts: instructions", count));
@@ -387,11 +444,21 @@ std::vector<std::string> point_args(const PointId& id, const RunOptions& o) {
   };
   add("--level", id.level);
   add("--mode", to_string(id.mode));
+  if (id.task != "none") add("--task", id.task);
   add("--batch", std::to_string(id.shape.B));
   add("--heads", std::to_string(id.shape.H));
   add("--seq", std::to_string(id.shape.N));
-  add("--dhead", std::to_string(id.shape.D));
-  if (id.causal) a.push_back("--causal");
+  if (id.level == "model") {
+    add("--layers", std::to_string(id.model.layers));
+    add("--dmodel", std::to_string(id.model.dmodel));
+    add("--mlp", std::to_string(id.model.mlp));
+    if (!o.data_dir.empty()) add("--data-dir", o.data_dir);
+  } else {
+    add("--dhead", std::to_string(id.shape.D));
+  }
+  // A next-token task's model is causal by itself; --causal is only given where it is a choice.
+  const bool implied = id.task != "none" && find_task(id.task).classes == 0;
+  if (id.causal && !implied) a.push_back("--causal");
   add("--threads", std::to_string(id.threads));
   add("--seed", std::to_string(o.seed));
   add("--reps", std::to_string(o.reps));
@@ -454,8 +521,8 @@ int cli_main(int argc, char** argv) {
   RunOptions ropts;
   auto* run = app.add_subcommand("run", "benchmark mechanisms over sequence lengths and modes, in this process");
   run_shape.add_to(run, true);
-  run->add_option("--mode", run_modes, "fwd | fwdbwd | decode (comma-separated for several); decode: one new token after a context of N")->delimiter(',')->capture_default_str();
-  run->add_option("--level", run_levels, "attention")->delimiter(',')->capture_default_str();
+  run->add_option("--mode", run_modes, "fwd | fwdbwd | decode | train (comma-separated for several); decode: one new token after a context of N; train (model level): forward, backward and the AdamW step")->delimiter(',')->capture_default_str();
+  run->add_option("--level", run_levels, "attention | model (a whole Transformer on --task's tokens)")->delimiter(',')->capture_default_str();
   add_run_options(run, ropts, run_mem, run_count);
   run->add_option("--out", run_out, "write the Google-Benchmark JSON result file here");
   run->add_option("--format", run_format, "stdout format: md | csv | json")->capture_default_str();
@@ -469,8 +536,8 @@ int cli_main(int argc, char** argv) {
   SweepOptions sweep_opts;
   auto* sweep = app.add_subcommand("sweep", "run a grid, each point in its own process, appended to --out as it finishes");
   sweep_shape.add_to(sweep, true);
-  sweep->add_option("--mode", sweep_modes, "fwd | fwdbwd | decode, comma-separated")->delimiter(',')->capture_default_str();
-  sweep->add_option("--level", sweep_levels, "attention")->delimiter(',')->capture_default_str();
+  sweep->add_option("--mode", sweep_modes, "fwd | fwdbwd | decode | train, comma-separated")->delimiter(',')->capture_default_str();
+  sweep->add_option("--level", sweep_levels, "attention | model")->delimiter(',')->capture_default_str();
   add_run_options(sweep, sopts, sweep_mem, sweep_count);
   sweep->add_option("--out", sweep_opts.out, "the result file, rewritten whole after every point")->required();
   sweep->add_flag("--resume", sweep_opts.resume, "keep the points already in --out and run only the missing ones");

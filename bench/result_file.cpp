@@ -6,6 +6,8 @@
 #include <map>
 #include <sstream>
 
+#include "model/transformer.hpp"  // layer_type_names
+
 namespace ab {
 
 Status parse_status(const std::string& error_message, std::string* rest) {
@@ -23,7 +25,7 @@ Status parse_status(const std::string& error_message, std::string* rest) {
 
 namespace {
 Mode mode_from(const std::string& m, const std::string& where) {
-  for (Mode x : {Mode::fwd, Mode::fwdbwd, Mode::decode})
+  for (Mode x : {Mode::fwd, Mode::fwdbwd, Mode::decode, Mode::train})
     if (m == to_string(x)) return x;
   throw InvalidInput(fmt::format("{}: unknown mode '{}'", where, m));
 }
@@ -83,6 +85,9 @@ ResultFile parse_result_document(const nlohmann::json& doc, const std::string& p
       r.id.shape = Shape4{field<int64_t>(p, "batch", where), field<int64_t>(p, "heads", where),
                           field<int64_t>(p, "seq", where), field<int64_t>(p, "dhead", where)};
       r.id.causal = field<bool>(p, "causal", where + " point");
+      if (r.id.level == "model")
+        r.id.model = ModelDims{field<int64_t>(p, "layers", where + " point"), field<int64_t>(p, "dmodel", where + " point"),
+                               field<int64_t>(p, "mlp", where + " point")};
       r.id.threads = field<int>(e, "threads", where);
       if (r.id.name() != name)
         throw InvalidInput(fmt::format("{}: its name '{}' does not match its point fields ('{}')", where, name, r.id.name()));
@@ -96,6 +101,8 @@ ResultFile parse_result_document(const nlohmann::json& doc, const std::string& p
         r.rss_delta_bytes = static_cast<int64_t>(counter(e, "rss_delta_bytes").value_or(0));
         r.nmse = counter(e, "nmse");
         r.instructions = counter(e, "instructions");
+        for (const char* name : layer_type_names())
+          if (auto ms = counter(e, fmt::format("{}_ms", name).c_str())) r.layer_ms.push_back(*ms);
         // The GEMM rate the point was judged against (merged files mix machines' contexts).
         const auto gf = counter(e, "gflops_per_s"), frac = counter(e, "peak_fraction");
         r.gemm_gflops = gf && frac && *frac > 0 ? *gf / *frac / r.id.threads : file_gemm;
@@ -109,7 +116,7 @@ ResultFile parse_result_document(const nlohmann::json& doc, const std::string& p
       const double unit = 1e-3;  // time_unit ms
       if (e.value("time_unit", "ms") != "ms") throw InvalidInput(where + ": time_unit is not ms");
       r.reps.push_back({field<double>(e, "real_time", where) * unit, field<double>(e, "cpu_time", where) * unit,
-                        field<int64_t>(e, "iterations", where)});
+                        field<int64_t>(e, "iterations", where), counter(e, "loss")});
     }
   }
   for (const auto& r : rf.points)

@@ -1,5 +1,7 @@
 #include "bench/results.hpp"
 
+#include "model/transformer.hpp"  // layer_type_names
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -27,8 +29,9 @@ const char* to_string(Status s) {
 std::string PointId::name() const {
   std::string n = "attn:" + mechanism;
   for (const auto& [k, v] : params.items()) n += "/" + k + ":" + format_param_value(v);
-  n += fmt::format("/level:{}/mode:{}/task:{}/B:{}/H:{}/N:{}/D:{}/causal:{}/threads:{}", level,
-                   to_string(mode), task, shape.B, shape.H, shape.N, shape.D, causal ? 1 : 0,
+  n += fmt::format("/level:{}/mode:{}/task:{}", level, to_string(mode), task);
+  if (level == "model") n += fmt::format("/L:{}/dmodel:{}/mlp:{}", model.layers, model.dmodel, model.mlp);
+  n += fmt::format("/B:{}/H:{}/N:{}/D:{}/causal:{}/threads:{}", shape.B, shape.H, shape.N, shape.D, causal ? 1 : 0,
                    threads);
   return n;
 }
@@ -64,27 +67,54 @@ TimeStats cpu_stats(const PointResult& r) {
 const std::vector<Field>& result_fields() {
   using R = const PointResult&;
   using O = std::optional<double>;
+  using P = const Repetition*;
   constexpr double MiB = 1 << 20;
-  static const std::vector<Field> fields = {
-      {"flops", "GFLOP/call", 3, Better::Neither, 1e9, [](R r, double) -> O { return r.flops; }},
+  static const std::vector<Field> fields = [] {
+  std::vector<Field> f = {
+      {"flops", "GFLOP/call", 3, Better::Neither, 1e9, [](R r, double, P) -> O { return r.flops; }},
       {"gflops_per_s", "GFLOP/s", 1, Better::Higher, 1,
-       [](R r, double t) -> O { return t > 0 ? O(r.flops / t / 1e9) : std::nullopt; }},
+       [](R r, double t, P) -> O { return t > 0 ? O(r.flops / t / 1e9) : std::nullopt; }},
       {"peak_fraction", "of GEMM", 2, Better::Higher, 1,
-       [](R r, double t) -> O {
+       [](R r, double t, P) -> O {
          if (t <= 0 || r.gemm_gflops <= 0) return std::nullopt;
          return r.flops / t / 1e9 / (r.gemm_gflops * r.id.threads);
        }},
       {"tokens_per_s", "tokens/s", 0, Better::Higher, 1,
-       [](R r, double t) -> O { return t > 0 ? O(static_cast<double>(r.tokens()) / t) : std::nullopt; }},
+       [](R r, double t, P) -> O { return t > 0 ? O(static_cast<double>(r.tokens()) / t) : std::nullopt; }},
       {"peak_bytes", "peak MiB", 1, Better::Lower, MiB,
-       [](R r, double) -> O { return static_cast<double>(r.peak_bytes); }},
+       [](R r, double, P) -> O { return static_cast<double>(r.peak_bytes); }},
       {"peak_rss_bytes", "RSS MiB", 1, Better::Lower, MiB,
-       [](R r, double) -> O { return static_cast<double>(r.peak_rss_bytes); }},
+       [](R r, double, P) -> O { return static_cast<double>(r.peak_rss_bytes); }},
       {"rss_delta_bytes", "RSS +MiB", 1, Better::Lower, MiB,
-       [](R r, double) -> O { return static_cast<double>(r.rss_delta_bytes); }},
-      {"nmse", "nmse", -1, Better::Lower, 1, [](R r, double) -> O { return r.nmse; }},
-      {"instructions", "instructions", 0, Better::Lower, 1, [](R r, double) -> O { return r.instructions; }},
+       [](R r, double, P) -> O { return static_cast<double>(r.rss_delta_bytes); }},
+      {"nmse", "nmse", -1, Better::Lower, 1, [](R r, double, P) -> O { return r.nmse; }},
+      {"instructions", "instructions", 0, Better::Lower, 1, [](R r, double, P) -> O { return r.instructions; }},
+      // Model level.
+      {"steps_per_s", "steps/s", 2, Better::Higher, 1,
+       [](R r, double t, P) -> O { return r.id.level == "model" && t > 0 ? O(1.0 / t) : std::nullopt; }},
+      {"loss", "loss", 4, Better::Neither, 1,
+       [](R r, double, P rep) -> O {
+         if (rep) return rep->loss;
+         // Aggregates and tables: the mean over the repetitions.
+         double s = 0;
+         int n = 0;
+         for (const auto& x : r.reps)
+           if (x.loss) s += *x.loss, ++n;
+         return n ? O(s / n) : std::nullopt;
+       }},
   };
+  // One column per layer type of the model's time breakdown.
+  // (Field holds C strings: the names live in fixed static arrays.)
+  static std::array<std::string, kLayerTypes> keys, headers;
+  for (size_t i = 0; i < kLayerTypes; ++i) {
+    keys[i] = fmt::format("{}_ms", layer_type_names()[i]);
+    headers[i] = fmt::format("{} ms", layer_type_names()[i]);
+  }
+  for (size_t i = 0; i < kLayerTypes; ++i)
+    f.push_back({keys[i].c_str(), headers[i].c_str(), 2, Better::Lower, 1,
+                 [i](R r, double, P) -> O { return i < r.layer_ms.size() ? O(r.layer_ms[i]) : std::nullopt; }});
+  return f;
+  }();
   return fields;
 }
 
@@ -104,15 +134,21 @@ namespace {
 nlohmann::json identity(const PointResult& r) {
   nlohmann::json p = nlohmann::json::object();
   for (const auto& [k, v] : r.id.params.items()) p[k] = format_param_value(v);
-  return {{"attn", r.id.mechanism}, {"params", p},           {"level", r.id.level},
-          {"mode", to_string(r.id.mode)}, {"task", r.id.task}, {"batch", r.id.shape.B},
-          {"heads", r.id.shape.H},        {"seq", r.id.shape.N}, {"dhead", r.id.shape.D},
-          {"causal", r.id.causal}};
+  nlohmann::json id = {{"attn", r.id.mechanism}, {"params", p},           {"level", r.id.level},
+                       {"mode", to_string(r.id.mode)}, {"task", r.id.task}, {"batch", r.id.shape.B},
+                       {"heads", r.id.shape.H},        {"seq", r.id.shape.N}, {"dhead", r.id.shape.D},
+                       {"causal", r.id.causal}};
+  if (r.id.level == "model") {
+    id["layers"] = r.id.model.layers;
+    id["dmodel"] = r.id.model.dmodel;
+    id["mlp"] = r.id.model.mlp;
+  }
+  return id;
 }
 
-void add_counters(nlohmann::json& e, const PointResult& r, double seconds) {
+void add_counters(nlohmann::json& e, const PointResult& r, double seconds, const Repetition* rep) {
   for (const auto& f : result_fields())
-    if (auto v = f.value(r, seconds)) e[f.key] = *v;
+    if (auto v = f.value(r, seconds, rep)) e[f.key] = *v;
 }
 }  // namespace
 
@@ -153,7 +189,7 @@ nlohmann::json to_json_entries(const PointResult& r, int family_index) {
     e["iterations"] = rep.iterations;
     e["real_time"] = rep.real_s * 1e3;
     e["cpu_time"] = rep.cpu_s * 1e3;
-    add_counters(e, r, rep.real_s);
+    add_counters(e, r, rep.real_s, &rep);
     out.push_back(e);
   }
   const TimeStats rs = real_stats(r), cs = cpu_stats(r);
@@ -177,7 +213,7 @@ nlohmann::json to_json_entries(const PointResult& r, int family_index) {
     e["real_time"] = pct ? a.real : a.real * 1e3;
     e["cpu_time"] = pct ? a.cpu : a.cpu * 1e3;
     // Counters of the median and mean aggregates are evaluated at that time.
-    if (std::string(a.name) == "median" || std::string(a.name) == "mean") add_counters(e, r, a.real);
+    if (std::string(a.name) == "median" || std::string(a.name) == "mean") add_counters(e, r, a.real, nullptr);
     out.push_back(e);
   }
   return out;
@@ -208,6 +244,12 @@ std::vector<Column> columns(bool for_csv) {
   std::vector<Column> c = {
       {"mechanism", [](const PointResult& r) { return r.id.mechanism; }},
       {"params", params_text},
+      {"level", [](const PointResult& r) { return r.id.level; }},
+      {"task", [](const PointResult& r) { return r.id.task; }},
+      {"model", [](const PointResult& r) {
+         return r.id.level == "model" ? fmt::format("L={} d={} mlp={}", r.id.model.layers, r.id.model.dmodel, r.id.model.mlp)
+                                      : std::string();
+       }},
       {"mode", [](const PointResult& r) { return std::string(to_string(r.id.mode)); }},
       {"causal", [](const PointResult& r) { return std::string(r.id.causal ? "1" : "0"); }},
       {"B", [](const PointResult& r) { return std::to_string(r.id.shape.B); }},
@@ -239,7 +281,7 @@ std::vector<Column> columns(bool for_csv) {
   for (const auto& f : result_fields()) {
     c.push_back({for_csv ? f.key : f.header, [&f, for_csv](const PointResult& r) -> std::string {
                    if (r.status != Status::OK) return "";
-                   auto v = f.value(r, real_stats(r).median);
+                   auto v = f.value(r, real_stats(r).median, nullptr);
                    if (!v) return "";
                    if (for_csv) return fmt::format("{:.6g}", *v);
                    return f.format(*v);
@@ -255,7 +297,7 @@ std::string to_markdown(const std::vector<PointResult>& rs) {
   std::vector<Column> cols;
   const size_t fixed = all.size() - result_fields().size();
   for (size_t i = 0; i < all.size(); ++i) {
-    bool any = i < fixed;
+    bool any = i < fixed && all[i].header != "model";  // model sizes: only with model rows
     for (const auto& r : rs) any = any || !all[i].cell(r).empty();
     if (any) cols.push_back(all[i]);
   }

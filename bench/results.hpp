@@ -20,6 +20,13 @@ struct Repetition {
   double real_s = 0;  // wall time per iteration
   double cpu_s = 0;   // process CPU time per iteration
   int64_t iterations = 0;
+  std::optional<double> loss;  // model level: mean loss of this repetition's steps
+};
+
+// The model's sizes beyond Shape4 (level model only; zero at the attention level).
+struct ModelDims {
+  int64_t layers = 0, dmodel = 0, mlp = 0;
+  bool operator==(const ModelDims&) const = default;
 };
 
 // Everything that identifies a point; `name()` is the join key between result files.
@@ -29,7 +36,8 @@ struct PointId {
   std::string level = "attention";
   Mode mode = Mode::fwd;
   std::string task = "none";
-  Shape4 shape;
+  Shape4 shape;  // model level: B batch, H heads, N seq, D = dmodel / heads
+  ModelDims model;
   bool causal = false;
   int threads = 1;
   std::string name() const;
@@ -48,8 +56,15 @@ struct PointResult {
   int64_t rss_delta_bytes = 0;
   std::optional<double> nmse;
   std::optional<double> instructions;  // per call, counted by callgrind (--count instructions)
-  // Tokens processed per call: the whole sequence, or one new token per sequence in decode.
-  int64_t tokens() const { return id.mode == Mode::decode ? id.shape.B : id.shape.B * id.shape.N; }
+  // Model level: ms per step spent in each layer type (layer_type_names() order), from the
+  // model's own timers over the measured steps.
+  std::vector<double> layer_ms;
+  // Tokens processed per call: the whole sequence, or one new token per sequence in decode; the
+  // retrieval model encodes two documents per example.
+  int64_t tokens() const {
+    if (id.mode == Mode::decode) return id.shape.B;
+    return id.shape.B * id.shape.N * (id.level == "model" && id.task == "retrieval" ? 2 : 1);
+  }
 };
 
 // Summary statistics of a point's repetitions.
@@ -60,8 +75,8 @@ struct TimeStats {
 TimeStats real_stats(const PointResult& r);
 TimeStats cpu_stats(const PointResult& r);
 
-// A metric reported for a point: evaluated per repetition (from that repetition's time) in JSON,
-// and at the median time in the tables.
+// A metric reported for a point: evaluated per repetition (from that repetition's time, `rep`
+// set) in JSON, and at the median time in the tables and aggregates (`rep` null).
 enum class Better { Higher, Lower, Neither };
 struct Field {
   const char* key;     // JSON counter name and CSV column
@@ -69,7 +84,7 @@ struct Field {
   int precision;       // digits after the point in tables
   Better better;       // which direction is an improvement (`table` ratios, `compare` gates)
   double display_scale;  // value / display_scale is shown (bytes as MiB, FLOPs as GFLOP)
-  std::function<std::optional<double>(const PointResult&, double seconds)> value;
+  std::function<std::optional<double>(const PointResult&, double seconds, const Repetition* rep)> value;
   std::string format(double v) const;  // in the display unit, for tables
 };
 const std::vector<Field>& result_fields();

@@ -11,6 +11,7 @@
 
 #include "core/matmul.hpp"
 #include "core/sysinfo.hpp"
+#include "tasks/task.hpp"
 
 namespace ab {
 
@@ -84,6 +85,41 @@ TensorView token_view(const TensorView& t, int64_t pos) {
 }
 }  // namespace
 
+ModelConfig model_config(const PointId& id) {
+  ModelConfig c = model_config_for_task(find_task(id.task), id.shape.N);
+  c.batch = id.shape.B;
+  c.heads = id.shape.H;
+  c.layers = id.model.layers;
+  c.dmodel = id.model.dmodel;
+  c.mlp = id.model.mlp;
+  c.mechanism = id.mechanism;
+  c.params = id.params;
+  c.threads = id.threads;
+  c.causal = id.causal;
+  return c;
+}
+
+namespace {
+void prepare_model_point(PreparedPoint& pp, const RunOptions& opts) {
+  const PointId& id = pp.id;
+  const ModelConfig c = model_config(id);
+  if (c.causal != (c.pooling == "lm"))
+    throw InvalidInput(c.pooling == "lm"
+                           ? fmt::format("task {} is a causal language model: its model is always causal", id.task)
+                           : fmt::format("task {} is a bidirectional classifier: --causal does not apply to its model", id.task));
+  // The task must accept the length (image tasks have a fixed one) before anything runs.
+  TaskOptions to;
+  to.seq = id.shape.N;
+  to.seed = opts.seed;
+  to.data_dir = opts.data_dir;
+  make_task(id.task, to);
+  pp.model = std::make_unique<TransformerModel>(c, id.mode);
+  pp.flops = pp.model->flops();
+  pp.working_bytes = pp.model->working_bytes();
+  pp.predicted_bytes = pp.working_bytes;
+}
+}  // namespace
+
 PreparedPoint prepare_point(const PointId& id, const RunOptions& opts) {
   PreparedPoint pp;
   pp.id = id;
@@ -93,6 +129,8 @@ PreparedPoint prepare_point(const PointId& id, const RunOptions& opts) {
     throw InvalidInput(fmt::format("sizes must be positive: batch={} heads={} seq={} dhead={}", s.B,
                                    s.H, s.N, s.D));
   if (id.threads <= 0) throw InvalidInput(fmt::format("--threads must be positive, got {}", id.threads));
+  if (id.level == "model" && id.mode == Mode::decode)
+    throw InvalidInput("the model level runs --mode fwd, fwdbwd or train (decode is an attention-level mode)");
   const Capabilities& caps = pp.info->caps;
   if (id.causal && !caps.causal) {
     pp.status = Status::SKIPPED;
@@ -110,6 +148,14 @@ PreparedPoint prepare_point(const PointId& id, const RunOptions& opts) {
     return pp;
   }
   omp_set_num_threads(id.threads);
+  if (id.level == "model") {
+    prepare_model_point(pp, opts);
+    if (opts.mem_limit && pp.predicted_bytes > opts.mem_limit)
+      throw InvalidInput(fmt::format("the {} model with {} at N={} needs {} (predicted), above --mem-limit {}", id.task,
+                                     id.mechanism, s.N, gib(pp.predicted_bytes), gib(opts.mem_limit)));
+    return pp;
+  }
+  if (id.mode == Mode::train) throw InvalidInput("--mode train needs --level model");
   pp.impl = pp.info->make(problem_of(id), id.params);
   pp.impl->validate();
   pp.flops = pp.impl->flops(id.mode);
@@ -147,8 +193,69 @@ bool all_finite_view(const TensorView& t) {
   return true;
 }
 
+// A model point: batches generated first (untimed, untracked), then setup, warm-up steps and the
+// timed steps, each repetition keeping the mean loss of its steps.
+PointResult run_model_point(PreparedPoint& pp, const RunOptions& opts, PointResult res) {
+  const PointId& id = pp.id;
+  TransformerModel& model = *pp.model;
+  omp_set_num_threads(id.threads);
+  const size_t rss_before = current_rss_bytes();
+  TaskOptions to;
+  to.seq = id.shape.N;
+  to.seed = opts.seed;
+  to.data_dir = opts.data_dir;
+  const auto task = make_task(id.task, to);
+  std::vector<Batch> batches;
+  for (int64_t i = 0; i < kModelBatches; ++i) batches.push_back(task->batch(i * id.shape.B, id.shape.B));
+
+  const size_t baseline = MemoryMeter::current();
+  MemoryMeter::reset_peak();
+  model.setup(opts.seed);
+  size_t next = 0;
+  auto call = [&]() { return model.step(batches[next++ % batches.size()]); };
+
+  double t_call = 0;
+  for (int w = 0; w < std::max(1, opts.warmup); ++w) {
+    const double t0 = wall_seconds();
+    const double loss = call();
+    t_call = wall_seconds() - t0;
+    if (!std::isfinite(loss)) {
+      res.status = Status::FAILED;
+      res.message = "non-finite loss";
+      return res;
+    }
+  }
+  if (opts.callgrind_child) {
+    CALLGRIND_TOGGLE_COLLECT;
+    call();
+    CALLGRIND_TOGGLE_COLLECT;
+    res.reps.push_back({t_call, t_call, 1, std::nullopt});
+    return res;
+  }
+  const int64_t iterations =
+      t_call > 0 ? std::max<int64_t>(1, static_cast<int64_t>(std::ceil(opts.min_time / t_call))) : 1;
+  const bool rss_reset = reset_peak_rss();
+  model.reset_timers();
+  for (int r = 0; r < opts.reps; ++r) {
+    double loss = 0;
+    const double w0 = wall_seconds(), c0 = process_cpu_seconds();
+    for (int64_t i = 0; i < iterations; ++i) loss += call();
+    const double w1 = wall_seconds(), c1 = process_cpu_seconds();
+    res.reps.push_back({(w1 - w0) / static_cast<double>(iterations), (c1 - c0) / static_cast<double>(iterations),
+                        iterations, loss / static_cast<double>(iterations)});
+  }
+  const double calls = static_cast<double>(iterations) * opts.reps;
+  for (double s : model.layer_seconds()) res.layer_ms.push_back(s / calls * 1e3);
+  res.peak_rss_bytes = peak_rss_bytes();
+  res.rss_delta_bytes = static_cast<int64_t>(res.peak_rss_bytes) - static_cast<int64_t>(rss_before);
+  if (!rss_reset) res.message = "peak RSS covers the process lifetime (clear_refs not permitted)";
+  res.peak_bytes = MemoryMeter::peak() - baseline;
+  return res;
+}
+
 PointResult run_point_impl(PreparedPoint& pp, const RunOptions& opts, PointResult res) {
   const PointId& id = pp.id;
+  if (pp.model) return run_model_point(pp, opts, res);
   const bool bwd = id.mode == Mode::fwdbwd;
   omp_set_num_threads(id.threads);
   const size_t rss_before = current_rss_bytes();
@@ -270,6 +377,7 @@ PointResult run_point(PreparedPoint& pp, const RunOptions& opts, const std::stri
     res.reps.clear();
   }
   pp.impl.reset();  // free the working memory before the next point
+  pp.model.reset();
   return res;
 }
 

@@ -7,6 +7,7 @@
 
 #include "attention_impls/registry.hpp"
 #include "bench/results.hpp"
+#include "model/transformer.hpp"
 
 namespace ab {
 
@@ -20,7 +21,11 @@ struct RunOptions {
   bool count_instructions = false;  // also count each point's instructions under callgrind
   bool callgrind_child = false;     // this process runs under callgrind: collect one call only
   double gemm_gflops = 0;           // the GEMM rate to judge against; 0 = measure it
+  std::string data_dir;             // model level: the task's real data, when given
 };
+
+// Model level: distinct batches generated before timing and cycled through by the steps.
+constexpr int64_t kModelBatches = 8;
 
 // Q, K, V, O and (for backward) dO, dQ, dK, dV of one problem, filled from the seed:
 // Q, K, V and dO standard normal from independent streams of the generator.
@@ -38,13 +43,17 @@ enum RngStream : uint64_t { kStreamQ = 1, kStreamK = 2, kStreamV = 3, kStreamDou
 struct PreparedPoint {
   PointId id;
   const MechanismInfo* info = nullptr;
-  std::unique_ptr<Attention> impl;
+  std::unique_ptr<Attention> impl;          // attention level
+  std::unique_ptr<TransformerModel> model;  // model level
   Status status = Status::OK;  // SKIPPED when a capability is missing
   std::string message;
   double flops = 0;
   size_t working_bytes = 0;
   size_t predicted_bytes = 0;  // working bytes + inputs/outputs (+ the nmse reference)
 };
+
+// The model a model-level point runs: the task's shape with the point's sizes.
+ModelConfig model_config(const PointId& id);
 
 // Throws InvalidInput for impossible shapes and parameters; a missing capability is returned
 // as SKIPPED; a point predicted above opts.mem_limit throws InvalidInput naming the sizes.

@@ -68,7 +68,7 @@ TEST(Cli, RunWritesGoogleBenchmarkJson) {
   EXPECT_EQ(b[0]["name"],
             "attn:vanilla/level:attention/mode:fwd/task:none/B:1/H:2/N:64/D:16/causal:0/threads:1");
   // stdout held the CSV table: a header and one line per point.
-  EXPECT_NE(e.out.find("mechanism,params,mode"), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("mechanism,params,level,task,model,mode"), std::string::npos) << e.out;
   std::filesystem::remove(path);
 }
 
@@ -131,7 +131,16 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"run --attn flash --dhead 0", "--dhead: '0' in '0' is not a positive integer"},
         BadInput{"run --attn flash --threads 0", "--threads: '0' in '0' is not a positive integer"},
         BadInput{"run --attn flash --mode sideways", "unknown mode 'sideways'; modes: fwd, fwdbwd, decode"},
-        BadInput{"run --attn flash --level model", "unknown level 'model'; levels: attention"},
+        BadInput{"run --attn flash --level model", "--level model needs --task"},
+        BadInput{"run --attn flash --level layer", "unknown level 'layer'; levels: attention, model"},
+        BadInput{"run --attn flash --mode train", "--mode train needs --level model"},
+        BadInput{"run --attn flash --level model --task text --mode decode", "the model level runs --mode fwd, fwdbwd or train"},
+        BadInput{"run --attn flash --level model --task text --dmodel 250", "--dmodel 250 is not a multiple of --heads 4"},
+        BadInput{"run --attn flash --level model --task text --dhead 32", "the head size is dmodel / heads"},
+        BadInput{"run --attn flash --level model --task image --seq 512", "image: --seq must be 1024"},
+        BadInput{"run --attn flash --level model --task text --causal", "--causal does not apply"},
+        BadInput{"run --attn bigbird --level model --task text --seq 1000", "multiple"},
+        BadInput{"run --attn flash --level model --task nosuch", "unknown task 'nosuch'"},
         BadInput{"run --attn flash --format xml", "unknown format 'xml'"},
         BadInput{"run --attn flash --reps 0", "--reps must be at least 1"},
         BadInput{"run --attn vanilla --seq 8192 --mem-limit 1G", "needs 2.06 GiB (predicted), above --mem-limit 1.00 GiB"},

@@ -8,6 +8,7 @@
 
 #include "attention_impls/attention.hpp"
 #include "bench/cli.hpp"
+#include "bench/result_file.hpp"
 #include "bench/results.hpp"
 #include "core/matmul.hpp"
 #include "core/memory.hpp"
@@ -213,8 +214,40 @@ TEST(Results, JsonHasRepetitionsAndAggregates) {
   EXPECT_EQ(err[0]["error_message"], "SKIPPED: flash cannot do that");
 }
 
+// A model-level point: the same fixture with a loss per repetition and a time breakdown.
+PointResult model_fixture_point() {
+  PointResult r = fixture_point(Status::OK);
+  r.id.level = "model";
+  r.id.mode = Mode::train;
+  r.id.task = "text";
+  r.id.model = ModelDims{4, 256, 1024};
+  r.id.shape = Shape4{4, 4, 1024, 64};
+  for (size_t i = 0; i < r.reps.size(); ++i) r.reps[i].loss = 0.7 - 0.1 * static_cast<double>(i);
+  r.layer_ms = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7};
+  return r;
+}
+
+TEST(Results, ModelPointsCarryLossPerRepetitionAndTheirSizesInTheName) {
+  const PointResult r = model_fixture_point();
+  EXPECT_EQ(r.id.name(), "attn:flash/level:model/mode:train/task:text/L:4/dmodel:256/mlp:1024/B:4/H:4/N:1024/D:64/causal:0/threads:2");
+  auto e = to_json_entries(r, 0);
+  EXPECT_DOUBLE_EQ(e[0]["loss"].get<double>(), 0.7);
+  EXPECT_DOUBLE_EQ(e[2]["loss"].get<double>(), 0.5);
+  EXPECT_DOUBLE_EQ(e[3]["loss"].get<double>(), 0.6);  // the median aggregate: the mean loss
+  EXPECT_DOUBLE_EQ(e[0]["attention_ms"].get<double>(), 0.4);
+  EXPECT_NEAR(e[3]["steps_per_s"].get<double>(), 1 / 0.011, 1e-9);
+  EXPECT_EQ(e[0]["point"]["dmodel"], 256);
+  EXPECT_FALSE(to_json_entries(fixture_point(Status::OK), 0)[0].contains("steps_per_s"));
+  // Read back from a file: the same point, loss and breakdown.
+  const ResultFile rf = parse_result_document(results_document(nlohmann::json::object(), {r}), "mem");
+  ASSERT_EQ(rf.points.size(), 1u);
+  EXPECT_EQ(rf.points[0].id.name(), r.id.name());
+  EXPECT_DOUBLE_EQ(*rf.points[0].reps[1].loss, 0.6);
+  EXPECT_EQ(rf.points[0].layer_ms, r.layer_ms);
+}
+
 TEST(Results, MarkdownAndCsvComeFromTheSameFields) {
-  std::vector<PointResult> rs = {fixture_point(Status::OK), fixture_point(Status::SKIPPED)};
+  std::vector<PointResult> rs = {fixture_point(Status::OK), fixture_point(Status::SKIPPED), model_fixture_point()};
   const std::string md = to_markdown(rs), csv = to_csv(rs);
   for (const auto& f : result_fields()) {
     EXPECT_NE(md.find(f.header), std::string::npos) << f.header;
