@@ -1,5 +1,7 @@
 #include "bench/analysis.hpp"
 
+#include "model/transformer.hpp"  // layer_type_names
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -52,8 +54,10 @@ Metric find_metric(const std::string& name) {
 }
 
 std::string group_key(const PointId& id) {
-  return fmt::format("level {} · mode {} · task {} · B={} H={} D={} · {} · {} thread{}", id.level, to_string(id.mode),
-                     id.task, id.shape.B, id.shape.H, id.shape.D, id.causal ? "causal" : "non-causal", id.threads,
+  const std::string model =
+      id.level == "model" ? fmt::format(" · L={} d_model={} mlp={}", id.model.layers, id.model.dmodel, id.model.mlp) : "";
+  return fmt::format("level {} · mode {} · task {}{} · B={} H={} D={} · {} · {} thread{}", id.level, to_string(id.mode),
+                     id.task, model, id.shape.B, id.shape.H, id.shape.D, id.causal ? "causal" : "non-causal", id.threads,
                      id.threads == 1 ? "" : "s");
 }
 
@@ -420,6 +424,55 @@ int cmd_merge(const std::vector<std::string>& paths, const std::string& out, boo
   write_file_atomic(out, doc.dump(2) + "\n");
   std::cerr << fmt::format("merge: {} files into {}\n", paths.size(), out);
   return 0;
+}
+
+}  // namespace ab
+
+namespace ab {
+
+std::string lra_efficiency_report(const std::vector<PointResult>& rs, const std::string& baseline) {
+  ResultFile rf;
+  rf.points = rs;
+  std::string out;
+  if (rs.empty()) return out;
+  const PointId& first = rs.front().id;
+  out += fmt::format(
+      "# LRA efficiency (Tay et al. 2020, Table 2) on this machine\n\n"
+      "Task {}, training steps (forward, backward, AdamW), batch {} (LRA: 32 on a 4x4 TPU v3), {} thread{}, "
+      "model L={} d_model={} heads={} mlp={}. Ratios in brackets are against `{}`, the Transformer.\n\n",
+      first.task, first.shape.B, first.threads, first.threads == 1 ? "" : "s", first.model.layers, first.model.dmodel,
+      first.shape.H, first.model.mlp, baseline);
+  out += make_table({rf}, TableOptions{"steps_per_s", baseline, "md"}) + "\n";
+  out += make_table({rf}, TableOptions{"peak_bytes", "none", "md"}) + "\n";
+  // Measured speed-up against the speed-up the analytic FLOPs predict, at the longest N, with
+  // where the time goes.
+  int64_t n_max = 0;
+  for (const auto& r : rs) n_max = std::max(n_max, r.id.shape.N);
+  const PointResult* base = nullptr;
+  for (const auto& r : rs)
+    if (r.id.mechanism == baseline && r.id.shape.N == n_max && r.status == Status::OK) base = &r;
+  if (!base) return out + fmt::format("(no {} point at N={}: no speed-up check)\n", baseline, n_max);
+  const double tb = real_stats(*base).median;
+  std::string header = "| mechanism | measured speed-up | FLOP-predicted | measured / predicted |";
+  std::string rule = "|---|---:|---:|---:|";
+  for (const char* name : layer_type_names()) {
+    header += fmt::format(" {} ms |", name);
+    rule += "---:|";
+  }
+  out += fmt::format("**speed-up over {} at N={}: measured against predicted by analytic FLOPs; time per step by layer type**\n\n{}\n{}\n",
+                     baseline, n_max, header, rule);
+  for (const auto& r : rs) {
+    if (r.id.shape.N != n_max) continue;
+    if (r.status != Status::OK) {
+      out += fmt::format("| {} | {} | | | {}|\n", r.id.mechanism, to_string(r.status), std::string(kLayerTypes, ' '));
+      continue;
+    }
+    const double measured = tb / real_stats(r).median, predicted = base->flops / r.flops;
+    std::string row = fmt::format("| {} | {:.2f}x | {:.2f}x | {:.2f} |", r.id.mechanism, measured, predicted, measured / predicted);
+    for (double ms : r.layer_ms) row += fmt::format(" {:.1f} |", ms);
+    out += row + "\n";
+  }
+  return out;
 }
 
 }  // namespace ab

@@ -20,6 +20,11 @@ std::string table_metric_names();  // the metric names `--metric` accepts, for -
 std::string make_table(const std::vector<ResultFile>& files, const TableOptions& o);
 int cmd_table(const std::vector<std::string>& paths, const TableOptions& o);
 
+// The LRA efficiency table (published.md) from model-level train points: steps/s with the
+// ratio to `baseline`, peak memory, and at the longest N each mechanism's measured speed-up
+// against the speed-up its analytic FLOPs predict, with the time per layer type.
+std::string lra_efficiency_report(const std::vector<PointResult>& rs, const std::string& baseline);
+
 struct CompareOptions {
   std::string metric = "time";  // time | instructions | memory
   double max_regress = 0.05;

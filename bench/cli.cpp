@@ -363,7 +363,7 @@ int cmd_list(const std::string& what, const std::string& name) {
 }
 
 int cmd_run(const std::vector<PointId>& grid, const RunOptions& opts, const std::string& out_path,
-            const std::string& format, const std::string& command) {
+            const std::string& format, const std::string& command, const std::string& preset = "") {
   check_run_options(opts);
   check_format(format, {"md", "csv", "json"});
   if (opts.count_instructions) check_instruction_counting();
@@ -403,8 +403,26 @@ int cmd_run(const std::vector<PointId>& grid, const RunOptions& opts, const std:
   if (!out_path.empty()) write_file_atomic(out_path, doc.dump(2) + "\n");
   if (format == "json") std::cout << doc.dump(2) << "\n";
   else if (format == "csv") std::cout << to_csv(results);
+  else if (preset == "lra-efficiency") std::cout << lra_efficiency_report(results, "flash");
   else std::cout << to_markdown(results);
   return 0;
+}
+
+// `run --preset lra-efficiency`: the LRA efficiency protocol (published.md, Table 2) at a batch
+// this machine holds. Options the user gave explicitly win over the preset's.
+void apply_preset(const std::string& preset, CLI::App* run, ShapeOptions& so, std::vector<std::string>& modes,
+                  std::vector<std::string>& levels) {
+  if (preset.empty()) return;
+  if (preset != "lra-efficiency") throw InvalidInput(fmt::format("unknown preset '{}'; presets: lra-efficiency", preset));
+  auto given = [&](const char* name) { return run->get_option(name)->count() > 0; };
+  if (given("--task") && so.task != "text") throw InvalidInput("--preset lra-efficiency is the text task");
+  if (given("--level") || given("--mode")) throw InvalidInput("--preset lra-efficiency sets --level model --mode train");
+  so.task = "text";
+  if (!given("--attn")) so.attn = {"all"};
+  if (!given("--seq")) so.seq = "1024:4096:+1024";
+  if (!given("--batch")) so.batch = "4";  // LRA's 32 needs ~8x the memory and time; see README
+  levels = {"model"};
+  modes = {"train"};
 }
 
 void add_run_options(CLI::App* app, RunOptions& o, std::string& mem_limit, std::string& count) {
@@ -525,6 +543,10 @@ int cli_main(int argc, char** argv) {
   run->add_option("--level", run_levels, "attention | model (a whole Transformer on --task's tokens)")->delimiter(',')->capture_default_str();
   add_run_options(run, ropts, run_mem, run_count);
   run->add_option("--out", run_out, "write the Google-Benchmark JSON result file here");
+  std::string run_preset;
+  run->add_option("--preset", run_preset,
+                  "lra-efficiency: LRA's efficiency table (text task, N = 1K..4K, train, every mechanism, batch 4 "
+                  "unless --batch), printed in the LRA layout");
   run->add_option("--format", run_format, "stdout format: md | csv | json")->capture_default_str();
 
   // sweep
@@ -606,8 +628,9 @@ int cli_main(int argc, char** argv) {
     if (task_sample->parsed()) return cmd_task_sample(task_opts);
     if (task_rate->parsed()) return cmd_task_rate(task_opts);
     if (run->parsed()) {
+      apply_preset(run_preset, run, run_shape, run_modes, run_levels);
       finish_run_options(ropts, run_shape, run_mem, run_count);
-      return cmd_run(run_shape.grid(run_modes, run_levels), ropts, run_out, run_format, command);
+      return cmd_run(run_shape.grid(run_modes, run_levels), ropts, run_out, run_format, command, run_preset);
     }
     if (sweep->parsed()) {
       finish_run_options(sopts, sweep_shape, sweep_mem, sweep_count);

@@ -116,7 +116,7 @@ double cross_entropy(float* probs, const int32_t* target, int64_t rows, int64_t 
 
 // AdamW (Loshchilov & Hutter): decoupled weight decay, bias-corrected moments; `step` from 1.
 struct AdamW {
-  float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.01f;
+  float lr = 1e-4f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.01f;
   void update(float* w, const float* g, float* m, float* v, int64_t n, int64_t step) const;
 };
 
