@@ -464,7 +464,9 @@ std::string lra_efficiency_report(const std::vector<PointResult>& rs, const std:
   for (const auto& r : rs) {
     if (r.id.shape.N != n_max) continue;
     if (r.status != Status::OK) {
-      out += fmt::format("| {} | {} | | | {}|\n", r.id.mechanism, to_string(r.status), std::string(kLayerTypes, ' '));
+      std::string row = fmt::format("| {} | {} | | |", r.id.mechanism, to_string(r.status));
+      for (int i = 0; i < kLayerTypes; ++i) row += " |";
+      out += row + "\n";
       continue;
     }
     const double measured = tb / real_stats(r).median, predicted = base->flops / r.flops;

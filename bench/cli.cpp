@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <set>
 #include <thread>
 #include <cstdio>
 #include <cstdlib>
@@ -118,6 +119,7 @@ struct ShapeOptions {
   // needs layers, d_model and the feed-forward width. Empty: the task's value.
   std::string task, layers, dmodel, mlp, data_dir;
   CLI::Option *batch_opt = nullptr, *heads_opt = nullptr, *seq_opt = nullptr, *dhead_opt = nullptr;
+  std::set<const CLI::Option*> set_by_preset;  // count as given: a preset chose the value
 
   void add_to(CLI::App* app, bool multi) {
     const std::string list = multi ? " (list: 1,2 or a range like 256:16384:x2)" : "";
@@ -222,7 +224,7 @@ struct ShapeOptions {
       }
     };
     const TaskInfo* ti = task.empty() ? nullptr : &find_task(task);
-    auto given = [](const CLI::Option* o) { return o && o->count() > 0; };
+    auto given = [&](const CLI::Option* o) { return o && (o->count() > 0 || set_by_preset.count(o)); };
     // A size list: what the user gave, else the task's value, else the option's default.
     auto size_list = [&](const char* option, const CLI::Option* opt, const std::string& text, int64_t task_value) {
       if (ti && !given(opt)) return std::vector<int64_t>{task_value};
@@ -411,7 +413,7 @@ int cmd_run(const std::vector<PointId>& grid, const RunOptions& opts, const std:
 // `run --preset lra-efficiency`: the LRA efficiency protocol (published.md, Table 2) at a batch
 // this machine holds. Options the user gave explicitly win over the preset's.
 void apply_preset(const std::string& preset, CLI::App* run, ShapeOptions& so, std::vector<std::string>& modes,
-                  std::vector<std::string>& levels) {
+                  std::vector<std::string>& levels, RunOptions& opts) {
   if (preset.empty()) return;
   if (preset != "lra-efficiency") throw InvalidInput(fmt::format("unknown preset '{}'; presets: lra-efficiency", preset));
   auto given = [&](const char* name) { return run->get_option(name)->count() > 0; };
@@ -421,6 +423,9 @@ void apply_preset(const std::string& preset, CLI::App* run, ShapeOptions& so, st
   if (!given("--attn")) so.attn = {"all"};
   if (!given("--seq")) so.seq = "1024:4096:+1024";
   if (!given("--batch")) so.batch = "4";  // LRA's 32 needs ~8x the memory and time; see README
+  so.set_by_preset = {so.seq_opt, so.batch_opt};
+  // A point this machine cannot hold is a row marked OOM, as LRA marks FAIL, not an abort.
+  opts.oom_as_status = true;
   levels = {"model"};
   modes = {"train"};
 }
@@ -628,7 +633,7 @@ int cli_main(int argc, char** argv) {
     if (task_sample->parsed()) return cmd_task_sample(task_opts);
     if (task_rate->parsed()) return cmd_task_rate(task_opts);
     if (run->parsed()) {
-      apply_preset(run_preset, run, run_shape, run_modes, run_levels);
+      apply_preset(run_preset, run, run_shape, run_modes, run_levels, ropts);
       finish_run_options(ropts, run_shape, run_mem, run_count);
       return cmd_run(run_shape.grid(run_modes, run_levels), ropts, run_out, run_format, command, run_preset);
     }

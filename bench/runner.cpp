@@ -150,9 +150,14 @@ PreparedPoint prepare_point(const PointId& id, const RunOptions& opts) {
   omp_set_num_threads(id.threads);
   if (id.level == "model") {
     prepare_model_point(pp, opts);
-    if (opts.mem_limit && pp.predicted_bytes > opts.mem_limit)
-      throw InvalidInput(fmt::format("the {} model with {} at N={} needs {} (predicted), above --mem-limit {}", id.task,
-                                     id.mechanism, s.N, gib(pp.predicted_bytes), gib(opts.mem_limit)));
+    if (opts.mem_limit && pp.predicted_bytes > opts.mem_limit) {
+      if (!opts.oom_as_status)
+        throw InvalidInput(fmt::format("the {} model with {} at N={} needs {} (predicted), above --mem-limit {}", id.task,
+                                       id.mechanism, s.N, gib(pp.predicted_bytes), gib(opts.mem_limit)));
+      pp.status = Status::OOM;
+      pp.message = fmt::format("predicted {}, above --mem-limit {}", gib(pp.predicted_bytes), gib(opts.mem_limit));
+      pp.model.reset();
+    }
     return pp;
   }
   if (id.mode == Mode::train) throw InvalidInput("--mode train needs --level model");

@@ -171,3 +171,79 @@ TEST(Cli, DumpRejectsBadInput) {
 
 }  // namespace
 }  // namespace ab
+
+// ---- the model level ----
+namespace ab {
+namespace {
+using test::exec;
+using test::temp_path;
+const char* kTinyModel = " --layers 1 --dmodel 16 --heads 2 --mlp 16 --batch 2 --reps 3 --min-time 0 --warmup 1";
+
+
+TEST(CliModel, TrainWritesStepsLossPerRepetitionAndTheBreakdown) {
+  auto e = exec(std::string("run --level model --task copy --mode train --seq 32 --attn flash --format json") + kTinyModel, false);
+  ASSERT_EQ(e.code, 0) << e.out;
+  const auto doc = nlohmann::json::parse(e.out);
+  const auto& b = doc["benchmarks"];
+  ASSERT_EQ(b.size(), 3u + 4u);
+  EXPECT_EQ(b[0]["name"], "attn:flash/level:model/mode:train/task:copy/L:1/dmodel:16/mlp:16/B:2/H:2/N:32/D:8/causal:1/threads:1");
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(b[i].contains("loss")) << i;
+    EXPECT_GT(b[i]["steps_per_s"].get<double>(), 0);
+    EXPECT_EQ(b[i]["tokens_per_s"].get<double>(), 64 * b[i]["steps_per_s"].get<double>());
+    for (const char* k : {"embedding_ms", "layernorm_ms", "projections_ms", "attention_ms", "feedforward_ms", "head_ms", "optimizer_ms"})
+      EXPECT_TRUE(b[i].contains(k)) << k;
+  }
+  // The optimizer has run between repetitions: the losses differ.
+  EXPECT_NE(b[0]["loss"], b[2]["loss"]);
+  EXPECT_EQ(b[0]["point"]["layers"], 1);
+  // The label reproduces the point.
+  std::string label = b[0]["label"];
+  auto again = exec(label.substr(std::string("attnbench ").size()) + " --format json", false);
+  ASSERT_EQ(again.code, 0) << again.out;
+  const auto doc2 = nlohmann::json::parse(again.out);
+  EXPECT_EQ(doc2["benchmarks"][0]["name"], b[0]["name"]);
+  EXPECT_EQ(doc2["benchmarks"][0]["flops"], b[0]["flops"]);
+  EXPECT_EQ(doc2["benchmarks"][0]["peak_bytes"], b[0]["peak_bytes"]);
+}
+
+TEST(CliModel, MechanismThatCannotBeCausalIsSkippedOnCopy) {
+  auto e = exec(std::string("run --level model --task copy --mode train --seq 64 --attn linformer --format json") + kTinyModel, false);
+  ASSERT_EQ(e.code, 0) << e.out;
+  const auto doc = nlohmann::json::parse(e.out);
+  EXPECT_EQ(doc["benchmarks"][0]["error_message"], "SKIPPED: linformer cannot be causal");
+}
+
+TEST(CliModel, SweepRunsModelPointsInChildProcessesAndTableReadsThem) {
+  const std::string out = temp_path("model_sweep.json");
+  auto e = exec(std::string("sweep --level model --task listops --mode fwd,train --seq 64 --attn flash,local --param block=16 --out ") + out +
+                    kTinyModel,
+                false);
+  ASSERT_EQ(e.code, 0) << e.out;
+  auto t = exec("table " + out + " --metric steps --baseline flash", false);
+  ASSERT_EQ(t.code, 0) << t.out;
+  EXPECT_NE(t.out.find("mode train · task listops · L=1 d_model=16 mlp=16"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("| local |"), std::string::npos) << t.out;
+  auto l = exec("table " + out + " --metric loss --baseline none", false);
+  ASSERT_EQ(l.code, 0) << l.out;
+  std::filesystem::remove(out);
+}
+
+TEST(CliModel, LraPresetPrintsTheLraLayout) {
+  auto e = exec("run --preset lra-efficiency --seq 64,128 --batch 1 --attn flash,local --param block=32 --layers 1 --dmodel 32 --mlp 32 --reps 2 --min-time 0", false);
+  ASSERT_EQ(e.code, 0) << e.out;
+  EXPECT_NE(e.out.find("# LRA efficiency (Tay et al. 2020, Table 2)"), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("batch 1 (LRA: 32"), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("| mechanism | N=64 | N=128 |"), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("(1.0x)"), std::string::npos) << e.out;  // flash against itself
+  EXPECT_NE(e.out.find("speed-up over flash at N=128"), std::string::npos) << e.out;
+  auto bad = exec("run --preset lra-efficiency --mode fwd", true);
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.out.find("sets --level model --mode train"), std::string::npos) << bad.out;
+  auto unknown = exec("run --preset nosuch", true);
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_NE(unknown.out.find("unknown preset 'nosuch'"), std::string::npos) << unknown.out;
+}
+
+}  // namespace
+}  // namespace ab
