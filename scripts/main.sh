@@ -53,6 +53,11 @@ run reformer_fwdbwd --attn reformer --seq 4096,16384 --mode fwdbwd --reps 3 --th
 # Decoding one token after a context of N = 1024 .. 65536.
 run decode --attn all --seq 1024:65536:x2 --mode decode --threads 1 --error
 
+# The model level: the text model's training step on one thread (flash), and the LRA efficiency
+# table (text task, N = 1K..4K, training steps, every mechanism, batch 4, two threads).
+run model_text_flash_1thread --level model --task text --mode train --seq 1024 --batch 4 --attn flash --reps 5 --threads 1
+run lra_efficiency --preset lra-efficiency --reps 3 --threads 2
+
 # How fast each task generates a batch of its LRA size, one thread.
 for t in copy listops text retrieval image pathfinder pathx; do
   "$exe" task rate --task "$t" --reps 3
