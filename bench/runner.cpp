@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <limits>
 #include <cstdlib>
 #include <new>
 
@@ -198,8 +199,54 @@ bool all_finite_view(const TensorView& t) {
   return true;
 }
 
-// A model point: batches generated first (untimed, untracked), then setup, warm-up steps and the
-// timed steps, each repetition keeping the mean loss of its steps.
+// The timing protocol of every point (benchdnn: validate, then time). `call()` runs one call and
+// returns its loss (NaN for an attention call, which has none); `check(loss)` judges the last
+// warm-up call's result and names what is wrong ("" when fine). Under callgrind one more call is
+// counted and nothing is timed. Otherwise `opts.reps` repetitions of enough iterations to fill
+// --min-time, each kept with its wall and process CPU time and its mean loss, and the RSS
+// high-water mark over them. Returns false when the check failed (res says why).
+template <class Call, class Check>
+bool measure_calls(Call&& call, Check&& check, const RunOptions& opts, size_t rss_before, PointResult& res) {
+  double t_call = 0, loss = 0;
+  for (int w = 0; w < std::max(1, opts.warmup); ++w) {
+    const double t0 = wall_seconds();
+    loss = call();
+    t_call = wall_seconds() - t0;
+  }
+  if (const std::string why = check(loss); !why.empty()) {
+    res.status = Status::FAILED;
+    res.message = why;
+    return false;
+  }
+  if (opts.callgrind_child) {
+    // Run under `valgrind --tool=callgrind --collect-atstart=no` by `--count instructions`:
+    // the count covers exactly one measured call, after the warm-up.
+    CALLGRIND_TOGGLE_COLLECT;
+    call();
+    CALLGRIND_TOGGLE_COLLECT;
+    res.reps.push_back({t_call, t_call, 1, std::nullopt});
+    return true;
+  }
+  const int64_t iterations =
+      t_call > 0 ? std::max<int64_t>(1, static_cast<int64_t>(std::ceil(opts.min_time / t_call))) : 1;
+  const bool rss_reset = reset_peak_rss();
+  for (int r = 0; r < opts.reps; ++r) {
+    double loss_sum = 0;
+    const double w0 = wall_seconds(), c0 = process_cpu_seconds();
+    for (int64_t i = 0; i < iterations; ++i) loss_sum += call();
+    const double w1 = wall_seconds(), c1 = process_cpu_seconds();
+    const double n = static_cast<double>(iterations);
+    res.reps.push_back({(w1 - w0) / n, (c1 - c0) / n, iterations,
+                        std::isnan(loss_sum) ? std::nullopt : std::optional<double>(loss_sum / n)});
+  }
+  res.peak_rss_bytes = peak_rss_bytes();
+  res.rss_delta_bytes = static_cast<int64_t>(res.peak_rss_bytes) - static_cast<int64_t>(rss_before);
+  if (!rss_reset) res.message = "peak RSS covers the process lifetime (clear_refs not permitted)";
+  return true;
+}
+
+// A model point: batches generated first (untimed, untracked), then setup and the steps, cycling
+// through the batches.
 PointResult run_model_point(PreparedPoint& pp, const RunOptions& opts, PointResult res) {
   const PointId& id = pp.id;
   TransformerModel& model = *pp.model;
@@ -217,43 +264,18 @@ PointResult run_model_point(PreparedPoint& pp, const RunOptions& opts, PointResu
   MemoryMeter::reset_peak();
   model.setup(opts.seed);
   size_t next = 0;
-  auto call = [&]() { return model.step(batches[next++ % batches.size()]); };
-
-  double t_call = 0;
-  for (int w = 0; w < std::max(1, opts.warmup); ++w) {
-    const double t0 = wall_seconds();
-    const double loss = call();
-    t_call = wall_seconds() - t0;
-    if (!std::isfinite(loss)) {
-      res.status = Status::FAILED;
-      res.message = "non-finite loss";
-      return res;
-    }
-  }
-  if (opts.callgrind_child) {
-    CALLGRIND_TOGGLE_COLLECT;
-    call();
-    CALLGRIND_TOGGLE_COLLECT;
-    res.reps.push_back({t_call, t_call, 1, std::nullopt});
-    return res;
-  }
-  const int64_t iterations =
-      t_call > 0 ? std::max<int64_t>(1, static_cast<int64_t>(std::ceil(opts.min_time / t_call))) : 1;
-  const bool rss_reset = reset_peak_rss();
-  model.reset_timers();
-  for (int r = 0; r < opts.reps; ++r) {
-    double loss = 0;
-    const double w0 = wall_seconds(), c0 = process_cpu_seconds();
-    for (int64_t i = 0; i < iterations; ++i) loss += call();
-    const double w1 = wall_seconds(), c1 = process_cpu_seconds();
-    res.reps.push_back({(w1 - w0) / static_cast<double>(iterations), (c1 - c0) / static_cast<double>(iterations),
-                        iterations, loss / static_cast<double>(iterations)});
-  }
-  const double calls = static_cast<double>(iterations) * opts.reps;
+  // The model's timers cover the measured steps only: they restart at the first call after the
+  // warm-up.
+  const size_t warmup_calls = static_cast<size_t>(std::max(1, opts.warmup));
+  auto call = [&]() {
+    if (next == warmup_calls) model.reset_timers();
+    return model.step(batches[next++ % batches.size()]);
+  };
+  auto check = [](double loss) { return std::isfinite(loss) ? std::string() : std::string("non-finite loss"); };
+  if (!measure_calls(call, check, opts, rss_before, res) || opts.callgrind_child) return res;
+  double calls = 0;
+  for (const auto& r : res.reps) calls += static_cast<double>(r.iterations);
   for (double s : model.layer_seconds()) res.layer_ms.push_back(s / calls * 1e3);
-  res.peak_rss_bytes = peak_rss_bytes();
-  res.rss_delta_bytes = static_cast<int64_t>(res.peak_rss_bytes) - static_cast<int64_t>(rss_before);
-  if (!rss_reset) res.message = "peak RSS covers the process lifetime (clear_refs not permitted)";
   res.peak_bytes = MemoryMeter::peak() - baseline;
   return res;
 }
@@ -278,49 +300,19 @@ PointResult run_point_impl(PreparedPoint& pp, const RunOptions& opts, PointResul
   pp.impl->setup(id.mode, rng);
   if (decode) pp.impl->decode_prefill(args, pos);
   auto call = [&]() {
-    if (decode) {
-      pp.impl->decode_step(token, pos);
-      return;
+    if (decode) pp.impl->decode_step(token, pos);
+    else {
+      pp.impl->forward(args);
+      if (bwd) pp.impl->backward(args);
     }
-    pp.impl->forward(args);
-    if (bwd) pp.impl->backward(args);
+    return std::numeric_limits<double>::quiet_NaN();  // an attention call has no loss
   };
-
-  // Validate, then time: a warm-up call whose output must be finite.
-  double t_call = 0;
-  for (int w = 0; w < std::max(1, opts.warmup); ++w) {
-    const double t0 = wall_seconds();
-    call();
-    t_call = wall_seconds() - t0;
-  }
-  if ((decode && !all_finite_view(token.o)) || (!decode && !all_finite(data.o)) || (bwd && (!all_finite(data.dq) || !all_finite(data.dk) || !all_finite(data.dv)))) {
-    res.status = Status::FAILED;
-    res.message = "non-finite values in the output";
-    return res;
-  }
-  if (opts.callgrind_child) {
-    // Run under `valgrind --tool=callgrind --collect-atstart=no` by `--count instructions`:
-    // the count covers exactly one measured call, after the warm-up.
-    CALLGRIND_TOGGLE_COLLECT;
-    call();
-    CALLGRIND_TOGGLE_COLLECT;
-    res.reps.push_back({t_call, t_call, 1});
-    return res;
-  }
-  const int64_t iterations =
-      t_call > 0 ? std::max<int64_t>(1, static_cast<int64_t>(std::ceil(opts.min_time / t_call))) : 1;
-
-  const bool rss_reset = reset_peak_rss();
-  for (int r = 0; r < opts.reps; ++r) {
-    const double w0 = wall_seconds(), c0 = process_cpu_seconds();
-    for (int64_t i = 0; i < iterations; ++i) call();
-    const double w1 = wall_seconds(), c1 = process_cpu_seconds();
-    res.reps.push_back({(w1 - w0) / static_cast<double>(iterations),
-                        (c1 - c0) / static_cast<double>(iterations), iterations});
-  }
-  res.peak_rss_bytes = peak_rss_bytes();
-  res.rss_delta_bytes = static_cast<int64_t>(res.peak_rss_bytes) - static_cast<int64_t>(rss_before);
-  if (!rss_reset) res.message = "peak RSS covers the process lifetime (clear_refs not permitted)";
+  auto check = [&](double) {
+    const bool finite = decode ? all_finite_view(token.o)
+                               : all_finite(data.o) && (!bwd || (all_finite(data.dq) && all_finite(data.dk) && all_finite(data.dv)));
+    return finite ? std::string() : std::string("non-finite values in the output");
+  };
+  if (!measure_calls(call, check, opts, rss_before, res) || opts.callgrind_child) return res;
   res.peak_bytes = MemoryMeter::peak() - baseline;
 
   if (opts.error) {
