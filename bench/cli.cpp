@@ -375,6 +375,8 @@ int cmd_run(const std::vector<PointId>& grid, const RunOptions& opts, const std:
   for (const auto& id : grid) {
     PreparedPoint pp = prepare_point(id, opts);
     pp.impl.reset();  // constructed again just before it runs, to hold one plan at a time
+    pp.model.reset();
+    pp.task.reset();
     points.push_back(std::move(pp));
   }
 

@@ -108,12 +108,13 @@ void prepare_model_point(PreparedPoint& pp, const RunOptions& opts) {
     throw InvalidInput(c.pooling == "lm"
                            ? fmt::format("task {} is a causal language model: its model is always causal", id.task)
                            : fmt::format("task {} is a bidirectional classifier: --causal does not apply to its model", id.task));
-  // The task must accept the length (image tasks have a fixed one) before anything runs.
+  // The task must accept the length (image tasks have a fixed one) before anything runs; made
+  // here once, so real data is read once.
   TaskOptions to;
   to.seq = id.shape.N;
   to.seed = opts.seed;
   to.data_dir = opts.data_dir;
-  make_task(id.task, to);
+  pp.task = make_task(id.task, to);
   pp.model = std::make_unique<TransformerModel>(c, id.mode);
   pp.flops = pp.model->flops();
   pp.working_bytes = pp.model->working_bytes();
@@ -158,6 +159,7 @@ PreparedPoint prepare_point(const PointId& id, const RunOptions& opts) {
       pp.status = Status::OOM;
       pp.message = fmt::format("predicted {}, above --mem-limit {}", gib(pp.predicted_bytes), gib(opts.mem_limit));
       pp.model.reset();
+      pp.task.reset();
     }
     return pp;
   }
@@ -252,13 +254,8 @@ PointResult run_model_point(PreparedPoint& pp, const RunOptions& opts, PointResu
   TransformerModel& model = *pp.model;
   omp_set_num_threads(id.threads);
   const size_t rss_before = current_rss_bytes();
-  TaskOptions to;
-  to.seq = id.shape.N;
-  to.seed = opts.seed;
-  to.data_dir = opts.data_dir;
-  const auto task = make_task(id.task, to);
   std::vector<Batch> batches;
-  for (int64_t i = 0; i < kModelBatches; ++i) batches.push_back(task->batch(i * id.shape.B, id.shape.B));
+  for (int64_t i = 0; i < kModelBatches; ++i) batches.push_back(pp.task->batch(i * id.shape.B, id.shape.B));
 
   const size_t baseline = MemoryMeter::current();
   MemoryMeter::reset_peak();
@@ -375,6 +372,7 @@ PointResult run_point(PreparedPoint& pp, const RunOptions& opts, const std::stri
   }
   pp.impl.reset();  // free the working memory before the next point
   pp.model.reset();
+  pp.task.reset();
   return res;
 }
 

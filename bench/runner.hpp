@@ -46,6 +46,7 @@ struct PreparedPoint {
   const MechanismInfo* info = nullptr;
   std::unique_ptr<Attention> impl;          // attention level
   std::unique_ptr<TransformerModel> model;  // model level
+  std::unique_ptr<Task> task;               // model level: the data source, made (and read) once
   Status status = Status::OK;  // SKIPPED when a capability is missing
   std::string message;
   double flops = 0;

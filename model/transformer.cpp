@@ -44,8 +44,7 @@ int64_t aligned(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 int64_t TransformerModel::param(const std::string& name, int64_t count, float stddev, float value) {
   const int64_t off = n_params_;
-  slices_.push_back({name, off, count});
-  inits_.push_back({off, count, stddev, value});
+  slices_.push_back({name, off, count, stddev, value});
   n_params_ += aligned(count);
   return off;
 }
@@ -279,9 +278,9 @@ void TransformerModel::setup(uint64_t seed) {
   w_.zero();
   if (backward_) g_.zero();
   Rng rng(seed, kStreamModelInit);
-  for (const Init& i : inits_) {
-    if (i.stddev > 0) rng.fill_normal(W(i.offset), i.count, i.stddev);
-    else std::fill_n(W(i.offset), i.count, i.value);
+  for (const Slice& p : slices_) {
+    if (p.init_stddev > 0) rng.fill_normal(W(p.offset), p.count, p.init_stddev);
+    else std::fill_n(W(p.offset), p.count, p.init_value);
   }
   sinusoidal_positions(c_.seq, d, A(pos_));
   for (size_t l = 0; l < attn_.size(); ++l) {

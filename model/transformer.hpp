@@ -79,6 +79,7 @@ class TransformerModel {
   struct Slice {
     std::string name;
     int64_t offset = 0, count = 0;
+    float init_stddev = 0, init_value = 0;  // normal(0, stddev) when stddev > 0, else the value
   };
   const std::vector<Slice>& parameters() const { return slices_; }
   float* weights() const { return w_.data(); }
@@ -89,7 +90,6 @@ class TransformerModel {
  private:
   struct LayerParams { int64_t ln1_g, ln1_b, wqkv, bqkv, wo, bo, ln2_g, ln2_b, w1, b1, w2, b2; };
   struct LayerActs { int64_t h1, mean1, var1, q, k, v, o, a, xm, h2, mean2, var2, u, g; };
-  struct Init { int64_t offset, count; float stddev, value; };
 
   int64_t param(const std::string& name, int64_t count, float stddev, float value = 0);
   int64_t act(int64_t count);
@@ -109,7 +109,6 @@ class TransformerModel {
   int64_t Benc_ = 0, T_ = 0, Dh_ = 0, rows_ = 0, C_ = 0, feat_ = 0;  // rows_: loss rows; feat_: head input width
   // Parameter layout.
   std::vector<Slice> slices_;
-  std::vector<Init> inits_;
   int64_t n_params_ = 0;
   int64_t emb_ = 0, cls_ = -1, lnf_g_ = 0, lnf_b_ = 0, wc1_ = 0, bc1_ = 0, wc2_ = 0, bc2_ = 0;
   std::vector<LayerParams> lp_;

@@ -175,7 +175,7 @@ PointResult fixture_point(Status st) {
   r.gemm_gflops = 100;
   r.peak_bytes = 1 << 20;
   if (st == Status::OK) {
-    r.reps = {{0.010, 0.020, 3}, {0.012, 0.024, 3}, {0.011, 0.022, 3}};
+    r.reps = {{0.010, 0.020, 3, {}}, {0.012, 0.024, 3, {}}, {0.011, 0.022, 3, {}}};
     r.nmse = 1e-7;
     r.instructions = 12345;
   }

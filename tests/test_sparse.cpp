@@ -233,8 +233,9 @@ TEST(SparseCost, MemoryAndFlopsGrowLinearlyInN) {
       // Doubling N adds the same amount twice over: a + c N, exactly (the ends of the sequence
       // are the same at every N).
       EXPECT_DOUBLE_EQ(bytes[2] - bytes[1], 2 * (bytes[1] - bytes[0])) << name << " " << to_string(mode);
-      if (name != "strided")
+      if (name != "strided") {
         EXPECT_DOUBLE_EQ(flops[2] - flops[1], 2 * (flops[1] - flops[0])) << name << " " << to_string(mode);
+      }
     }
 }
 
