@@ -63,6 +63,7 @@ void SparseAttention::build(Rng* rng) const {
     sh.Nk = seg.keys.n;
     sh.D = s.D;
     sh.causal = seg.causal;
+    sh.exclude_self = seg.exclude_self;
     sh.ld_v = ld_k;
     sh.ld_o = ld_q;
     sh.threads = p_.threads;

@@ -34,6 +34,7 @@ struct Segment {
   bool gathered = false;
   Buffer<int64_t> gather;
   bool causal = false;  // in segment indices (queries and keys the same rows)
+  bool exclude_self = false;  // query t never uses key t (queries and keys the same rows)
   KeyRangeFn range;     // keys of query t, in segment key indices (null: all)
   // Score tiles: forward rows x cols (backward the transpose). A band's tiles are as wide as
   // the band of a block of rows, so each block is one product (see sparse_segments.hpp).

@@ -5,9 +5,9 @@
 //   pattern=strided: S(i) = { |i - j| < l } u { (i - j) mod l = 0 };
 //   pattern=fixed:   S(i) = { floor(j/l) = floor(i/l) } u { j mod l >= l - c }, c = `summary`;
 //   causal keeps j <= i.
-// Optimises: the union is split into disjoint segments: for strided, the band left and right of
-//   the query and the query's residue class modulo l (all residues at once as a folded view with
-//   row stride l, no copy); for fixed, the query's block and the summary columns of the other
+// Optimises: the union is split into disjoint segments: for strided, the band |i - j| < l and
+//   the query's residue class modulo l without the query (all residues at once as a folded view
+//   with row stride l, no copy; the engine drops the diagonal); for fixed, the query's block and the summary columns of the other
 //   blocks (gathered once per call). No masked-out pair is scored outside tile edges.
 // Leaves out: the paper's per-head split of the two halves (here every head attends the union).
 #include <cmath>
@@ -40,22 +40,15 @@ class Strided final : public SparseAttention {
   std::vector<Segment> strided_segments() const {
     const int64_t N = p_.shape.N, l = l_;
     std::vector<Segment> s;
-    // The band without the query itself: [i - l + 1, i) and, non-causal, (i, i + l).
-    if (l > 1) {
-      s.push_back(band(rows(0, N), l - 1, -1, false));
-      if (!p_.causal) {
-        Segment right;
-        right.queries = right.keys = rows(0, N);
-        right.range = [l](int64_t t) { return std::pair<int64_t, int64_t>{t + 1, t + l}; };
-        s.push_back(std::move(right));
-      }
-    }
-    // The residue class of the query, the query itself included: one folded segment per
-    // residue length.
+    // The band with the query itself: |i - j| < l (causal: 0 <= i - j < l), one tight band.
+    s.push_back(band(rows(0, N), l - 1, p_.causal ? 0 : l - 1, p_.causal));
+    // The residue class of the query without the query itself (the band has it): all residues
+    // as one folded segment per residue length, each a dense (or causal) attention.
     for (const RowSet& r : residue_classes(N, l)) {
       Segment res;
       res.queries = res.keys = r;
       res.causal = p_.causal;
+      res.exclude_self = true;
       s.push_back(std::move(res));
     }
     return s;

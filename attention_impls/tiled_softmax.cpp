@@ -70,11 +70,13 @@ std::pair<int64_t, int64_t> TiledSoftmax::admissible(int64_t i, int64_t c0, int6
 }
 
 double TiledSoftmax::pairs() const {
-  if (!s_.keys) return s_.causal ? dense_pairs(s_.Nq, true) : static_cast<double>(s_.Nq) * static_cast<double>(s_.Nk);
+  if (!s_.keys && !s_.exclude_self)
+    return s_.causal ? dense_pairs(s_.Nq, true) : static_cast<double>(s_.Nq) * static_cast<double>(s_.Nk);
   double p = 0;
   for (int64_t i = 0; i < s_.Nq; ++i) {
     const auto [lo, hi] = keys_of(i);
     p += static_cast<double>(std::max<int64_t>(hi - lo, 0));
+    if (s_.exclude_self && lo <= i && i < hi) p -= 1;
   }
   return p;
 }
@@ -235,6 +237,7 @@ void TiledSoftmax::forward(const LogitsSource& src, const TensorView& v, const T
           fill(Sr, cols, 0.0f);
           continue;
         }
+        if (s_.exclude_self && a <= r0 + r - c0 && r0 + r - c0 < e) Sr[r0 + r - c0] = kNegInf;
         const float m_new = std::max(m[r], max_of(Sr + a, e - a));
         if (m_new == kNegInf) {  // every admissible logit is -inf so far: nothing to add
           fill(Sr, cols, 0.0f);
@@ -308,6 +311,7 @@ void TiledSoftmax::backward(const LogitsSource& src, const TensorView& v, const 
             fill(Pr, cols, 0.0f);
             continue;
           }
+          if (s_.exclude_self && a <= r0 + r - c0 && r0 + r - c0 < e) Pr[r0 + r - c0] = kNegInf;
           exp_shift_sum(Pr + a, Pr + a, e - a, shift);
           if (a > 0) fill(Pr, a, 0.0f);
           if (e < cols) fill(Pr + e, cols - e, 0.0f);

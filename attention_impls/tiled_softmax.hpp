@@ -90,6 +90,10 @@ struct TiledSoftmaxShape {
   // each key block's first query (backward), instead of on a fixed grid: a band of width W
   // is then one fwd_rows x W tile per block.
   bool tight = false;
+  // Query i never uses key i (needs Nq == Nk, queries and keys the same rows): a pattern that
+  // splits its keys into disjoint parts keeps the query itself in one part only, and this
+  // lets another part keep its one contiguous range (the Sparse Transformer's residue class).
+  bool exclude_self = false;
 
   // Dense (or causal) attention of Nq queries over Nk keys with the default tiles.
   static TiledSoftmaxShape dense(int64_t B, int64_t H, int64_t Nq, int64_t Nk, int64_t D, bool causal,
