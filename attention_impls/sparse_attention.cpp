@@ -64,6 +64,7 @@ void SparseAttention::build(Rng* rng) const {
     sh.D = s.D;
     sh.causal = seg.causal;
     sh.exclude_self = seg.exclude_self;
+    sh.heads_inner = seg.queries.fold > 0 && seg.tight;
     sh.ld_v = ld_k;
     sh.ld_o = ld_q;
     sh.threads = p_.threads;

@@ -81,9 +81,9 @@ double TiledSoftmax::pairs() const {
   return p;
 }
 
-// O_i(rows, D) += P V_j
-MatmulSpec TiledSoftmax::spec_pv(int64_t rows, int64_t cols) const {
-  return MatmulSpec::tile(rows, s_.D, cols, s_.fwd_cols, false, s_.ld_v, false, s_.ld_o, 1.0f, true);
+// O_i(rows, D) += P V_j (the first tile of a block: O_i = P V_j)
+MatmulSpec TiledSoftmax::spec_pv(int64_t rows, int64_t cols, bool accumulate) const {
+  return MatmulSpec::tile(rows, s_.D, cols, s_.fwd_cols, false, s_.ld_v, false, s_.ld_o, 1.0f, accumulate);
 }
 // dV_j(cols, D) += P^T dO_i
 MatmulSpec TiledSoftmax::spec_dv(int64_t rows, int64_t cols) const {
@@ -135,7 +135,8 @@ void TiledSoftmax::plan(Mode mode, const LogitsSource& src) {
       }
     for (auto [rows, cols] : fwd) {
       src.plan_tile(mm_, rows, cols, s_.fwd_cols, false);
-      mm_.add(spec_pv(rows, cols));
+      mm_.add(spec_pv(rows, cols, false));
+      mm_.add(spec_pv(rows, cols, true));
     }
     for (auto [rows, cols] : bwd) {
       src.plan_tile(mm_, rows, cols, s_.bwd_cols, true);
@@ -147,7 +148,8 @@ void TiledSoftmax::plan(Mode mode, const LogitsSource& src) {
   for (int64_t rows : block_sizes(s_.Nq, s_.fwd_rows))
     for (int64_t cols : block_sizes(s_.Nk, s_.fwd_cols)) {
       src.plan_tile(mm_, rows, cols, s_.fwd_cols, false);
-      mm_.add(spec_pv(rows, cols));
+      mm_.add(spec_pv(rows, cols, false));
+      mm_.add(spec_pv(rows, cols, true));
     }
   if (mode == Mode::fwdbwd)
     for (int64_t rows : block_sizes(s_.Nq, s_.bwd_rows))
@@ -198,7 +200,9 @@ void TiledSoftmax::setup(Mode mode) {
 //   pass 1  S = logits(Q_i, keys j)                   (the source: a matmul, usually)
 //   pass 2  per row: causal mask, new max m', P = exp(S - m'), l = l e^(m - m') + sum(P),
 //           O_i row *= e^(m - m')                     (one vectorised sweep)
-//   pass 3  O_i += P V_j                              (matmul with accumulation)
+//   pass 3  O_i += P V_j                              (matmul with accumulation; the first
+//                                                      tile writes O_i = P V_j, so O_i is
+//                                                      neither zeroed nor rescaled before it)
 //   finally O_i /= l, and lse = m + log l is kept for the backward pass.
 void TiledSoftmax::forward(const LogitsSource& src, const TensorView& v, const TensorView& o) {
   const int64_t kFwdRows = s_.fwd_rows, kFwdCols = s_.fwd_cols;
@@ -211,7 +215,11 @@ void TiledSoftmax::forward(const LogitsSource& src, const TensorView& v, const T
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t it = 0; it < items; ++it) {
     const int tid = omp_get_thread_num();
-    const int64_t bh = it / nq, qb = it % nq, b = bh / s_.H, h = bh % s_.H;
+    // Work items in (b, h, block) order, or (b, block, h) when the heads are interleaved rows.
+    const int64_t b = it / (s_.H * nq);
+    const int64_t qb = s_.heads_inner ? it / s_.H % nq : it % nq;
+    const int64_t h = s_.heads_inner ? it % s_.H : it / nq % s_.H;
+    const int64_t bh = b * s_.H + h;
     const int64_t r0 = qb * kFwdRows, rows = std::min(kFwdRows, Nq - r0);
     float* S = tiles_.data() + static_cast<size_t>(tid) * per_thread;
     float* m = S + kFwdRows * kFwdCols;
@@ -222,8 +230,8 @@ void TiledSoftmax::forward(const LogitsSource& src, const TensorView& v, const T
     for (int64_t r = 0; r < rows; ++r) {
       m[r] = kNegInf;
       l[r] = 0.0f;
-      fill(O + r * ldo, D, 0.0f);
     }
+    bool first_tile = true;
     // Keys any row of this block may use; tiles start on the grid of kFwdCols.
     const int64_t key_lo = ranged ? keys_of(r0).first : 0;
     const int64_t key_hi = ranged ? keys_of(r0 + rows - 1).second : Nk;
@@ -248,11 +256,14 @@ void TiledSoftmax::forward(const LogitsSource& src, const TensorView& v, const T
         if (a > 0) fill(Sr, a, 0.0f);
         if (e < cols) fill(Sr + e, cols - e, 0.0f);
         l[r] = l[r] * correction + sum;
-        if (correction != 1.0f) scale_inplace(O + r * ldo, D, correction);
+        if (correction != 1.0f && !first_tile) scale_inplace(O + r * ldo, D, correction);
         m[r] = m_new;
       }
-      mm_.run(tid, spec_pv(rows, cols), S, V + c0 * s_.ld_v, O);
+      mm_.run(tid, spec_pv(rows, cols, !first_tile), S, V + c0 * s_.ld_v, O);
+      first_tile = false;
     }
+    if (first_tile)  // no key at all: O_i = 0
+      for (int64_t r = 0; r < rows; ++r) fill(O + r * ldo, D, 0.0f);
     float* lse = lse_all ? lse_all + bh * Nq + r0 : nullptr;
     for (int64_t r = 0; r < rows; ++r) {
       const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;

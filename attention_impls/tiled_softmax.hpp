@@ -94,6 +94,10 @@ struct TiledSoftmaxShape {
   // splits its keys into disjoint parts keeps the query itself in one part only, and this
   // lets another part keep its one contiguous range (the Sparse Transformer's residue class).
   bool exclude_self = false;
+  // The heads are interleaved rows of one sequence (a folded residue view, see RowSet): the
+  // forward pass takes the heads of one block of rows together, so the rows they share in
+  // memory are read while they are in cache.
+  bool heads_inner = false;
 
   // Dense (or causal) attention of Nq queries over Nk keys with the default tiles.
   static TiledSoftmaxShape dense(int64_t B, int64_t H, int64_t Nq, int64_t Nk, int64_t D, bool causal,
@@ -151,7 +155,7 @@ class TiledSoftmax {
 
  private:
   size_t tile_floats(Mode mode) const;
-  MatmulSpec spec_pv(int64_t rows, int64_t cols) const;
+  MatmulSpec spec_pv(int64_t rows, int64_t cols, bool accumulate) const;
   MatmulSpec spec_dv(int64_t rows, int64_t cols) const;
   MatmulSpec spec_dp(int64_t rows, int64_t cols) const;
 

@@ -3,9 +3,13 @@
 // forward and backward, causal where allowed, edge-case parameters; BigBird's random blocks;
 // memory and FLOPs linear in N; bad parameters.
 #include <gtest/gtest.h>
+#include <omp.h>
 
+#include <cmath>
+#include <limits>
 #include <set>
 
+#include "attention_impls/tiled_softmax.hpp"
 #include "tests/helpers.hpp"
 #include "tests/reference.hpp"
 
@@ -106,6 +110,50 @@ std::vector<SparseCase> sparse_cases() {
   return v;
 }
 INSTANTIATE_TEST_SUITE_P(Patterns, SparseVsMaskedVanilla, ::testing::ValuesIn(sparse_cases()));
+
+// ---- The engine itself: the output is written, never read first ----
+// O starts as NaN. Rows 0..kEmpty-1 have no key (a whole first block with no tile: O must come
+// out 0); the others a band [i - 20, i + 9) without the query itself (exclude_self), in tight
+// tiles narrower than the band (several tiles per block: the first writes, the rest add).
+TEST(TiledSoftmaxEngine, WritesEveryOutputRowWithoutReadingItFirst) {
+  const int64_t N = 70, D = 8, kEmpty = 32;
+  const Shape4 s{1, 2, N, D};
+  std::vector<float> q(static_cast<size_t>(s.numel())), k(q.size()), v(q.size()), o(q.size());
+  for (size_t x = 0; x < q.size(); ++x) {
+    q[x] = std::sin(0.37f * static_cast<float>(x));
+    k[x] = std::cos(0.23f * static_cast<float>(x));
+    v[x] = std::sin(0.11f * static_cast<float>(x) + 1.0f);
+  }
+  const Strides3 st = Strides3::contiguous(s);
+  const TensorView Q{q.data(), s, st}, K{k.data(), s, st}, V{v.data(), s, st}, O{o.data(), s, st};
+  auto range = [=](int64_t i) {
+    return i < kEmpty ? std::pair<int64_t, int64_t>{0, 0} : std::pair<int64_t, int64_t>{i - 20, i + 9};
+  };
+  for (bool tight : {false, true})
+    for (int64_t cols : {8, 64}) {
+      TiledSoftmaxShape sh = TiledSoftmaxShape::dense(1, 2, N, N, D, false, D, D, omp_get_max_threads());
+      sh.keys = range;
+      sh.exclude_self = true;
+      sh.tight = tight;
+      sh.fwd_rows = kEmpty;
+      sh.fwd_cols = cols;
+      QKLogits qk(D, D, D, 1.0f / std::sqrt(static_cast<float>(D)));
+      TiledSoftmax engine(sh);
+      engine.plan(Mode::fwd, qk);
+      engine.setup(Mode::fwd);
+      std::fill(o.begin(), o.end(), std::numeric_limits<float>::quiet_NaN());
+      qk.bind(Q, K);
+      engine.forward(qk, V, O);
+      const auto want = ref::forward(Q, K, V, [&](int64_t i, int64_t j) {
+        const auto [lo, hi] = range(i);
+        return j >= lo && j < hi && j != i;
+      });
+      EXPECT_LT(ref::rel_err(o.data(), want), 2e-5) << "tight " << tight << " cols " << cols;
+      EXPECT_EQ(o[0], 0.0f) << "a row with no key";
+      // Rows 32..61 use 28 keys; rows 62..69 are clipped at N: 27 down to 20.
+      EXPECT_DOUBLE_EQ(engine.pairs(), 30 * 28 + (27 + 20) * 8 / 2);
+    }
+}
 
 // ---- BigBird: its mask depends on the dumped random draw, per head ----
 ref::Mask bigbird_mask(const int64_t* drawn, int64_t h, int64_t nb, int64_t b, int64_t g, int64_t r) {
