@@ -76,6 +76,26 @@ TEST(VecMath, ExpShiftSumMatchesScalar) {
   EXPECT_EQ(max_of(x.data(), 1000), *std::max_element(x.begin(), x.end()));
 }
 
+// Every length around the 16-lane width, with masked (-inf) and underflowing entries: the
+// vector path's tail writes nothing past n and its sum counts only the first n.
+TEST(VecMath, ExpShiftSumEveryTailLength) {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int64_t n = 0; n <= 40; ++n) {
+    std::vector<float> x(64), y(64, 7.0f);
+    for (int64_t i = 0; i < 64; ++i) x[static_cast<size_t>(i)] = i % 5 == 3 ? -inf : (i % 7 == 6 ? -150.0f : 0.3f * static_cast<float>(i % 11));
+    const float s = exp_shift_sum(x.data(), y.data(), n, 2.0f);
+    double want = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const float e = exp_f32(x[static_cast<size_t>(i)] - 2.0f);
+      want += e;
+      if (e == 0.0f) EXPECT_EQ(y[static_cast<size_t>(i)], 0.0f) << "n=" << n << " i=" << i;
+      else EXPECT_NEAR(y[static_cast<size_t>(i)], e, 1e-6 * e) << "n=" << n << " i=" << i;
+    }
+    for (int64_t i = n; i < 64; ++i) EXPECT_EQ(y[static_cast<size_t>(i)], 7.0f) << "written past n=" << n;
+    EXPECT_NEAR(s, want, 1e-6 * want + 1e-30) << "n=" << n;
+  }
+}
+
 TEST(Parse, IntListsAndRanges) {
   EXPECT_EQ(parse_int_list("256,512"), (std::vector<int64_t>{256, 512}));
   EXPECT_EQ(parse_int_list("256:2048:x2"), (std::vector<int64_t>{256, 512, 1024, 2048}));
