@@ -2,7 +2,8 @@
 // Paper: the band of Beltagy et al. 2020 ("Longformer") without global tokens.
 // Complexity: O(N window D) time, O(threads * tile) extra memory.
 // Computes: S(i) = { j : |i - j| <= window }, causal 0 <= i - j <= window.
-// Optimises: one banded segment on the sparse core (64 x 64 tiles along the band).
+// Optimises: one banded segment on the sparse core: each block of 48 queries is one product with
+//   the 48 + 2 window keys its rows may use.
 // Decode: against a ring cache of the last window + 1 tokens: constant time and memory per token.
 // Leaves out: nothing of the definition.
 #include <algorithm>

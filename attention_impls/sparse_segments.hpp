@@ -9,8 +9,9 @@ namespace ab {
 
 inline RowSet rows(int64_t first, int64_t n, int64_t step = 1) { return RowSet{first, step, n, 0}; }
 
-// Rows per score tile of the banded segments: 64 rows and the band's width (capped) as columns,
-// so a block of queries is one product with the keys it may use.
+// Rows per score tile of the banded segments: 48 rows and the band's width (capped) as columns,
+// so a block of queries is one product with the keys it may use. 32, 48 and 64 rows measured
+// the same at window 64: smaller tiles waste fewer keys, larger ones make faster products.
 constexpr int64_t kBandRows = 48, kMaxBandCols = 512;
 inline void band_tiles(Segment& s, int64_t width) {
   s.tight = true;
