@@ -7,8 +7,8 @@
 //   causal keeps j <= i.
 // Optimises: the union is split into disjoint segments: for strided, the band |i - j| < l and
 //   the query's residue class modulo l without the query (all residues at once as a folded view
-//   with row stride l, no copy; the engine drops the diagonal); for fixed, the query's block and the summary columns of the other
-//   blocks (gathered once per call). No masked-out pair is scored outside tile edges.
+//   with row stride l, no copy; the engine drops the diagonal); for fixed, the query's block and
+//   the summary columns of the other blocks (gathered once per call). No masked-out pair is scored outside tile edges.
 // Leaves out: the paper's per-head split of the two halves (here every head attends the union).
 #include <cmath>
 

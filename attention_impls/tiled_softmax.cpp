@@ -64,6 +64,10 @@ std::pair<int64_t, int64_t> TiledSoftmax::keys_of(int64_t i) const {
   return r;
 }
 
+void TiledSoftmax::drop_self(float* row, int64_t i, int64_t c0, int64_t a, int64_t e) const {
+  if (s_.exclude_self && a <= i - c0 && i - c0 < e) row[i - c0] = kNegInf;
+}
+
 std::pair<int64_t, int64_t> TiledSoftmax::admissible(int64_t i, int64_t c0, int64_t cols) const {
   const auto [lo, hi] = keys_of(i);
   return {std::max<int64_t>(lo - c0, 0), std::min(hi - c0, cols)};
@@ -245,7 +249,7 @@ void TiledSoftmax::forward(const LogitsSource& src, const TensorView& v, const T
           fill(Sr, cols, 0.0f);
           continue;
         }
-        if (s_.exclude_self && a <= r0 + r - c0 && r0 + r - c0 < e) Sr[r0 + r - c0] = kNegInf;
+        drop_self(Sr, r0 + r, c0, a, e);
         const float m_new = std::max(m[r], max_of(Sr + a, e - a));
         if (m_new == kNegInf) {  // every admissible logit is -inf so far: nothing to add
           fill(Sr, cols, 0.0f);
@@ -322,7 +326,7 @@ void TiledSoftmax::backward(const LogitsSource& src, const TensorView& v, const 
             fill(Pr, cols, 0.0f);
             continue;
           }
-          if (s_.exclude_self && a <= r0 + r - c0 && r0 + r - c0 < e) Pr[r0 + r - c0] = kNegInf;
+          drop_self(Pr, r0 + r, c0, a, e);
           exp_shift_sum(Pr + a, Pr + a, e - a, shift);
           if (a > 0) fill(Pr, a, 0.0f);
           if (e < cols) fill(Pr + e, cols - e, 0.0f);

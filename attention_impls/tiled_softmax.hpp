@@ -146,6 +146,9 @@ class TiledSoftmax {
   std::pair<int64_t, int64_t> keys_of(int64_t i) const;
   // Admissible keys of row i within the tile of keys [c0, c0 + cols), as tile columns [a, e).
   std::pair<int64_t, int64_t> admissible(int64_t i, int64_t c0, int64_t cols) const;
+  // With exclude_self: sets the logit of row i's own key to -inf when that key is in the
+  // row's admissible tile columns [a, e) (tile starting at key c0).
+  void drop_self(float* row, int64_t i, int64_t c0, int64_t a, int64_t e) const;
   // The run of query rows that use some key of [c0, c1).
   std::pair<int64_t, int64_t> queries_using(int64_t c0, int64_t c1) const;
   const MatmulCache& mm() const { return mm_; }

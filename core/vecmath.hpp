@@ -5,6 +5,7 @@
 // scalar code so that GCC vectorises it inside `#pragma omp simd` loops for whatever
 // instruction set the build targets; the global build does not use -ffast-math, so libm's
 // expf would not vectorise. Inputs below -87.3 (including -inf, the mask value) give exactly 0.
+// exp_shift_sum, the softmax's hot loop, has an AVX-512 path of its own (exp_f32x16).
 #pragma once
 #include <bit>
 #include <cmath>
@@ -16,24 +17,29 @@
 
 namespace ab {
 
+// The constants of exp_f32 and its 16-lane twin: ln 2 in two parts for the reduction, the
+// clamping range, and the polynomial's coefficients from the highest degree down.
+namespace exp_consts {
+constexpr float kLog2e = 1.44269504088896341f;
+constexpr float kLn2Hi = 0.693359375f;
+constexpr float kLn2Lo = -2.12194440e-4f;
+constexpr float kMin = -87.3365447505f;  // below this expf underflows to a denormal or 0
+constexpr float kMax = 88.3762626647949f;
+constexpr float kPoly[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                            4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+}  // namespace exp_consts
+
 inline float exp_f32(float x) {
-  constexpr float kLog2e = 1.44269504088896341f;
-  constexpr float kLn2Hi = 0.693359375f;
-  constexpr float kLn2Lo = -2.12194440e-4f;
-  constexpr float kMin = -87.3365447505f;  // below this expf underflows to a denormal or 0
-  const bool underflow = !(x >= kMin);     // also catches -inf (and NaN maps to 0 too)
-  float xc = x > 88.3762626647949f ? 88.3762626647949f : x;
+  using namespace exp_consts;
+  const bool underflow = !(x >= kMin);  // also catches -inf (and NaN maps to 0 too)
+  float xc = x > kMax ? kMax : x;
   xc = xc < kMin ? kMin : xc;
   // n = round(x / ln2) by the float magic-number trick (exact for |n| < 2^22).
   const float n = (xc * kLog2e + 12582912.0f) - 12582912.0f;
   float r = xc - n * kLn2Hi;
   r = r - n * kLn2Lo;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
+  float p = kPoly[0];
+  for (int c = 1; c < 6; ++c) p = p * r + kPoly[c];
   p = p * r * r + r + 1.0f;
   // 2^n; n in [-126, 127] after clamping, so the biased exponent is a normal one.
   const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
@@ -45,20 +51,32 @@ inline float exp_f32(float x) {
 // exp_f32 on 16 lanes: the same reduction and polynomial, with 2^n applied by vscalefps (which
 // GCC does not derive from the scalar bit assembly) and the underflow test as a lane mask.
 inline __m512 exp_f32x16(__m512 x) {
-  const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.3365447505f), _CMP_GE_OQ);
-  const __m512 xc = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3365447505f)), _mm512_set1_ps(88.3762626647949f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  using namespace exp_consts;
+  const __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(kMin), _CMP_GE_OQ);
+  // Zero-masked forms (all lanes, or the kept ones): the plain max, min, roundscale and scalef
+  // pass an undefined source that GCC 12 reports as maybe-uninitialized (GCC bug 105593).
+  constexpr __mmask16 all = 0xFFFF;
+  const __m512 xc = _mm512_maskz_min_ps(all, _mm512_maskz_max_ps(all, x, _mm512_set1_ps(kMin)), _mm512_set1_ps(kMax));
+  const __m512 n = _mm512_maskz_roundscale_ps(all, _mm512_mul_ps(xc, _mm512_set1_ps(kLog2e)),
+                                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Hi), xc);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Lo), r);
+  __m512 p = _mm512_set1_ps(kPoly[0]);
+  for (int c = 1; c < 6; ++c) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kPoly[c]));
   p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  return _mm512_maskz_mov_ps(keep, _mm512_scalef_ps(p, n));
+  return _mm512_maskz_scalef_ps(keep, p, n);
+}
+
+// The sum of the 16 lanes by halving (_mm512_reduce_add_ps and the 512-to-256 cast trip the
+// same GCC 12 warning).
+inline float sum_lanes(__m512 v) {
+  const __m256 lo = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, _mm512_castps_pd(v), 0));
+  const __m256 hi = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, _mm512_castps_pd(v), 1));
+  const __m256 h = _mm256_add_ps(lo, hi);
+  __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+  q = _mm_add_ss(q, _mm_movehdup_ps(q));
+  return _mm_cvtss_f32(q);
 }
 #endif
 
@@ -79,7 +97,7 @@ inline float exp_shift_sum(const float* x, float* y, int64_t n, float shift) {
     _mm512_mask_storeu_ps(y + i, tail, e);
     acc = _mm512_add_ps(acc, _mm512_maskz_mov_ps(tail, e));
   }
-  return _mm512_reduce_add_ps(acc);
+  return sum_lanes(acc);
 #else
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
