@@ -4,7 +4,8 @@
 //   n_buckets = N/bucket_size this is O(N²·D/(2·bucket_size)), small beside the attention up to
 //   N ≈ 16K), O(N + n_buckets) for the sort (a counting sort: positions are already in order, so
 //   sorting by (bucket, position) is a stable sort by bucket), O(N·2·bucket_size·D) for the
-//   chunk attention. Memory O(N·D) per thread, O(n_hashes·N) for the bucket assignments.
+//   chunk attention. Memory per thread O(N + bucket_size·D) forward, O(N·D) with backward;
+//   O(n_hashes·N) for the bucket assignments.
 // Computes (mechanisms.md): keys are K_j = Q_j/||Q_j|| (the K input is not used; dK is zero);
 //   per round r and head h a rotation R (D, n_buckets/2), standard normal, seeded;
 //   bucket(i) = argmax([Q_i·R ; -Q_i·R]) (the same as for the normalised key: a positive scale
@@ -13,10 +14,12 @@
 //   single chunk, only itself) that share its bucket, never its own position unless it has no
 //   other admissible key, and with causal only j <= i. Rounds combine by their log-sum-exp:
 //   O_i = Σ_r exp(lse_r,i - L_i)·O_r,i with L_i = logsumexp_r(lse_r,i), accumulated online.
-// Optimises: the hash is a matrix product per row block and round; each round gathers Q, the
-//   normalised keys and V into sorted contiguous arrays with the last chunk copied in front, so a
-//   chunk's window of 2·bucket_size keys is one contiguous tile and its logits and output are two
-//   oneDNN products; (batch, head) pairs run in parallel.
+// Optimises: the hash is one matrix product per row block for every round, and its argmax one
+//   pass over the projections with the running state in registers; each chunk gathers its
+//   normalised keys and V (prefetching the random rows ahead) into a window buffer that holds
+//   the previous chunk in front, so the window of 2·bucket_size keys is one contiguous tile in
+//   cache and its logits and output are two oneDNN products; the output rows the chunk will
+//   merge into are prefetched before its products; (batch, head) pairs run in parallel.
 // Backward: the combined output is one softmax over the union of every round's admissible keys
 //   with normaliser L_i, so each round recomputes its chunk logits and applies the flash-style
 //   backward with the global L_i and delta_i = dO_i·O_i; gradients of the keys flow into dQ
@@ -40,6 +43,9 @@ namespace ab {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+// Rows a gather asks for ahead of the one it copies: enough to cover a miss to L3 at the rate
+// rows are copied.
+constexpr int64_t kGatherAhead = 16;
 
 // The number of buckets the spec defaults to: N / bucket_size rounded up to an even number, at
 // least 2.
@@ -131,7 +137,7 @@ class Reformer final : public Attention {
 
   // Per-thread workspace (floats and int32), each array aligned to 16 elements.
   struct Layout {
-    size_t inv = 0, proj = 0, best = 0, Ks = 0, Vs = 0, S = 0, Oc = 0, M = 0, Z = 0, lc = 0;  // forward
+    size_t inv = 0, proj = 0, Ks = 0, Vs = 0, S = 0, Oc = 0, M = 0, Z = 0, lc = 0;  // forward
     size_t Qs = 0, dOs = 0, dKs = 0, dVs = 0, dKn = 0, dA = 0, Ls = 0, deltas = 0, delta = 0;  // backward
     size_t perm = 0, bsort = 0, count = 0, arg = 0, run_lo = 0, run_hi = 0;                                        // int32
     size_t floats = 0, ints = 0;
@@ -148,9 +154,11 @@ class Reformer final : public Attention {
     };
     L.inv = take(N);
     L.proj = take(static_cast<size_t>(hash_rows_ * nh_ * (nbk_ / 2)));
-    L.best = take(static_cast<size_t>(hash_rows_));
-    L.Ks = take(P * D);
-    L.Vs = take(P * D);
+    // The forward pass keeps two windows (each the previous chunk, then the current one) of the
+    // sorted keys and values; the backward pass keeps the whole padded sorted order.
+    const size_t sorted_rows = mode == Mode::fwdbwd ? std::max(P, 4 * b) : 4 * b;
+    L.Ks = take(sorted_rows * D);
+    L.Vs = take(sorted_rows * D);
     L.S = take(b * W);
     L.Oc = take(b * D);
     L.M = take(N);
@@ -239,38 +247,71 @@ class Reformer final : public Attention {
 
   // Bucket of every position in every round: argmax over [x·R ; -x·R], first index on ties.
   // One product per row block gives every round's projections, transposed (n_hashes·nb/2,
-  // rows), so that the running argmax is vectorised across rows: one pass for +x·R, one for
-  // -x·R (strict > keeps the first index).
-  void hash(const AttnArgs& a, int tid, int64_t b, int64_t h, float* projT, float* best, int32_t* arg) const {
+  // rows), so that the argmax is vectorised across rows. One pass over the projections keeps
+  // the largest and the smallest of x·R with their first indices: the largest of -x·R is minus
+  // the smallest of x·R, and it wins only when strictly larger (the first index on ties lies
+  // in the +x·R half). Each block of kLanes rows keeps its running state in registers.
+  void hash(const AttnArgs& a, int tid, int64_t b, int64_t h, float* projT, int32_t* arg) const {
     const int64_t N = p_.shape.N, half = nbk_ / 2;
     for (int64_t i0 = 0; i0 < N; i0 += hash_rows_) {
       const int64_t rows = std::min(hash_rows_, N - i0);
       mm_.run(tid, spec_hash(rows), packed_.data() + h * D() * nh_ * half, a.q.row(b, h, i0), projT);
       for (int64_t r = 0; r < nh_; ++r) {
-        fill(best, rows, kNegInf);
-        for (int64_t k = 0; k < half; ++k) {
-          const float* x = projT + (r * half + k) * rows;
-#pragma omp simd
-          for (int64_t i = 0; i < rows; ++i) {
-            const bool up = x[i] > best[i];
-            best[i] = up ? x[i] : best[i];
-            arg[i] = up ? static_cast<int32_t>(k) : arg[i];
-          }
-        }
-        for (int64_t k = 0; k < half; ++k) {
-          const float* x = projT + (r * half + k) * rows;
-#pragma omp simd
-          for (int64_t i = 0; i < rows; ++i) {
-            const bool up = -x[i] > best[i];
-            best[i] = up ? -x[i] : best[i];
-            arg[i] = up ? static_cast<int32_t>(half + k) : arg[i];
-          }
-        }
+        const float* x = projT + r * half * rows;
+        int64_t i = 0;
+#if defined(__AVX512F__)
+        for (; i + 64 <= rows; i += 64) argmax_pm_x16<4>(x + i, rows, half, arg + i);
+        for (; i + 16 <= rows; i += 16) argmax_pm_x16<1>(x + i, rows, half, arg + i);
+#endif
+        for (; i < rows; ++i) argmax_pm(x + i, rows, half, arg + i);
         int64_t* out = buckets_of(b, h, r) + i0;
-        for (int64_t i = 0; i < rows; ++i) out[i] = arg[i];
+        for (int64_t k = 0; k < rows; ++k) out[k] = arg[k];
       }
     }
   }
+  // arg = argmax over [x ; -x] of one column of x(half, ·) with row stride ld.
+  static void argmax_pm(const float* x, int64_t ld, int64_t half, int32_t* arg) {
+    float hi = kNegInf, lo = -kNegInf;
+    int32_t ahi = 0, alo = 0;
+    for (int64_t k = 0; k < half; ++k) {
+      const float v = x[k * ld];
+      if (v > hi) hi = v, ahi = static_cast<int32_t>(k);
+      if (v < lo) lo = v, alo = static_cast<int32_t>(k);
+    }
+    *arg = -lo > hi ? static_cast<int32_t>(half) + alo : ahi;
+  }
+#if defined(__AVX512F__)
+  // The same for 16·V adjacent columns, V independent vectors per step so that the compare
+  // latency overlaps.
+  template <int V>
+  static void argmax_pm_x16(const float* x, int64_t ld, int64_t half, int32_t* arg) {
+    __m512 hi[V], lo[V];
+    __m512i ahi[V], alo[V];
+    for (int v = 0; v < V; ++v) {
+      hi[v] = _mm512_set1_ps(kNegInf);
+      lo[v] = _mm512_set1_ps(-kNegInf);
+      ahi[v] = alo[v] = _mm512_setzero_si512();
+    }
+    for (int64_t k = 0; k < half; ++k) {
+      const __m512i kk = _mm512_set1_epi32(static_cast<int32_t>(k));
+      for (int v = 0; v < V; ++v) {
+        const __m512 xv = _mm512_loadu_ps(x + k * ld + 16 * v);
+        const __mmask16 up = _mm512_cmp_ps_mask(xv, hi[v], _CMP_GT_OQ);
+        const __mmask16 down = _mm512_cmp_ps_mask(xv, lo[v], _CMP_LT_OQ);
+        hi[v] = _mm512_mask_mov_ps(hi[v], up, xv);
+        ahi[v] = _mm512_mask_mov_epi32(ahi[v], up, kk);
+        lo[v] = _mm512_mask_mov_ps(lo[v], down, xv);
+        alo[v] = _mm512_mask_mov_epi32(alo[v], down, kk);
+      }
+    }
+    const __m512i h = _mm512_set1_epi32(static_cast<int32_t>(half));
+    for (int v = 0; v < V; ++v) {
+      const __m512 neg_lo = _mm512_sub_ps(_mm512_setzero_ps(), lo[v]);
+      const __mmask16 minus = _mm512_cmp_ps_mask(neg_lo, hi[v], _CMP_GT_OQ);
+      _mm512_storeu_si512(arg + 16 * v, _mm512_mask_mov_epi32(ahi[v], minus, _mm512_add_epi32(alo[v], h)));
+    }
+  }
+#endif
 
   // Round r's sorted order: perm[bs + p] is the position at sorted index p, perm[0, bs) repeats
   // the last chunk (the previous chunk of chunk 0); bsort likewise holds the buckets. A stable
@@ -289,14 +330,22 @@ class Reformer final : public Attention {
     std::memcpy(bsort, bsort + N, static_cast<size_t>(bs_) * sizeof(int32_t));
   }
 
-  // Rows of a (B, H, N, D) tensor in sorted order: dst[p] = scale_p · src[perm[p]] for p < rows.
+  // Rows of a (B, H, N, D) tensor in sorted order: dst[p] = scale_p · src[perm[p]] for p < rows,
+  // written to dst2 as well when given.
   void gather(const TensorView& t, int64_t b, int64_t h, const int32_t* perm, int64_t rows, float* dst,
-              const float* row_scale = nullptr) const {
+              const float* row_scale = nullptr, float* dst2 = nullptr) const {
     const int64_t Dd = D();
     for (int64_t p = 0; p < rows; ++p) {
+      if (p + kGatherAhead < rows) prefetch(t.row(b, h, perm[p + kGatherAhead]), Dd);
       const float* src = t.row(b, h, perm[p]);
       float* d = dst + p * Dd;
       const float s = row_scale ? row_scale[perm[p]] : 1.0f;
+      if (dst2) {
+        float* d2 = dst2 + p * Dd;
+#pragma omp simd
+        for (int64_t c = 0; c < Dd; ++c) d[c] = d2[c] = s * src[c];
+        continue;
+      }
 #pragma omp simd
       for (int64_t c = 0; c < Dd; ++c) d[c] = s * src[c];
     }
@@ -349,25 +398,38 @@ class Reformer final : public Attention {
     const Layout L = layout(mode_);
     float* w = wsf(tid);
     int32_t* wi = wsi(tid);
-    float *inv = w + L.inv, *Ks = w + L.Ks, *Vs = w + L.Vs, *S = w + L.S, *Oc = w + L.Oc;
+    float *inv = w + L.inv, *Kw = w + L.Ks, *Vw = w + L.Vs, *S = w + L.S, *Oc = w + L.Oc;
     float *M = w + L.M, *Z = w + L.Z, *lc = w + L.lc;
     int32_t *perm = wi + L.perm, *bsort = wi + L.bsort;
-    const int64_t N = p_.shape.N, Dd = D(), W = window();
+    const int64_t N = p_.shape.N, Dd = D(), W = window(), slot = bs_ * Dd;
     // 1. Norms of the shared keys; 2. buckets of every round.
     inverse_norms(a, b, h, inv);
-    hash(a, tid, b, h, w + L.proj, w + L.best, wi + L.arg);
+    hash(a, tid, b, h, w + L.proj, wi + L.arg);
     for (int64_t r = 0; r < nh_; ++r) {
-      // 3. Sort, and gather the normalised keys and V in sorted order. Queries are not gathered:
-      //    q_i·k_j = ||q_i||·(k_i·k_j), so a chunk's queries are its own rows of Ks, and each
-      //    logit row is scaled by ||q_i|| inside the softmax.
+      // 3. Sort. The previous chunk of chunk 0 is the last chunk (padded sorted rows [0, bs)).
       sort_round(buckets_of(b, h, r), perm, bsort, wi + L.count);
-      gather(a.q, b, h, perm, padded(), Ks, inv);
-      gather(a.v, b, h, perm, padded(), Vs);
-      // 4. Each chunk: logits over its window, mask, unnormalised softmax (its sum goes into
-      //    the merge weight), output.
+      if (nchunks_ > 1) {
+        gather(a.q, b, h, perm, bs_, Kw, inv);
+        gather(a.v, b, h, perm, bs_, Vw);
+      }
+      // 4. Each chunk: gather its normalised keys and V just before use, so the products read
+      //    them from cache. The windows alternate between two buffers, each the previous chunk
+      //    (none with a single chunk) then the current one: the current chunk is also written as
+      //    the previous chunk of the other buffer. Queries are not gathered:
+      //    q_i·k_j = ||q_i||·(k_i·k_j), so a chunk's queries are its own key rows, and each logit
+      //    row is scaled by ||q_i|| inside the softmax. Then logits over the window, mask,
+      //    unnormalised softmax (its sum goes into the merge weight), output.
       for (int64_t c = 0; c < nchunks_; ++c) {
         const int64_t q0 = bs_ + c * bs_, w0 = window_start(c);
-        mm_.run(tid, spec_qk(), Ks + q0 * Dd, Ks + w0 * Dd, S);
+        const int64_t here = (c % 2) * 2 * slot, next = ((c + 1) % 2) * 2 * slot;
+        float *Kcur = Kw + here + slot, *Vcur = Vw + here + slot;
+        const float *Kwin = nchunks_ > 1 ? Kw + here : Kcur, *Vwin = nchunks_ > 1 ? Vw + here : Vcur;
+        const bool pass_on = nchunks_ > 1 && c + 1 < nchunks_;
+        gather(a.q, b, h, perm + q0, bs_, Kcur, inv, pass_on ? Kw + next : nullptr);
+        gather(a.v, b, h, perm + q0, bs_, Vcur, nullptr, pass_on ? Vw + next : nullptr);
+        // The merge below updates the chunk's output rows in random order: ask for them now.
+        for (int64_t rr = 0; rr < bs_; ++rr) prefetch(a.o.row(b, h, perm[q0 + rr]), Dd, true);
+        mm_.run(tid, spec_qk(), Kcur, Kwin, S);
         mask_chunk(S, q0, w0, perm, bsort, wi + L.run_lo, wi + L.run_hi);
         for (int64_t rr = 0; rr < bs_; ++rr) {
           float* Sr = S + rr * W;
@@ -385,7 +447,7 @@ class Reformer final : public Attention {
           lc[rr] = m + std::log(sum);
           lc[bs_ + rr] = 1.0f / sum;
         }
-        mm_.run(tid, spec_av(), S, Vs + w0 * Dd, Oc);
+        mm_.run(tid, spec_av(), S, Vwin, Oc);
         // 5. Merge into O online: O_i holds Σ_r exp(lse_r - M_i)·O_r,i, Z_i the sum of the
         //    weights, M_i the largest lse so far.
         for (int64_t rr = 0; rr < bs_; ++rr) {

@@ -129,6 +129,18 @@ inline float dot(const float* x, const float* y, int64_t n) {
   return s;
 }
 
+// Asks for the cache lines of x[0, n) ahead of a random-order access (a gather by a permutation
+// defeats the hardware prefetchers). for_write: the lines will be written.
+inline void prefetch(const float* x, int64_t n, bool for_write = false) {
+  constexpr int64_t kLineFloats = 64 / sizeof(float);
+  for (int64_t i = 0; i < n; i += kLineFloats) {
+    if (for_write)
+      __builtin_prefetch(x + i, 1, 3);
+    else
+      __builtin_prefetch(x + i, 0, 3);
+  }
+}
+
 inline void fill(float* x, int64_t n, float v) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) x[i] = v;

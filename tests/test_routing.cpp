@@ -298,28 +298,49 @@ TEST(Reformer, OneBucketOneChunkEqualsDenseSharedQKWithoutSelf) {
 }
 
 // The dumped buckets are argmax([q·R ; -q·R]) of the dumped rotations (up to float rounding at
-// near-ties), and every bucket is used.
-TEST(Reformer, BucketsAreTheArgmaxOfTheDumpedRotations) {
-  const Shape4 s{1, 2, 256, 16};
-  auto r = run_mechanism("reformer", s, false, Mode::fwd, {"bucket_size=16", "n_buckets=8", "n_hashes=3"}, 4);
-  const DumpTensor rot = tensor(*r.impl, "rotations"), bk = tensor(*r.impl, "buckets");
-  ASSERT_EQ(rot.shape, (std::vector<int64_t>{3, 2, 16, 4}));
-  ASSERT_EQ(bk.shape, (std::vector<int64_t>{1, 2, 3, 256}));
+// near-ties), and every bucket is used. Zero query rows tie everywhere and take bucket 0 (the
+// first index). The shapes cover the hash's row blocks of 256 and its vector paths: blocks of 64
+// and 16 rows and single rows left over.
+struct BucketCase {
+  int64_t N, n_buckets, bucket_size;
+};
+class ReformerBuckets : public ::testing::TestWithParam<BucketCase> {};
+TEST_P(ReformerBuckets, AreTheArgmaxOfTheDumpedRotations) {
+  const auto& c = GetParam();
+  const int64_t H = 2, D = 16, R = 3, half = c.n_buckets / 2;
+  const Shape4 s{1, H, c.N, D};
+  auto r = run_mechanism("reformer", s, false, Mode::fwd,
+                         {"bucket_size=" + std::to_string(c.bucket_size), "n_buckets=" + std::to_string(c.n_buckets),
+                          "n_hashes=" + std::to_string(R)},
+                         4);
   const TensorView q = r.data->q.view();
+  auto zero_row = [](int64_t i) { return i % 17 == 3; };
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t i = 0; i < c.N; ++i)
+      if (zero_row(i))
+        for (int64_t d = 0; d < D; ++d) q.data[((h * c.N) + i) * D + d] = 0.0f;
+  r.impl->forward(r.data->args());
+  const DumpTensor rot = tensor(*r.impl, "rotations"), bk = tensor(*r.impl, "buckets");
+  ASSERT_EQ(rot.shape, (std::vector<int64_t>{R, H, D, half}));
+  ASSERT_EQ(bk.shape, (std::vector<int64_t>{1, H, R, c.N}));
   int mismatches = 0;
   std::set<int64_t> used;
-  for (int64_t h = 0; h < 2; ++h)
-    for (int64_t rd = 0; rd < 3; ++rd)
-      for (int64_t i = 0; i < 256; ++i) {
-        std::vector<double> x(8);
-        for (int64_t k = 0; k < 4; ++k) {
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t rd = 0; rd < R; ++rd)
+      for (int64_t i = 0; i < c.N; ++i) {
+        std::vector<double> x(static_cast<size_t>(2 * half));
+        for (int64_t k = 0; k < half; ++k) {
           double p = 0;
-          for (int64_t d = 0; d < 16; ++d) p += double(q.at(0, h, i, d)) * rot.f32[((rd * 2 + h) * 16 + d) * 4 + k];
+          for (int64_t d = 0; d < D; ++d) p += double(q.at(0, h, i, d)) * rot.f32[((rd * H + h) * D + d) * half + k];
           x[k] = p;
-          x[k + 4] = -p;
+          x[k + half] = -p;
         }
         const int64_t want = std::max_element(x.begin(), x.end()) - x.begin();
-        const int64_t got = bk.i64[(h * 3 + rd) * 256 + i];
+        const int64_t got = bk.i64[(h * R + rd) * c.N + i];
+        if (zero_row(i)) {
+          EXPECT_EQ(got, 0) << "zero row " << i << " round " << rd;
+          continue;
+        }
         used.insert(got);
         if (got != want) {
           ++mismatches;
@@ -327,8 +348,13 @@ TEST(Reformer, BucketsAreTheArgmaxOfTheDumpedRotations) {
         }
       }
   EXPECT_LE(mismatches, 2);
-  EXPECT_EQ(used.size(), 8u);
+  EXPECT_EQ(used.size(), static_cast<size_t>(c.n_buckets));
 }
+INSTANTIATE_TEST_SUITE_P(All, ReformerBuckets,
+                         ::testing::Values(BucketCase{256, 8, 16},    // one block of 256 rows
+                                           BucketCase{280, 40, 8},    // 256, then 16 + 8 single rows
+                                           BucketCase{90, 12, 10},    // 64 + 16 + 10 single rows
+                                           BucketCase{48, 6, 8}));    // 16-row blocks only
 
 struct ReformerCase {
   Shape4 shape;
@@ -425,7 +451,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(std::tuple{false, std::vector<std::string>{"bucket_size=8", "n_buckets=4", "n_hashes=2"}},
                       std::tuple{true, std::vector<std::string>{"bucket_size=8", "n_buckets=4", "n_hashes=2"}},
                       std::tuple{false, std::vector<std::string>{"bucket_size=4", "n_buckets=8", "n_hashes=3"}},
-                      std::tuple{true, std::vector<std::string>{"bucket_size=32", "n_buckets=2", "n_hashes=1"}}));
+                      std::tuple{true, std::vector<std::string>{"bucket_size=32", "n_buckets=2", "n_hashes=1"}},
+                      // two chunks, so the forward pass's two windows need more rows than the
+                      // backward pass's padded sorted order (N + bucket_size)
+                      std::tuple{false, std::vector<std::string>{"bucket_size=16", "n_buckets=2", "n_hashes=2"}}));
 
 TEST(Reformer, TrackedPeakEqualsDeclaredAndFlopsAreAnalytic) {
   for (Mode mode : {Mode::fwd, Mode::fwdbwd})
