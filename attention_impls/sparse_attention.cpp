@@ -74,25 +74,30 @@ void SparseAttention::build(Rng* rng) const {
     sh.bwd_rows = seg.tile_cols;
     sh.bwd_cols = seg.tile_rows;
     sh.tight = seg.tight;
-    sh.keep_lse = true;
     part->engine = TiledSoftmax(sh);
     part->seg = std::move(seg);
     parts_.push_back(std::move(part));
   }
-  // Which segments come first to all their rows, and whether some row has no segment at all.
+  // Which segments come first to all their rows, and whether some row is still new to a
+  // segment that resumes, or has no segment at all.
   std::vector<char> seen(static_cast<size_t>(s.N), 0);
+  bool zero_first = false;
   for (auto& part : parts_) {
     const RowSet& r = part->seg.queries;
     auto each_row = [&](auto&& f) {
       for (int64_t c = 0; c < std::max<int64_t>(r.fold, 1); ++c)
         for (int64_t t = 0; t < r.n; ++t) f(static_cast<size_t>(r.first + c + t * r.step));
     };
-    bool fresh = true;
-    each_row([&](size_t i) { fresh = fresh && !seen[i]; });
+    bool fresh = true, some_new = false;
+    each_row([&](size_t i) {
+      fresh = fresh && !seen[i];
+      some_new = some_new || !seen[i];
+    });
     each_row([&](size_t i) { seen[i] = 1; });
     part->direct = fresh;
+    zero_first = zero_first || (!fresh && some_new);
   }
-  uncovered_rows_ = std::count(seen.begin(), seen.end(), 0) > 0;
+  zero_first_ = zero_first || std::count(seen.begin(), seen.end(), 0) > 0;
   built_ = true;
   planned_ = false;
 }
@@ -133,10 +138,8 @@ size_t SparseAttention::working_bytes(Mode mode) const {
   b += pattern_bytes();
   planned_ = true;
   planned_mode_ = mode;
-  // The segment output buffer (laid out like O) and the merged log-sum-exp.
-  const auto& st = p_.strides;
-  const size_t o_floats = static_cast<size_t>((s.B - 1) * st.sb + (s.H - 1) * st.sh + (s.N - 1) * st.sn + s.D);
-  return b + (o_floats + static_cast<size_t>(s.B * s.H * s.N)) * sizeof(float);
+  // The merged log-sum-exp.
+  return b + static_cast<size_t>(s.B * s.H * s.N) * sizeof(float);
 }
 
 size_t SparseAttention::ring_bytes(int64_t W) const {
@@ -154,7 +157,6 @@ void SparseAttention::setup(Mode mode, Rng& rng) {
   }
   build(&rng);
   const auto& s = p_.shape;
-  const auto& st = p_.strides;
   for (auto& part : parts_) {
     part->engine.plan(mode, part->qk);
     part->engine.setup(mode);
@@ -170,7 +172,6 @@ void SparseAttention::setup(Mode mode, Rng& rng) {
   }
   planned_ = true;
   planned_mode_ = mode;
-  o_tmp_ = Buffer<float>(static_cast<size_t>((s.B - 1) * st.sb + (s.H - 1) * st.sh + (s.N - 1) * st.sn + s.D));
   lse_ = Buffer<float>(static_cast<size_t>(s.B * s.H * s.N));
 }
 
@@ -186,17 +187,16 @@ TensorView SparseAttention::keys_view(const Part& part, const TensorView& t, con
   return part.seg.keys.of(t);
 }
 
-// Forward: O = 0, lse = -inf; per segment: its engine writes the segment's output to a scratch
-// tensor, which is merged into O row by row with the log-sum-exps:
-//   m = max(lse, lse_s);  O = (e^(lse - m) O + e^(lse_s - m) O_s) / (e^(lse - m) + e^(lse_s - m))
+// Forward: per segment, its engine computes the softmax over the segment's keys. A segment
+// that is first to all its rows writes O and lse; a later one resumes from them, so that O and
+// lse become the softmax over the union of the keys so far (segments have disjoint key sets).
 void SparseAttention::forward(const AttnArgs& a) {
   const auto& s = p_.shape;
   const int64_t D = s.D;
-  const TensorView tmp{o_tmp_.data(), s, p_.strides};
   const TensorView lse{lse_.data(), Shape4{s.B, s.H, s.N, 1}, Strides3{s.H * s.N, s.N, 1}};
-  // A segment that is first to its rows writes O and lse directly; later ones merge. Rows no
-  // segment has keep O = 0 (no admissible key) and lse = -inf.
-  if (uncovered_rows_) {
+  // Rows that no earlier segment has when a resuming segment reaches them, and rows no segment
+  // has at all, start as O = 0 (no admissible key) and lse = -inf.
+  if (zero_first_) {
 #pragma omp parallel for schedule(static)
     for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
       for (int64_t i = 0; i < s.N; ++i) fill(a.o.row(bh / s.H, bh % s.H, i), D, 0.0f);
@@ -218,33 +218,10 @@ void SparseAttention::forward(const AttnArgs& a) {
         }
       }
     }
-    const bool first_direct = part.direct;
-    const TensorView q = seg.queries.of(a.q), o = seg.queries.of(a.o);
-    const TensorView o_seg = first_direct ? o : seg.queries.of(tmp);
     const TensorView l = seg.queries.of(lse);
-    part.qk.bind(q, keys_view(part, a.k, part.kg));
-    part.engine.forward(part.qk, keys_view(part, a.v, part.vg), o_seg);
-    const int64_t Bp = q.shape.B, Hp = q.shape.H, n = q.shape.N;
-#pragma omp parallel for schedule(static)
-    for (int64_t bh = 0; bh < Bp * Hp; ++bh) {
-      const int64_t b = bh / Hp, h = bh % Hp;
-      const float* ls = part.engine.lse(b, h);
-      if (first_direct) {
-        for (int64_t t = 0; t < n; ++t) l.at(b, h, t, 0) = ls[t];
-        continue;
-      }
-      for (int64_t t = 0; t < n; ++t) {
-        if (ls[t] == kNegInf) continue;
-        float& L = l.at(b, h, t, 0);
-        const float m = std::max(L, ls[t]);
-        const float wa = exp_f32(L - m), wb = exp_f32(ls[t] - m), inv = 1.0f / (wa + wb);
-        float* out = o.row(b, h, t);
-        const float* part_out = o_seg.row(b, h, t);
-#pragma omp simd
-        for (int64_t d = 0; d < D; ++d) out[d] = (wa * out[d] + wb * part_out[d]) * inv;
-        L = m + std::log(wa + wb);
-      }
-    }
+    const LseView lv{l.data, l.strides.sb, l.strides.sh, l.strides.sn};
+    part.qk.bind(seg.queries.of(a.q), keys_view(part, a.k, part.kg));
+    part.engine.forward(part.qk, keys_view(part, a.v, part.vg), seg.queries.of(a.o), &lv, !part.direct);
   }
 }
 

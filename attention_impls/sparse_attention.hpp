@@ -1,8 +1,10 @@
 // The shared core of the fixed sparse patterns (`local`, `sliding`, `dilated`, `strided`,
 // `longformer`, `bigbird`): each pattern is a union of disjoint *segments*, and each segment is
 // softmax attention of a set of query rows over a set of key rows with one contiguous range of
-// keys per query, run on the tiled online-softmax engine. Segment outputs are merged by their
-// row log-sum-exps (exactly the softmax over the union). The backward pass runs every segment's
+// keys per query, run on the tiled online-softmax engine. A segment whose rows an earlier one
+// already has resumes that one's online softmax from O and the row log-sum-exp (exactly the
+// softmax over the union), so there is neither a second output buffer nor a merge pass.
+// The backward pass runs every segment's
 // engine with the merged log-sum-exp and output, accumulating dQ, dK, dV: the softmax gradient
 // is additive over disjoint key sets once P is taken from the union's normaliser.
 //
@@ -76,10 +78,12 @@ class SparseAttention : public Attention {
 
   mutable std::vector<std::unique_ptr<Part>> parts_;
   mutable bool built_ = false;
-  mutable bool uncovered_rows_ = true;
+  // O and lse start as 0 and -inf: some row has no segment, or a resuming segment has rows
+  // that no earlier segment had.
+  mutable bool zero_first_ = true;
   mutable Mode planned_mode_ = Mode::fwd;
   mutable bool planned_ = false;
-  Buffer<float> o_tmp_, lse_;
+  Buffer<float> lse_;  // the merged row log-sum-exp, (B, H, N)
   Buffer<float> ring_k_, ring_v_, ring_scores_;  // decode
 };
 

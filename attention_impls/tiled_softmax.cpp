@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <set>
+#include <stdexcept>
 
 #include "core/vecmath.hpp"
 
@@ -208,7 +209,10 @@ void TiledSoftmax::setup(Mode mode) {
 //                                                      tile writes O_i = P V_j, so O_i is
 //                                                      neither zeroed nor rescaled before it)
 //   finally O_i /= l, and lse = m + log l is kept for the backward pass.
-void TiledSoftmax::forward(const LogitsSource& src, const TensorView& v, const TensorView& o) {
+// Resuming, every block starts from the earlier key set's m = lse, l = 1 (0 where lse is -inf)
+// and its O_i, and every tile accumulates.
+void TiledSoftmax::forward(const LogitsSource& src, const TensorView& v, const TensorView& o,
+                           const LseView* lse_out, bool resume) {
   const int64_t kFwdRows = s_.fwd_rows, kFwdCols = s_.fwd_cols;
   const int64_t Nq = s_.Nq, Nk = s_.Nk, D = s_.D, nq = (Nq + kFwdRows - 1) / kFwdRows;
   const int64_t items = s_.B * s_.H * nq;
@@ -216,6 +220,7 @@ void TiledSoftmax::forward(const LogitsSource& src, const TensorView& v, const T
   const bool tight = s_.tight && ranged;
   float* lse_all = lse_.data();
   const size_t per_thread = tile_floats(mode_);
+  if (resume && !lse_out) throw std::logic_error("TiledSoftmax::forward: resuming needs the earlier log-sum-exp");
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t it = 0; it < items; ++it) {
     const int tid = omp_get_thread_num();
@@ -232,10 +237,10 @@ void TiledSoftmax::forward(const LogitsSource& src, const TensorView& v, const T
     float* O = o.row(b, h, r0);
     const int64_t ldo = s_.ld_o;
     for (int64_t r = 0; r < rows; ++r) {
-      m[r] = kNegInf;
-      l[r] = 0.0f;
+      m[r] = resume ? *lse_out->row(b, h, r0 + r) : kNegInf;
+      l[r] = m[r] == kNegInf ? 0.0f : 1.0f;
     }
-    bool first_tile = true;
+    bool first_tile = !resume;
     // Keys any row of this block may use; tiles start on the grid of kFwdCols.
     const int64_t key_lo = ranged ? keys_of(r0).first : 0;
     const int64_t key_hi = ranged ? keys_of(r0 + rows - 1).second : Nk;
@@ -272,7 +277,9 @@ void TiledSoftmax::forward(const LogitsSource& src, const TensorView& v, const T
     for (int64_t r = 0; r < rows; ++r) {
       const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
       scale_inplace(O + r * ldo, D, inv);
-      if (lse) lse[r] = l[r] > 0.0f ? m[r] + std::log(l[r]) : kNegInf;
+      const float row_lse = l[r] > 0.0f ? m[r] + std::log(l[r]) : kNegInf;
+      if (lse) lse[r] = row_lse;
+      if (lse_out) *lse_out->row(b, h, r0 + r) = row_lse;
     }
   }
 }

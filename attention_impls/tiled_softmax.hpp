@@ -116,12 +116,13 @@ struct TiledSoftmaxShape {
   }
 };
 
-// Where a backward pass reads each row's log-sum-exp when it is given from outside (the
-// merged one of a union of key sets): row t of (b, h) is at base[b * b_stride + h * h_stride +
-// t * row_stride].
+// A row log-sum-exp kept outside the engine (the merged one of a union of key sets): row t of
+// (b, h) is at base[b * b_stride + h * h_stride + t * row_stride]. The forward pass can write
+// it (and, resuming, read it first); the backward pass reads it.
 struct LseView {
-  const float* base = nullptr;
+  float* base = nullptr;
   int64_t b_stride = 0, h_stride = 0, row_stride = 1;
+  float* row(int64_t b, int64_t h, int64_t t) const { return base + b * b_stride + h * h_stride + t * row_stride; }
 };
 
 class TiledSoftmax {
@@ -133,8 +134,13 @@ class TiledSoftmax {
   // Everything setup() will allocate: tiles, scratchpads, the saved log-sum-exp and row sums.
   size_t working_bytes(Mode mode) const;
   void setup(Mode mode);
-  // O = softmax(logits) V, per (b, h) and block of query rows.
-  void forward(const LogitsSource& src, const TensorView& v, const TensorView& o);
+  // O = softmax(logits) V, per (b, h) and block of query rows. With `lse`, each row's
+  // log-sum-exp is written there. With `resume` as well, O and lse already hold the softmax
+  // of an earlier, disjoint key set (lse -inf and O 0 where it had none), and the result is
+  // the softmax over the union: the online softmax starts from (m = lse, l = 1, O) instead of
+  // from nothing, so segments of a pattern merge without a second output buffer or pass.
+  void forward(const LogitsSource& src, const TensorView& v, const TensorView& o, const LseView* lse = nullptr,
+               bool resume = false);
   // dV, and through src the logits' inputs; dv is overwritten, or accumulated into when
   // `accumulate`. `lse`, when given, replaces the forward's own (see LseView).
   void backward(const LogitsSource& src, const TensorView& v, const TensorView& o,

@@ -26,7 +26,27 @@ void BM_TileMatmulQK(benchmark::State& state) {
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * rows * cols * D, benchmark::Counter::kIsIterationInvariantRate,
                                                  benchmark::Counter::kIs1000);
 }
-BENCHMARK(BM_TileMatmulQK)->Args({128, 256})->Args({64, 128})->Args({256, 512});
+// (48, 176): a band tile of the sparse engine (48 rows, window ±64).
+BENCHMARK(BM_TileMatmulQK)->Args({128, 256})->Args({64, 128})->Args({256, 512})->Args({48, 176});
+
+// O(rows, D) = P(rows, cols) V(cols, D), the tile's second product.
+void BM_TileMatmulPV(benchmark::State& state) {
+  omp_set_num_threads(1);
+  const int64_t rows = state.range(0), cols = state.range(1), D = 64;
+  ab::Buffer<float> p(rows * cols), v(cols * D), o(rows * D);
+  p.zero();
+  v.zero();
+  ab::Matmul mm(ab::MatmulSpec::tile(rows, D, cols, cols, false, D, false, D));
+  ab::Buffer<std::byte> scratch(mm.scratchpad_bytes());
+  mm.bind(1, scratch.data());
+  for (auto _ : state) {
+    mm.run(0, p.data(), v.data(), o.data());
+    benchmark::DoNotOptimize(o.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * rows * cols * D, benchmark::Counter::kIsIterationInvariantRate,
+                                                 benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_TileMatmulPV)->Args({128, 256})->Args({64, 128})->Args({48, 176});
 
 void BM_ExpShiftSum(benchmark::State& state) {
   const int64_t n = state.range(0);

@@ -9,6 +9,7 @@
 #include <limits>
 #include <set>
 
+#include "attention_impls/sparse_segments.hpp"
 #include "attention_impls/tiled_softmax.hpp"
 #include "tests/helpers.hpp"
 #include "tests/reference.hpp"
@@ -153,6 +154,110 @@ TEST(TiledSoftmaxEngine, WritesEveryOutputRowWithoutReadingItFirst) {
       // Rows 32..61 use 28 keys; rows 62..69 are clipped at N: 27 down to 20.
       EXPECT_DOUBLE_EQ(engine.pairs(), 30 * 28 + (27 + 20) * 8 / 2);
     }
+}
+
+// Resuming: a second engine over a disjoint key range continues from the first one's O and
+// log-sum-exp, and the result is the softmax over the union. Rows 0..15 have no key in the
+// first range (they start from O = 0, lse = -inf), rows 50..69 none in the second; the lse
+// written is the union's.
+TEST(TiledSoftmaxEngine, ResumesFromAnEarlierKeySet) {
+  const int64_t N = 70, D = 8;
+  const Shape4 s{1, 2, N, D};
+  std::vector<float> q(static_cast<size_t>(s.numel())), k(q.size()), v(q.size()), o(q.size());
+  for (size_t x = 0; x < q.size(); ++x) {
+    q[x] = 2.0f * std::sin(0.37f * static_cast<float>(x));
+    k[x] = std::cos(0.23f * static_cast<float>(x));
+    v[x] = std::sin(0.11f * static_cast<float>(x) + 1.0f);
+  }
+  const Strides3 st = Strides3::contiguous(s);
+  const TensorView Q{q.data(), s, st}, K{k.data(), s, st}, V{v.data(), s, st}, O{o.data(), s, st};
+  using Range = std::pair<int64_t, int64_t>;
+  auto first = [](int64_t i) { return i < 16 ? Range{0, 0} : Range{i - 16, i - 4}; };
+  auto second = [N](int64_t i) { return i >= 50 ? Range{N, N} : Range{i - 3, i + 12}; };
+  for (int64_t cols : {8, 64}) {
+    std::vector<float> lse(static_cast<size_t>(2 * N));
+    const LseView lv{lse.data(), 2 * N, N, 1};
+    QKLogits qk(D, D, D, 1.0f / std::sqrt(static_cast<float>(D)));
+    qk.bind(Q, K);
+    std::fill(o.begin(), o.end(), std::numeric_limits<float>::quiet_NaN());
+    for (int part = 0; part < 2; ++part) {
+      TiledSoftmaxShape sh = TiledSoftmaxShape::dense(1, 2, N, N, D, false, D, D, omp_get_max_threads());
+      sh.keys = part == 0 ? KeyRangeFn(first) : KeyRangeFn(second);
+      sh.tight = true;
+      sh.fwd_rows = 16;
+      sh.fwd_cols = cols;
+      TiledSoftmax engine(sh);
+      engine.plan(Mode::fwd, qk);
+      engine.setup(Mode::fwd);
+      engine.forward(qk, V, O, &lv, part == 1);
+    }
+    auto admissible = [&](int64_t i, int64_t j) {
+      const auto [a, b] = first(i);
+      const auto [c, d] = second(i);
+      return (j >= a && j < b) || (j >= c && j < d && j < N);
+    };
+    const auto want = ref::forward(Q, K, V, admissible);
+    EXPECT_LT(ref::rel_err(o.data(), want), 2e-5) << "cols " << cols;
+    for (int64_t h = 0; h < 2; ++h)
+      for (int64_t i = 0; i < N; ++i) {
+        double m = -1e300, sum = 0;
+        std::vector<double> logit(static_cast<size_t>(N));
+        for (int64_t j = 0; j < N; ++j) {
+          double dotp = 0;
+          for (int64_t d = 0; d < D; ++d) dotp += double(Q.at(0, h, i, d)) * K.at(0, h, j, d);
+          logit[static_cast<size_t>(j)] = dotp / std::sqrt(double(D));
+          if (admissible(i, j)) m = std::max(m, logit[static_cast<size_t>(j)]);
+        }
+        for (int64_t j = 0; j < N; ++j)
+          if (admissible(i, j)) sum += std::exp(logit[static_cast<size_t>(j)] - m);
+        EXPECT_NEAR(lse[static_cast<size_t>(h * N + i)], m + std::log(sum), 1e-5) << "h " << h << " row " << i;
+      }
+  }
+}
+
+// A pattern whose second segment shares some query rows with the first (so it resumes from
+// them) and has rows of its own that no earlier segment had (they start from O = 0, lse =
+// -inf), and rows 70.. that no segment has (O = 0). Forward and backward against the reference.
+class OverlappingSegments final : public SparseAttention {
+ public:
+  explicit OverlappingSegments(const AttnProblem& p) : SparseAttention(p) {}
+
+ protected:
+  std::vector<Segment> make_segments(Rng*) const override {
+    std::vector<Segment> s;
+    s.push_back(dense(rows(0, 40), rows(0, 30)));   // queries 0..39 over keys 0..29
+    s.push_back(dense(rows(20, 50), rows(30, 40)));  // queries 20..69 over keys 30..69
+    return s;
+  }
+};
+
+TEST(SparseAttentionSegments, ResumeOnRowsPartlyNewToThePattern) {
+  // N = 70: every row has a segment, so only the resuming segment's new rows need O = 0 and
+  // lse = -inf first; N = 80: rows 70.. have no segment as well.
+  for (int64_t N : {70, 80}) {
+    const Shape4 s{1, 2, N, 8};
+    omp_set_num_threads(1);  // the problem's thread count: one execution slot
+    OverlappingSegments impl(AttnProblem{s, false, Strides3::contiguous(s), 1});
+    impl.validate();
+    AttnData data(s, 5, true);
+    Rng rng(5, kStreamParams);
+    impl.setup(Mode::fwdbwd, rng);
+    const AttnArgs a = data.args();
+    for (int call = 0; call < 2; ++call) {  // the output of an earlier call must not leak in
+      std::fill(a.o.data, a.o.data + s.numel(), std::numeric_limits<float>::quiet_NaN());
+      impl.forward(a);
+    }
+    impl.backward(a);
+    auto mask = [](int64_t i, int64_t j) { return (i < 40 && j < 30) || (i >= 20 && i < 70 && j >= 30 && j < 70); };
+    EXPECT_LT(ref::rel_err(a.o.data, ref::forward(a.q, a.k, a.v, mask)), 2e-5) << "N=" << N;
+    if (N > 70) {
+      EXPECT_EQ(a.o.at(0, 1, 75, 3), 0.0f) << "a row with no key";
+    }
+    const auto g = ref::backward(a.q, a.k, a.v, a.dout, mask);
+    EXPECT_LT(ref::rel_err(a.dq.data, g.dq), 1e-4) << "dq N=" << N;
+    EXPECT_LT(ref::rel_err(a.dk.data, g.dk), 1e-4) << "dk N=" << N;
+    EXPECT_LT(ref::rel_err(a.dv.data, g.dv), 1e-4) << "dv N=" << N;
+  }
 }
 
 // ---- BigBird: its mask depends on the dumped random draw, per head ----
