@@ -10,41 +10,40 @@
 
 namespace {
 
-void BM_TileMatmulQK(benchmark::State& state) {
+// Times one tile product C = A B (zero inputs: the speed does not depend on the values) and
+// reports GFLOP/s.
+void time_tile(benchmark::State& state, const ab::MatmulSpec& spec, int64_t a_floats, int64_t b_floats,
+               int64_t c_floats) {
   omp_set_num_threads(1);
-  const int64_t rows = state.range(0), cols = state.range(1), D = 64;
-  ab::Buffer<float> q(rows * D), k(cols * D), s(rows * cols);
-  q.zero();
-  k.zero();
-  ab::Matmul mm(ab::MatmulSpec::tile(rows, cols, D, D, false, D, true, cols, 0.125f));
+  ab::Buffer<float> a(a_floats), b(b_floats), c(c_floats);
+  a.zero();
+  b.zero();
+  ab::Matmul mm(spec);
   ab::Buffer<std::byte> scratch(mm.scratchpad_bytes());
   mm.bind(1, scratch.data());
   for (auto _ : state) {
-    mm.run(0, q.data(), k.data(), s.data());
-    benchmark::DoNotOptimize(s.data());
+    mm.run(0, a.data(), b.data(), c.data());
+    benchmark::DoNotOptimize(c.data());
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * rows * cols * D, benchmark::Counter::kIsIterationInvariantRate,
-                                                 benchmark::Counter::kIs1000);
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * spec.M * spec.N * spec.K,
+                                                 benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+}
+
+constexpr int64_t kD = 64;
+
+// S(rows, cols) = 0.125 Q(rows, D) K(cols, D)^T, the tile's first product.
+void BM_TileMatmulQK(benchmark::State& state) {
+  const int64_t rows = state.range(0), cols = state.range(1);
+  time_tile(state, ab::MatmulSpec::tile(rows, cols, kD, kD, false, kD, true, cols, 0.125f), rows * kD, cols * kD,
+            rows * cols);
 }
 // (48, 176): a band tile of the sparse engine (48 rows, window ±64).
 BENCHMARK(BM_TileMatmulQK)->Args({128, 256})->Args({64, 128})->Args({256, 512})->Args({48, 176});
 
 // O(rows, D) = P(rows, cols) V(cols, D), the tile's second product.
 void BM_TileMatmulPV(benchmark::State& state) {
-  omp_set_num_threads(1);
-  const int64_t rows = state.range(0), cols = state.range(1), D = 64;
-  ab::Buffer<float> p(rows * cols), v(cols * D), o(rows * D);
-  p.zero();
-  v.zero();
-  ab::Matmul mm(ab::MatmulSpec::tile(rows, D, cols, cols, false, D, false, D));
-  ab::Buffer<std::byte> scratch(mm.scratchpad_bytes());
-  mm.bind(1, scratch.data());
-  for (auto _ : state) {
-    mm.run(0, p.data(), v.data(), o.data());
-    benchmark::DoNotOptimize(o.data());
-  }
-  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * rows * cols * D, benchmark::Counter::kIsIterationInvariantRate,
-                                                 benchmark::Counter::kIs1000);
+  const int64_t rows = state.range(0), cols = state.range(1);
+  time_tile(state, ab::MatmulSpec::tile(rows, kD, cols, cols, false, kD, false, kD), rows * cols, cols * kD, rows * kD);
 }
 BENCHMARK(BM_TileMatmulPV)->Args({128, 256})->Args({64, 128})->Args({48, 176});
 
