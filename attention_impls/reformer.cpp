@@ -263,22 +263,35 @@ class Reformer final : public Attention {
         for (; i + 64 <= rows; i += 64) argmax_pm_x16<4>(x + i, rows, half, arg + i);
         for (; i + 16 <= rows; i += 16) argmax_pm_x16<1>(x + i, rows, half, arg + i);
 #endif
-        for (; i < rows; ++i) argmax_pm(x + i, rows, half, arg + i);
+        for (; i < rows; i += kArgmaxBlock)
+          argmax_pm(x + i, rows, half, std::min(kArgmaxBlock, rows - i), arg + i);
         int64_t* out = buckets_of(b, h, r) + i0;
         for (int64_t k = 0; k < rows; ++k) out[k] = arg[k];
       }
     }
   }
-  // arg = argmax over [x ; -x] of one column of x(half, ·) with row stride ld.
-  static void argmax_pm(const float* x, int64_t ld, int64_t half, int32_t* arg) {
-    float hi = kNegInf, lo = -kNegInf;
-    int32_t ahi = 0, alo = 0;
+  // arg[c] = argmax over [x ; -x] of column c < n of x(half, ·) with row stride ld. The portable
+  // path (and the AVX-512 path's tail): the state of up to kArgmaxBlock columns lives in small
+  // arrays so that the compiler vectorises each step across columns.
+  static constexpr int64_t kArgmaxBlock = 64;
+  static void argmax_pm(const float* x, int64_t ld, int64_t half, int64_t n, int32_t* arg) {
+    float hi[kArgmaxBlock], lo[kArgmaxBlock];
+    int32_t ahi[kArgmaxBlock], alo[kArgmaxBlock];
+    for (int64_t c = 0; c < n; ++c) hi[c] = kNegInf, lo[c] = -kNegInf, ahi[c] = alo[c] = 0;
     for (int64_t k = 0; k < half; ++k) {
-      const float v = x[k * ld];
-      if (v > hi) hi = v, ahi = static_cast<int32_t>(k);
-      if (v < lo) lo = v, alo = static_cast<int32_t>(k);
+      const float* xk = x + k * ld;
+      const auto kk = static_cast<int32_t>(k);
+#pragma omp simd
+      for (int64_t c = 0; c < n; ++c) {
+        const float v = xk[c];
+        const bool up = v > hi[c], down = v < lo[c];
+        hi[c] = up ? v : hi[c];
+        ahi[c] = up ? kk : ahi[c];
+        lo[c] = down ? v : lo[c];
+        alo[c] = down ? kk : alo[c];
+      }
     }
-    *arg = -lo > hi ? static_cast<int32_t>(half) + alo : ahi;
+    for (int64_t c = 0; c < n; ++c) arg[c] = -lo[c] > hi[c] ? static_cast<int32_t>(half) + alo[c] : ahi[c];
   }
 #if defined(__AVX512F__)
   // The same for 16·V adjacent columns, V independent vectors per step so that the compare
