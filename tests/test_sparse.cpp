@@ -76,8 +76,14 @@ TEST_P(SparseVsMaskedVanilla, ForwardAndBackward) {
   const auto mask = pattern_mask(c.mech, c.params, c.N, c.causal);
   EXPECT_LT(ref::rel_err(a.o.data, ref::forward(a.q, a.k, a.v, mask)), 2e-5);
   const auto g = ref::backward(a.q, a.k, a.v, a.dout, mask);
-  EXPECT_LT(ref::rel_err(a.dq.data, g.dq), 1e-4) << "dq";
-  EXPECT_LT(ref::rel_err(a.dk.data, g.dk), 1e-4) << "dk";
+  // dQ and dK come from dS = P (dP - delta), a difference of two dot products of dO: with one
+  // admissible key per row (window 0) both are exactly zero in theory and float rounding of
+  // that difference is ~1e-6, which depends on the summation order of the matmul kernel the CPU
+  // gets (AVX2 and AVX-512 differ). Their errors are measured against the gradients' scale,
+  // dV = P^T dO, which is never degenerate.
+  const double scale = std::max(1e-2, ref::max_abs(g.dv));
+  EXPECT_LT(ref::rel_err(a.dq.data, g.dq, scale), 1e-4) << "dq";
+  EXPECT_LT(ref::rel_err(a.dk.data, g.dk, scale), 1e-4) << "dk";
   EXPECT_LT(ref::rel_err(a.dv.data, g.dv), 1e-4) << "dv";
   EXPECT_EQ(r.tracked_peak, r.declared);
 }
