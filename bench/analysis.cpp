@@ -376,7 +376,18 @@ CompareOutcome compare_files(const ResultFile& base, const ResultFile& next, con
 }
 
 int cmd_compare(const std::string& base, const std::string& next, const CompareOptions& o) {
-  const CompareOutcome c = compare_files(read_result_file(base), read_result_file(next), o);
+  const ResultFile bf = read_result_file(base), nf = read_result_file(next);
+  // Wall times from two machines measure the machines: such a pair is refused (exit 3, so a gate
+  // can look for the baseline of its own machine). Files older than machine_id are compared.
+  const std::string bm = bf.context.value("machine_id", ""), nm = nf.context.value("machine_id", "");
+  if (o.metric == "time" && !o.any_machine && !bm.empty() && !nm.empty() && bm != nm) {
+    std::cerr << fmt::format("compare: {} was measured on {} and {} on {}: wall times from different machines are not "
+                             "comparable (--any-machine compares them anyway; instructions and memory do not depend "
+                             "on the machine)\n",
+                             base, bm, next, nm);
+    return 3;
+  }
+  const CompareOutcome c = compare_files(bf, nf, o);
   std::cout << c.table;
   std::cerr << fmt::format("compare ({}, max regression {:.0f}%{}): {}\n", o.metric, 100 * o.max_regress,
                            o.metric == "time" ? fmt::format(", alpha {}", o.alpha) : "",

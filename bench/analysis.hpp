@@ -30,6 +30,7 @@ struct CompareOptions {
   double max_regress = 0.05;
   double alpha = 0.05;
   std::string format = "md";
+  bool any_machine = false;  // time: compare files measured on different machines anyway
 };
 struct CompareOutcome {
   std::string table;

@@ -592,6 +592,8 @@ int cli_main(int argc, char** argv) {
   compare->add_option("--max-regress", copts.max_regress, "relative worsening tolerated, 0.05 = 5%")->capture_default_str();
   compare->add_option("--alpha", copts.alpha, "significance level of the Mann-Whitney U test")->capture_default_str();
   compare->add_option("--format", copts.format, "md | csv")->capture_default_str();
+  compare->add_flag("--any-machine", copts.any_machine,
+                    "compare wall times measured on different machines (exit 3 without it)");
 
   // merge
   std::vector<std::string> merge_files;

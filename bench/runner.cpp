@@ -408,6 +408,8 @@ nlohmann::json run_context(const std::string& command, uint64_t seed, int thread
       {"command", command},
       {"seed", seed},
       {"cpu_model", m.cpu_model},
+      {"cpu_isa", m.cpu_isa},
+      {"machine_id", m.machine_id},
       {"physical_memory_bytes", m.physical_memory},
       {"gemm_gflops_per_s_1thread", gemm_gflops},
       {"gemm_reference", "oneDNN f32 matmul 1024x1024x1024, one thread, best of 5"},

@@ -4,6 +4,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -80,6 +83,20 @@ MachineInfo machine_info() {
   add("Instruction", 1, sysconf(_SC_LEVEL1_ICACHE_SIZE));
   add("Unified", 2, sysconf(_SC_LEVEL2_CACHE_SIZE));
   add("Unified", 3, sysconf(_SC_LEVEL3_CACHE_SIZE));
+  m.cpu_isa = __builtin_cpu_supports("avx512f")  ? "avx512"
+              : __builtin_cpu_supports("avx2")   ? "avx2"
+              : __builtin_cpu_supports("avx")    ? "avx"
+              : __builtin_cpu_supports("sse4.2") ? "sse4.2"
+                                                 : "x86-64";
+  std::string id;
+  for (const char c : m.cpu_model) {
+    const bool alnum = std::isalnum(static_cast<unsigned char>(c)) != 0;
+    if (alnum) id += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    else if (!id.empty() && id.back() != '-') id += '-';
+  }
+  if (!id.empty() && id.back() == '-') id.pop_back();
+  m.machine_id = fmt::format("{}-{}-l1d{}k-l2{}k-{}cpu", id.empty() ? "cpu" : id, m.cpu_isa,
+                             sysconf(_SC_LEVEL1_DCACHE_SIZE) / 1024, sysconf(_SC_LEVEL2_CACHE_SIZE) / 1024, m.num_cpus);
   double la[3] = {0, 0, 0};
   if (getloadavg(la, 3) == 3) m.load_avg = {la[0], la[1], la[2]};
   m.physical_memory = physical_memory_bytes();

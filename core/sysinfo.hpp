@@ -27,6 +27,12 @@ struct CacheInfo {
 
 struct MachineInfo {
   std::string host_name, cpu_model, date;
+  // The widest vector extension the CPU has (avx512, avx2, avx, sse4.2, x86-64): oneDNN's
+  // kernels and ours take different paths on each, so wall times differ by more than clocks.
+  std::string cpu_isa;
+  // One token naming the machine for wall-time comparisons: model, ISA, private cache sizes and
+  // CPU count (a VM's model name alone, such as "AMD EPYC", does not tell Zen 3 from Zen 5).
+  std::string machine_id;
   int num_cpus = 0;
   double mhz_per_cpu = 0;
   std::vector<CacheInfo> caches;

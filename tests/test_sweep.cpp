@@ -352,6 +352,34 @@ TEST(Compare, InstructionCountsUseAPlainThreshold) {
   EXPECT_EQ(e.code, 0) << e.out;
 }
 
+// Wall times of two machines are refused (exit 3); instructions and memory are compared, and
+// --any-machine compares the times anyway.
+TEST(Compare, WallTimesFromAnotherMachineAreNotCompared) {
+  auto doc = nlohmann::json::parse(slurp(kFixture));
+  doc["context"]["machine_id"] = "zen3-avx2-l1d32k-l2512k-2cpu";
+  const std::string here = test::temp_path("machine_here.json"), there = test::temp_path("machine_there.json");
+  std::ofstream(here) << doc.dump();
+  doc["context"]["machine_id"] = "zen5-avx512-l1d48k-l21024k-2cpu";
+  std::ofstream(there) << doc.dump();
+  auto e = exec("compare " + here + " " + there);
+  EXPECT_EQ(e.code, 3) << e.out;
+  EXPECT_NE(e.out.find("not comparable"), std::string::npos) << e.out;
+  EXPECT_EQ(e.out.find("| point |"), std::string::npos) << e.out;
+  e = exec("compare " + here + " " + there + " --any-machine");
+  EXPECT_EQ(e.code, 0) << e.out;
+  e = exec("compare " + here + " " + there + " --metric memory");
+  EXPECT_EQ(e.code, 0) << e.out;
+  e = exec("compare " + here + " " + here);
+  EXPECT_EQ(e.code, 0) << e.out;
+  // A file written by this build names its machine.
+  const std::string ran = test::temp_path("machine_ran.json");
+  e = exec("run --attn flash --seq 32 --heads 1 --dhead 8 --reps 1 --min-time 0 --out " + ran, false);
+  ASSERT_EQ(e.code, 0) << e.out;
+  const auto ctx = nlohmann::json::parse(slurp(ran))["context"];
+  EXPECT_FALSE(ctx.value("machine_id", "").empty());
+  EXPECT_NE(ctx.value("machine_id", "").find(ctx.value("cpu_isa", "?")), std::string::npos);
+}
+
 TEST(Compare, BadInputExitsTwo) {
   const std::string other = test::temp_path("other.json");
   auto e = exec("run --attn flash --seq 32 --heads 1 --dhead 8 --reps 1 --min-time 0 --out " + other, false);
