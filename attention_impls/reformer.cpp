@@ -449,14 +449,9 @@ class Reformer final : public Attention {
           // ||q_i||; a zero query has a zero key, its finite logits are 0 at any positive scale.
           const float nq = std::max(inv[perm[q0 + rr]] > 0.0f ? 1.0f / inv[perm[q0 + rr]] : 0.0f,
                                     std::numeric_limits<float>::min());
-          const float m = nq * max_of(Sr, W);
-          float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-          for (int64_t k = 0; k < W; ++k) {
-            const float e = exp_f32(nq * Sr[k] - m);
-            Sr[k] = e;
-            sum += e;
-          }
+          scale_inplace(Sr, W, nq);
+          const float m = max_of(Sr, W);
+          const float sum = exp_shift_sum(Sr, Sr, W, m);
           lc[rr] = m + std::log(sum);
           lc[bs_ + rr] = 1.0f / sum;
         }
@@ -538,11 +533,9 @@ class Reformer final : public Attention {
           float* Ar = A + rr * W;
           float* dAr = dA + rr * W;
           const float l = Ls[c * bs_ + rr], dl = deltas[c * bs_ + rr];
+          exp_shift_sum(Ar, Ar, W, l);
 #pragma omp simd
-          for (int64_t k = 0; k < W; ++k) {
-            Ar[k] = exp_f32(Ar[k] - l);
-            dAr[k] = Ar[k] * (dAr[k] - dl);
-          }
+          for (int64_t k = 0; k < W; ++k) dAr[k] = Ar[k] * (dAr[k] - dl);
         }
         mm_.run(tid, spec_dq(), dA, Ks + w0 * Dd, dQc);
         mm_.run(tid, spec_dk(), dA, Qc, dKs + w0 * Dd);

@@ -349,10 +349,9 @@ class Sinkhorn final : public Attention {
         float* dAr = dA + r * b2;
         const float delta = dot(a.dout.row(b, h, r0 + r), a.o.row(b, h, r0 + r), Dd);
         const float l = lse[r0 + r];
-        for (int64_t c = 0; c < b2; ++c) {
-          Ar[c] = exp_f32(Ar[c] - l);
-          dAr[c] = Ar[c] * (dAr[c] - delta);
-        }
+        exp_shift_sum(Ar, Ar, b2, l);
+#pragma omp simd
+        for (int64_t c = 0; c < b2; ++c) dAr[c] = Ar[c] * (dAr[c] - delta);
       }
       float* dQ = a.dq.row(b, h, r0);
       mm_.run(tid, spec_dq(false), dA, Kc + r0 * Dd, dQ);
