@@ -430,10 +430,14 @@ TEST(Merge, ShardsTogetherEqualTheWholeGrid) {
 
 TEST(Instructions, CountedDeterministicallyOrRefusedWithTheReason) {
   const std::string args = "run --attn linear --seq 64 --heads 1 --dhead 16 --reps 1 --min-time 0 --count instructions --format json";
-#ifdef __AVX512F__
+#if defined(__AVX512F__)
   auto e = exec(args);
   EXPECT_EQ(e.code, 2) << e.out;
   EXPECT_NE(e.out.find("without AVX-512"), std::string::npos) << e.out;
+#elif defined(__SANITIZE_ADDRESS__)
+  auto e = exec(args);
+  EXPECT_EQ(e.code, 2) << e.out;
+  EXPECT_NE(e.out.find("without AddressSanitizer"), std::string::npos) << e.out;
 #else
   double counts[2] = {0, 0};
   for (double& c : counts) {
