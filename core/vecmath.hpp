@@ -49,6 +49,32 @@ inline float exp_f32(float x) {
   return underflow ? 0.0f : scaled;
 }
 
+#if defined(__AVX2__) && defined(__FMA__)
+// exp_f32 on 8 lanes (AVX2 + FMA): the same reduction and polynomial, 2^n assembled in the
+// exponent bits, the underflow test as a lane mask.
+inline __m256 exp_f32x8(__m256 x) {
+  using namespace exp_consts;
+  const __m256 keep = _mm256_cmp_ps(x, _mm256_set1_ps(kMin), _CMP_GE_OQ);
+  const __m256 xc = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(kMin)), _mm256_set1_ps(kMax));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Hi), xc);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Lo), r);
+  __m256 p = _mm256_set1_ps(kPoly[0]);
+  for (int c = 1; c < 6; ++c) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kPoly[c]));
+  p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(bits)), keep);
+}
+
+// The sum of the 8 lanes.
+inline float sum_lanes(__m256 v) {
+  __m128 q = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+  q = _mm_add_ss(q, _mm_movehdup_ps(q));
+  return _mm_cvtss_f32(q);
+}
+#endif
+
 #if defined(__AVX512F__)
 // exp_f32 on 16 lanes: the same reduction and polynomial, with 2^n applied by vscalefps (which
 // GCC does not derive from the scalar bit assembly) and the underflow test as a lane mask.
@@ -69,43 +95,15 @@ inline __m512 exp_f32x16(__m512 x) {
   return _mm512_maskz_scalef_ps(keep, p, n);
 }
 
-// The sum of the 16 lanes by halving (_mm512_reduce_add_ps and the 512-to-256 cast trip the
-// same GCC 12 warning).
+// The sum of the 16 lanes: the two halves added, then the 8-lane sum (_mm512_reduce_add_ps and
+// the 512-to-256 cast trip the same GCC 12 warning).
 inline float sum_lanes(__m512 v) {
   const __m256 lo = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, _mm512_castps_pd(v), 0));
   const __m256 hi = _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xF, _mm512_castps_pd(v), 1));
-  const __m256 h = _mm256_add_ps(lo, hi);
-  __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-  q = _mm_add_ps(q, _mm_movehl_ps(q, q));
-  q = _mm_add_ss(q, _mm_movehdup_ps(q));
-  return _mm_cvtss_f32(q);
+  return sum_lanes(_mm256_add_ps(lo, hi));
 }
 #endif
 
-#if !defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__)
-// exp_f32 on 8 lanes (AVX2 + FMA): the same reduction and polynomial, 2^n assembled in the
-// exponent bits, the underflow test as a lane mask.
-inline __m256 exp_f32x8(__m256 x) {
-  using namespace exp_consts;
-  const __m256 keep = _mm256_cmp_ps(x, _mm256_set1_ps(kMin), _CMP_GE_OQ);
-  const __m256 xc = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(kMin)), _mm256_set1_ps(kMax));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Hi), xc);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Lo), r);
-  __m256 p = _mm256_set1_ps(kPoly[0]);
-  for (int c = 1; c < 6; ++c) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kPoly[c]));
-  p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(bits)), keep);
-}
-
-inline float sum_lanes(__m256 v) {
-  __m128 q = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  q = _mm_add_ps(q, _mm_movehl_ps(q, q));
-  q = _mm_add_ss(q, _mm_movehdup_ps(q));
-  return _mm_cvtss_f32(q);
-}
-#endif
 
 // y[i] = exp(x[i] - shift), returns the sum of y.
 inline float exp_shift_sum(const float* x, float* y, int64_t n, float shift) {
