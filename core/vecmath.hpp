@@ -34,8 +34,10 @@ constexpr float kPoly[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f
 inline float exp_f32(float x) {
   using namespace exp_consts;
   const bool underflow = !(x >= kMin);  // also catches -inf (and NaN maps to 0 too)
-  float xc = x > kMax ? kMax : x;
-  xc = xc < kMin ? kMin : xc;
+  // Lanes that underflow compute exp(0) and are zeroed at the end: clamping them to kMin
+  // instead would make p·2^-126 a denormal, which costs a microcode assist per vector (the
+  // softmax of a masked row ran 2.2x slower on a Zen 3).
+  const float xc = underflow ? 0.0f : (x > kMax ? kMax : x);
   // n = round(x / ln2) by the float magic-number trick (exact for |n| < 2^22).
   const float n = (xc * kLog2e + 12582912.0f) - 12582912.0f;
   float r = xc - n * kLn2Hi;
@@ -55,7 +57,7 @@ inline float exp_f32(float x) {
 inline __m256 exp_f32x8(__m256 x) {
   using namespace exp_consts;
   const __m256 keep = _mm256_cmp_ps(x, _mm256_set1_ps(kMin), _CMP_GE_OQ);
-  const __m256 xc = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(kMin)), _mm256_set1_ps(kMax));
+  const __m256 xc = _mm256_min_ps(_mm256_and_ps(x, keep), _mm256_set1_ps(kMax));  // 0 where underflowing
   const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Hi), xc);
   r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Lo), r);
@@ -84,7 +86,7 @@ inline __m512 exp_f32x16(__m512 x) {
   // Zero-masked forms (all lanes, or the kept ones): the plain max, min, roundscale and scalef
   // pass an undefined source that GCC 12 reports as maybe-uninitialized (GCC bug 105593).
   constexpr __mmask16 all = 0xFFFF;
-  const __m512 xc = _mm512_maskz_min_ps(all, _mm512_maskz_max_ps(all, x, _mm512_set1_ps(kMin)), _mm512_set1_ps(kMax));
+  const __m512 xc = _mm512_maskz_min_ps(keep, x, _mm512_set1_ps(kMax));  // 0 where underflowing
   const __m512 n = _mm512_maskz_roundscale_ps(all, _mm512_mul_ps(xc, _mm512_set1_ps(kLog2e)),
                                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Hi), xc);
