@@ -38,6 +38,9 @@
 #include "attention_impls/registry.hpp"
 #include "core/matmul.hpp"
 #include "core/vecmath.hpp"
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
 
 namespace ab {
 namespace {
@@ -262,6 +265,9 @@ class Reformer final : public Attention {
 #if defined(__AVX512F__)
         for (; i + 64 <= rows; i += 64) argmax_pm_x16<4>(x + i, rows, half, arg + i);
         for (; i + 16 <= rows; i += 16) argmax_pm_x16<1>(x + i, rows, half, arg + i);
+#elif defined(__AVX2__)
+        for (; i + 16 <= rows; i += 16) argmax_pm_x8<2>(x + i, rows, half, arg + i);
+        for (; i + 8 <= rows; i += 8) argmax_pm_x8<1>(x + i, rows, half, arg + i);
 #endif
         for (; i < rows; i += kArgmaxBlock)
           argmax_pm(x + i, rows, half, std::min(kArgmaxBlock, rows - i), arg + i);
@@ -322,6 +328,37 @@ class Reformer final : public Attention {
       const __m512 neg_lo = _mm512_sub_ps(_mm512_setzero_ps(), lo[v]);
       const __mmask16 minus = _mm512_cmp_ps_mask(neg_lo, hi[v], _CMP_GT_OQ);
       _mm512_storeu_si512(arg + 16 * v, _mm512_mask_mov_epi32(ahi[v], minus, _mm512_add_epi32(alo[v], h)));
+    }
+  }
+#elif defined(__AVX2__)
+  // The same for 8·V adjacent columns with AVX2: compares give lane masks that blend the new
+  // values and indices in (GCC vectorises the portable loop, but keeps its state in memory).
+  // Two vectors per step leave four independent compare-and-blend chains.
+  template <int V>
+  static void argmax_pm_x8(const float* x, int64_t ld, int64_t half, int32_t* arg) {
+    __m256 hi[V], lo[V], ahi[V], alo[V];  // indices carried as float bit patterns for the blends
+    for (int v = 0; v < V; ++v) {
+      hi[v] = _mm256_set1_ps(kNegInf);
+      lo[v] = _mm256_set1_ps(-kNegInf);
+      ahi[v] = alo[v] = _mm256_setzero_ps();
+    }
+    for (int64_t k = 0; k < half; ++k) {
+      const __m256 kk = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int32_t>(k)));
+      for (int v = 0; v < V; ++v) {
+        const __m256 xv = _mm256_loadu_ps(x + k * ld + 8 * v);
+        const __m256 up = _mm256_cmp_ps(xv, hi[v], _CMP_GT_OQ);
+        const __m256 down = _mm256_cmp_ps(xv, lo[v], _CMP_LT_OQ);
+        hi[v] = _mm256_blendv_ps(hi[v], xv, up);
+        ahi[v] = _mm256_blendv_ps(ahi[v], kk, up);
+        lo[v] = _mm256_blendv_ps(lo[v], xv, down);
+        alo[v] = _mm256_blendv_ps(alo[v], kk, down);
+      }
+    }
+    const __m256i h = _mm256_set1_epi32(static_cast<int32_t>(half));
+    for (int v = 0; v < V; ++v) {
+      const __m256 minus = _mm256_cmp_ps(_mm256_sub_ps(_mm256_setzero_ps(), lo[v]), hi[v], _CMP_GT_OQ);
+      const __m256 lo_arg = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(alo[v]), h));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(arg + 8 * v), _mm256_castps_si256(_mm256_blendv_ps(ahi[v], lo_arg, minus)));
     }
   }
 #endif

@@ -299,8 +299,8 @@ TEST(Reformer, OneBucketOneChunkEqualsDenseSharedQKWithoutSelf) {
 
 // The dumped buckets are argmax([q·R ; -q·R]) of the dumped rotations (up to float rounding at
 // near-ties), and every bucket is used. Zero query rows tie everywhere and take bucket 0 (the
-// first index). The shapes cover the hash's row blocks of 256 and its vector paths: blocks of 64
-// and 16 rows and single rows left over.
+// first index). The shapes cover the hash's row blocks of 256 and its vector paths: blocks of 64,
+// 16 and 8 rows and single rows left over.
 struct BucketCase {
   int64_t N, n_buckets, bucket_size;
 };
@@ -354,7 +354,8 @@ INSTANTIATE_TEST_SUITE_P(All, ReformerBuckets,
                          ::testing::Values(BucketCase{256, 8, 16},    // one block of 256 rows
                                            BucketCase{280, 40, 8},    // 256, then 16 + 8 single rows
                                            BucketCase{90, 12, 10},    // 64 + 16 + 10 single rows
-                                           BucketCase{48, 6, 8}));    // 16-row blocks only
+                                           BucketCase{48, 6, 8},      // 16-row blocks only
+                                           BucketCase{320, 100, 8}));  // 256 + 64 rows, 150 columns
 
 struct ReformerCase {
   Shape4 shape;
