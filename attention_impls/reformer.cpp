@@ -15,7 +15,7 @@
 //   other admissible key, and with causal only j <= i. Rounds combine by their log-sum-exp:
 //   O_i = Σ_r exp(lse_r,i - L_i)·O_r,i with L_i = logsumexp_r(lse_r,i), accumulated online.
 // Optimises: the hash is one matrix product per row block for every round, and its argmax one
-//   pass over the projections with the running state in registers; each chunk gathers its
+//   pass over the projections with the running state in registers (AVX-512 and AVX2 paths); each chunk gathers its
 //   normalised keys and V (prefetching the random rows ahead) into a window buffer that holds
 //   the previous chunk in front, so the window of 2·bucket_size keys is one contiguous tile in
 //   cache and its logits and output are two oneDNN products; the output rows the chunk will

@@ -351,9 +351,10 @@ TEST_P(ReformerBuckets, AreTheArgmaxOfTheDumpedRotations) {
   EXPECT_EQ(used.size(), static_cast<size_t>(c.n_buckets));
 }
 INSTANTIATE_TEST_SUITE_P(All, ReformerBuckets,
+                         // Vector blocks per row block: AVX-512 64/16 then single rows, AVX2 16/8.
                          ::testing::Values(BucketCase{256, 8, 16},    // one block of 256 rows
-                                           BucketCase{280, 40, 8},    // 256, then 16 + 8 single rows
-                                           BucketCase{90, 12, 10},    // 64 + 16 + 10 single rows
+                                           BucketCase{280, 40, 8},    // 256, then 24 (16 + 8 single; AVX2 16 + 8)
+                                           BucketCase{90, 12, 10},    // 64 + 16 + 10 single (AVX2 5x16 + 8 + 2 single)
                                            BucketCase{48, 6, 8},      // 16-row blocks only
                                            BucketCase{320, 100, 8}));  // 256 + 64 rows, 150 columns
 
