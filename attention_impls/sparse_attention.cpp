@@ -55,7 +55,7 @@ void SparseAttention::build(Rng* rng) const {
     const bool gathered = seg.gathered;
     const int64_t ld_q = seg.queries.step * st.sn;
     const int64_t ld_k = gathered ? s.D : seg.keys.step * st.sn;
-    part->qk = QKLogits(s.D, ld_q, ld_k, 1.0f / std::sqrt(static_cast<float>(s.D)));
+    part->qk = QKLogits(s.D, ld_q, ld_k, 1.0f / std::sqrt(static_cast<float>(s.D)), seg.keys_major);
     TiledSoftmaxShape sh;
     sh.B = seg.queries.fold ? s.B * s.H : s.B;
     sh.H = seg.queries.fold ? seg.queries.fold : s.H;
@@ -71,8 +71,8 @@ void SparseAttention::build(Rng* rng) const {
     sh.keys = seg.range;
     sh.fwd_rows = seg.tile_rows;
     sh.fwd_cols = seg.tile_cols;
-    sh.bwd_rows = seg.tile_cols;
-    sh.bwd_cols = seg.tile_rows;
+    sh.bwd_rows = seg.bwd_tile_rows > 0 ? seg.bwd_tile_rows : seg.tile_cols;
+    sh.bwd_cols = seg.bwd_tile_cols > 0 ? seg.bwd_tile_cols : seg.tile_rows;
     sh.tight = seg.tight;
     part->engine = TiledSoftmax(sh);
     part->seg = std::move(seg);
@@ -130,7 +130,7 @@ size_t SparseAttention::working_bytes(Mode mode) const {
   size_t b = 0;
   for (auto& part : parts_) {
     if (!planned_ || planned_mode_ != mode) part->engine.plan(mode, part->qk);
-    b += part->engine.working_bytes(mode);
+    b += part->engine.working_bytes(mode) + part->qk.working_bytes(p_.threads);
     if (part->gathered())
       b += (mode == Mode::fwdbwd ? 4 : 2) * static_cast<size_t>(s.B * s.H * part->seg.keys.n * s.D) * sizeof(float) +
            static_cast<size_t>(s.H * part->seg.keys.n) * sizeof(int64_t);
@@ -160,6 +160,7 @@ void SparseAttention::setup(Mode mode, Rng& rng) {
   for (auto& part : parts_) {
     part->engine.plan(mode, part->qk);
     part->engine.setup(mode);
+    part->qk.setup(p_.threads);
     if (part->gathered()) {
       const size_t n = static_cast<size_t>(s.B * s.H * part->seg.keys.n * s.D);
       part->kg = Buffer<float>(n);

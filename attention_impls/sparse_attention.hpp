@@ -38,10 +38,12 @@ struct Segment {
   bool causal = false;  // in segment indices (queries and keys the same rows)
   bool exclude_self = false;  // query t never uses key t (queries and keys the same rows)
   KeyRangeFn range;     // keys of query t, in segment key indices (null: all)
-  // Score tiles: forward rows x cols (backward the transpose). A band's tiles are as wide as
-  // the band of a block of rows, so each block is one product (see sparse_segments.hpp).
-  int64_t tile_rows = 128, tile_cols = 256;
+  // Score tiles: forward rows x cols; backward bwd_rows x bwd_cols, or (0) the forward's
+  // transpose. A band's tiles are as wide as the band of a block of rows, so each block is one
+  // product (see sparse_segments.hpp).
+  int64_t tile_rows = 128, tile_cols = 256, bwd_tile_rows = 0, bwd_tile_cols = 0;
   bool tight = false;
+  bool keys_major = false;  // logits tiles as S^T = K Q^T (see QKLogits): a few queries, many keys
 };
 
 class SparseAttention : public Attention {

@@ -55,11 +55,30 @@ inline std::vector<RowSet> residue_classes(int64_t N, int64_t step) {
   return out;
 }
 
-// Every query of `queries` uses every key of `keys`.
+// Every query of `queries` uses every key of `keys`. A strip (a few queries against many keys,
+// or many queries against a few keys: Longformer's and BigBird's global rows and columns) gets
+// tiles of the default area stretched along its long side, up to 2048: longer products pay
+// oneDNN's per-call cost less often. A strip of at most kKeysMajorQueries queries computes its
+// logits keys-major (see QKLogits).
+constexpr int64_t kMaxStripTile = 2048, kKeysMajorQueries = 32;
 inline Segment dense(RowSet queries, RowSet keys) {
   Segment s;
   s.queries = queries;
   s.keys = keys;
+  const int64_t area = s.tile_rows * s.tile_cols;
+  const bool strip = keys.n < s.tile_cols || queries.n < s.tile_rows;
+  if (keys.n < s.tile_cols) {
+    s.tile_cols = std::max<int64_t>(keys.n, 1);
+    s.tile_rows = std::min(kMaxStripTile, area / s.tile_cols);
+  } else if (queries.n < s.tile_rows) {
+    s.tile_rows = std::max<int64_t>(queries.n, 1);
+    s.tile_cols = std::min(kMaxStripTile, area / s.tile_rows);
+  }
+  if (strip) {  // the backward's tiles stretched the same way, not transposed
+    s.bwd_tile_rows = s.tile_rows;
+    s.bwd_tile_cols = s.tile_cols;
+  }
+  s.keys_major = queries.n <= kKeysMajorQueries;
   return s;
 }
 

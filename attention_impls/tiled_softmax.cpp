@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -24,6 +25,10 @@ std::vector<int64_t> block_sizes(int64_t n, int64_t block) {
 MatmulSpec QKLogits::spec_qk(int64_t rows, int64_t cols, int64_t ldS) const {
   return MatmulSpec::tile(rows, cols, D_, ld_q_, false, ld_k_, true, ldS, scale_);
 }
+// S^T(cols, rows) = s K(cols, D) Q(rows, D)^T, rows packed.
+MatmulSpec QKLogits::spec_kq(int64_t rows, int64_t cols) const {
+  return MatmulSpec::tile(cols, rows, D_, ld_k_, false, ld_q_, true, rows, scale_);
+}
 MatmulSpec QKLogits::spec_dq(int64_t rows, int64_t cols, int64_t ldS) const {
   return MatmulSpec::tile(rows, D_, cols, ldS, false, ld_k_, false, ld_q_, scale_, true);
 }
@@ -32,7 +37,12 @@ MatmulSpec QKLogits::spec_dk(int64_t rows, int64_t cols, int64_t ldS) const {
 }
 
 void QKLogits::plan_tile(MatmulCache& mm, int64_t rows, int64_t cols, int64_t ldS, bool backward) const {
-  mm.add(spec_qk(rows, cols, ldS));
+  if (keys_major_) {
+    mm.add(spec_kq(rows, cols));
+    scratch_floats_ = std::max(scratch_floats_, static_cast<size_t>(rows * cols));
+  } else {
+    mm.add(spec_qk(rows, cols, ldS));
+  }
   if (backward) {
     mm.add(spec_dq(rows, cols, ldS));
     mm.add(spec_dk(rows, cols, ldS));
@@ -41,7 +51,13 @@ void QKLogits::plan_tile(MatmulCache& mm, int64_t rows, int64_t cols, int64_t ld
 
 void QKLogits::logits(const MatmulCache& mm, int tid, int64_t b, int64_t h, int64_t r0, int64_t rows,
                       int64_t c0, int64_t cols, float* S, int64_t ldS) const {
-  mm.run(tid, spec_qk(rows, cols, ldS), q_.row(b, h, r0), k_.row(b, h, c0), S);
+  if (!keys_major_) {
+    mm.run(tid, spec_qk(rows, cols, ldS), q_.row(b, h, r0), k_.row(b, h, c0), S);
+    return;
+  }
+  float* St = scratch_.data() + static_cast<size_t>(tid) * scratch_floats_;
+  mm.run(tid, spec_kq(rows, cols), k_.row(b, h, c0), q_.row(b, h, r0), St);
+  transpose(St, cols, rows, rows, S, ldS);
 }
 
 void QKLogits::logits_backward(const MatmulCache& mm, int tid, int64_t b, int64_t h, int64_t r0,

@@ -38,10 +38,15 @@ class LogitsSource {
 };
 
 // logits = s Q K^T; backward dQ += s dS K, dK += s dS^T Q. The views are bound per call.
+// keys_major: each tile is computed as S^T = s K Q^T into a scratch tile and transposed into S.
+// For a strip of a few queries against many keys (Longformer's global queries) oneDNN's
+// product with the keys as its long side runs about twice as fast as Q K^T with K transposed,
+// whose packing of K per call dominates when the tile has few rows.
 class QKLogits final : public LogitsSource {
  public:
   QKLogits() = default;
-  QKLogits(int64_t D, int64_t ld_q, int64_t ld_k, float scale) : D_(D), ld_q_(ld_q), ld_k_(ld_k), scale_(scale) {}
+  QKLogits(int64_t D, int64_t ld_q, int64_t ld_k, float scale, bool keys_major = false)
+      : D_(D), ld_q_(ld_q), ld_k_(ld_k), scale_(scale), keys_major_(keys_major) {}
   void bind(const TensorView& q, const TensorView& k) {
     q_ = q;
     k_ = k;
@@ -59,13 +64,20 @@ class QKLogits final : public LogitsSource {
                        int64_t c0, int64_t cols, const float* dS, int64_t ldS) const override;
   // Zeroes the (b, h) rows of dQ and dK before they accumulate.
   void backward_begin(const MatmulCache& mm, int tid, int64_t b, int64_t h) const override;
+  // keys_major: the transposed tiles of `threads` threads, sized by the tiles planned so far.
+  size_t working_bytes(int threads) const { return static_cast<size_t>(threads) * scratch_floats_ * sizeof(float); }
+  void setup(int threads) { scratch_ = Buffer<float>(static_cast<size_t>(threads) * scratch_floats_); }
 
  private:
   MatmulSpec spec_qk(int64_t rows, int64_t cols, int64_t ldS) const;
+  MatmulSpec spec_kq(int64_t rows, int64_t cols) const;
   MatmulSpec spec_dq(int64_t rows, int64_t cols, int64_t ldS) const;
   MatmulSpec spec_dk(int64_t rows, int64_t cols, int64_t ldS) const;
   int64_t D_ = 0, ld_q_ = 0, ld_k_ = 0;
   float scale_ = 1.0f;
+  bool keys_major_ = false;
+  mutable size_t scratch_floats_ = 0;  // per thread: the largest planned tile (keys_major)
+  Buffer<float> scratch_;
   bool accumulate_ = false;
   TensorView q_, k_, dq_, dk_;
 };

@@ -6,8 +6,10 @@
 
 #include <limits>
 
+#include "attention_impls/tiled_softmax.hpp"
 #include "core/matmul.hpp"
 #include "core/memory.hpp"
+#include "core/tensor.hpp"
 #include "core/vecmath.hpp"
 
 namespace {
@@ -41,6 +43,35 @@ void BM_TileMatmulQK(benchmark::State& state) {
 }
 // (48, 176): a band tile of the sparse engine (48 rows, window ±64).
 BENCHMARK(BM_TileMatmulQK)->Args({128, 256})->Args({64, 128})->Args({256, 512})->Args({48, 176});
+
+// The logits of a strip of 16 queries (Longformer's global queries) against 2048-key tiles of
+// 8 heads' keys at N = 16384 (32 MiB, so the keys come from memory as in a run), through
+// QKLogits: arg 0 computes Q K^T, arg 1 keys-major (K Q^T, then transposed into the tile).
+void BM_StripLogits(benchmark::State& state) {
+  const bool keys_major = state.range(0) != 0;
+  constexpr int64_t kRows = 16, kCols = 2048, kKeys = 8 * 16384;
+  omp_set_num_threads(1);
+  ab::Tensor q(ab::Shape4{1, 1, kRows, kD}), k(ab::Shape4{1, 1, kKeys, kD});
+  q.zero();
+  k.zero();
+  ab::Buffer<float> S(kRows * kCols);
+  ab::QKLogits qk(kD, kD, kD, 0.125f, keys_major);
+  ab::MatmulCache mm;
+  qk.plan_tile(mm, kRows, kCols, kCols, false);
+  ab::Buffer<std::byte> scratch(mm.scratch_per_slot());
+  mm.bind(1, scratch.data());
+  qk.setup(1);
+  qk.bind(q.view(), k.view());
+  int64_t c0 = 0;
+  for (auto _ : state) {
+    qk.logits(mm, 0, 0, 0, 0, kRows, c0, kCols, S.data(), kCols);
+    benchmark::DoNotOptimize(S.data());
+    c0 = (c0 + kCols) % kKeys;
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * kRows * kCols * kD, benchmark::Counter::kIsIterationInvariantRate,
+                                                 benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_StripLogits)->Arg(0)->Arg(1);
 
 // O(rows, D) = P(rows, cols) V(cols, D), the tile's second product.
 void BM_TileMatmulPV(benchmark::State& state) {

@@ -185,6 +185,44 @@ inline void prefetch(const float* x, int64_t n, bool for_write = false) {
   }
 }
 
+#if defined(__AVX2__)
+// b(8 x 8, row stride ldb) = a(8 x 8, row stride lda)^T in registers.
+inline void transpose8x8(const float* a, int64_t lda, float* b, int64_t ldb) {
+  __m256 r[8], t[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(a + i * lda);
+  for (int i = 0; i < 8; i += 2) {  // interleave row pairs: t[i] = r[i][0] r[i+1][0] r[i][1] ...
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {  // gather four rows' columns per 128-bit lane
+    r[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int i = 0; i < 4; ++i) {  // rows 0-3 and 4-7 of each column, as the two lanes
+    _mm256_storeu_ps(b + i * ldb, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+    _mm256_storeu_ps(b + (i + 4) * ldb, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+  }
+}
+#endif
+
+// b(n x m, row stride ldb) = a(m x n, row stride lda)^T: 8 x 8 blocks in registers on AVX2,
+// element by element at the edges.
+inline void transpose(const float* a, int64_t m, int64_t n, int64_t lda, float* b, int64_t ldb) {
+  int64_t i = 0;
+#if defined(__AVX2__)
+  for (; i + 8 <= m; i += 8) {
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) transpose8x8(a + i * lda + j, lda, b + j * ldb + i, ldb);
+    for (; j < n; ++j)
+      for (int64_t u = i; u < i + 8; ++u) b[j * ldb + u] = a[u * lda + j];
+  }
+#endif
+  for (; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) b[j * ldb + i] = a[i * lda + j];
+}
+
 inline void fill(float* x, int64_t n, float v) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) x[i] = v;

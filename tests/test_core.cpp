@@ -107,6 +107,22 @@ TEST(VecMath, ExpShiftSumEveryTailLength) {
   }
 }
 
+TEST(VecMath, TransposeMatchesNaiveForBlocksAndEdges) {
+  // 8 x 8 register blocks, edges of every width, and row strides wider than the rows.
+  for (int64_t m : {1, 7, 8, 9, 16, 21})
+    for (int64_t n : {1, 5, 8, 13, 24}) {
+      const int64_t lda = n + 3, ldb = m + 2;
+      std::vector<float> a(static_cast<size_t>(m * lda)), b(static_cast<size_t>(n * ldb), -1.0f);
+      for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i);
+      transpose(a.data(), m, n, lda, b.data(), ldb);
+      for (int64_t j = 0; j < n; ++j) {
+        for (int64_t i = 0; i < m; ++i)
+          ASSERT_EQ(b[static_cast<size_t>(j * ldb + i)], a[static_cast<size_t>(i * lda + j)]) << m << "x" << n << " at " << i << "," << j;
+        for (int64_t i = m; i < ldb; ++i) ASSERT_EQ(b[static_cast<size_t>(j * ldb + i)], -1.0f) << "wrote past row " << j;
+      }
+    }
+}
+
 TEST(Parse, IntListsAndRanges) {
   EXPECT_EQ(parse_int_list("256,512"), (std::vector<int64_t>{256, 512}));
   EXPECT_EQ(parse_int_list("256:2048:x2"), (std::vector<int64_t>{256, 512, 1024, 2048}));
