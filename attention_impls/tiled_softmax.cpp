@@ -139,6 +139,7 @@ std::pair<int64_t, int64_t> TiledSoftmax::queries_using(int64_t c0, int64_t c1) 
 void TiledSoftmax::plan(Mode mode, const LogitsSource& src) {
   mode_ = mode;
   mm_.clear();
+  src.plan_begin();
   if (s_.tight && (s_.causal || s_.keys)) {
     // Tiles start where each block's keys (forward) or queries (backward) start: enumerate the
     // shapes that occur.

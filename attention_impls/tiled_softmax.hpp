@@ -25,6 +25,8 @@ class LogitsSource {
   virtual ~LogitsSource() = default;
   // Adds the products a (rows x cols) tile needs, its scores having row stride ldS.
   virtual void plan_tile(MatmulCache& mm, int64_t rows, int64_t cols, int64_t ldS, bool backward) const = 0;
+  // Before the first plan_tile of a plan (the engine's products are planned afresh each time).
+  virtual void plan_begin() const {}
   // S (rows x cols, row stride ldS) = the logits of queries r0.. against keys c0.. of (b, h).
   virtual void logits(const MatmulCache& mm, int tid, int64_t b, int64_t h, int64_t r0, int64_t rows,
                       int64_t c0, int64_t cols, float* S, int64_t ldS) const = 0;
@@ -57,6 +59,7 @@ class QKLogits final : public LogitsSource {
     dk_ = dk;
     accumulate_ = accumulate;
   }
+  void plan_begin() const override { scratch_floats_ = 0; }
   void plan_tile(MatmulCache& mm, int64_t rows, int64_t cols, int64_t ldS, bool backward) const override;
   void logits(const MatmulCache& mm, int tid, int64_t b, int64_t h, int64_t r0, int64_t rows, int64_t c0,
               int64_t cols, float* S, int64_t ldS) const override;
@@ -64,7 +67,7 @@ class QKLogits final : public LogitsSource {
                        int64_t c0, int64_t cols, const float* dS, int64_t ldS) const override;
   // Zeroes the (b, h) rows of dQ and dK before they accumulate.
   void backward_begin(const MatmulCache& mm, int tid, int64_t b, int64_t h) const override;
-  // keys_major: the transposed tiles of `threads` threads, sized by the tiles planned so far.
+  // keys_major: the transposed tiles of `threads` threads, sized by the last plan's tiles.
   size_t working_bytes(int threads) const { return static_cast<size_t>(threads) * scratch_floats_ * sizeof(float); }
   void setup(int threads) { scratch_ = Buffer<float>(static_cast<size_t>(threads) * scratch_floats_); }
 
@@ -76,7 +79,7 @@ class QKLogits final : public LogitsSource {
   int64_t D_ = 0, ld_q_ = 0, ld_k_ = 0;
   float scale_ = 1.0f;
   bool keys_major_ = false;
-  mutable size_t scratch_floats_ = 0;  // per thread: the largest planned tile (keys_major)
+  mutable size_t scratch_floats_ = 0;  // per thread: the last plan's largest tile (keys_major)
   Buffer<float> scratch_;
   bool accumulate_ = false;
   TensorView q_, k_, dq_, dk_;

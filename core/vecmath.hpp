@@ -1,4 +1,4 @@
-// Vectorisable elementwise math for the attention kernels.
+// Vectorisable elementwise math for the attention kernels, and the transpose of a score tile.
 //
 // exp_f32 is a branch-free Cephes-style exp (range reduction by ln 2, degree-6 polynomial,
 // exponent assembled from bits), accurate to about 2 ulp on [-87, 88]. It is written as plain
@@ -185,7 +185,7 @@ inline void prefetch(const float* x, int64_t n, bool for_write = false) {
   }
 }
 
-#if defined(__AVX2__)
+#if defined(__AVX2__) && defined(__FMA__)
 // b(8 x 8, row stride ldb) = a(8 x 8, row stride lda)^T in registers.
 inline void transpose8x8(const float* a, int64_t lda, float* b, int64_t ldb) {
   __m256 r[8], t[8];
@@ -211,7 +211,7 @@ inline void transpose8x8(const float* a, int64_t lda, float* b, int64_t ldb) {
 // element by element at the edges.
 inline void transpose(const float* a, int64_t m, int64_t n, int64_t lda, float* b, int64_t ldb) {
   int64_t i = 0;
-#if defined(__AVX2__)
+#if defined(__AVX2__) && defined(__FMA__)
   for (; i + 8 <= m; i += 8) {
     int64_t j = 0;
     for (; j + 8 <= n; j += 8) transpose8x8(a + i * lda + j, lda, b + j * ldb + i, ldb);
