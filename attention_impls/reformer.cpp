@@ -37,10 +37,7 @@
 
 #include "attention_impls/registry.hpp"
 #include "core/matmul.hpp"
-#include "core/vecmath.hpp"
-#if defined(__AVX2__)
-#include <immintrin.h>
-#endif
+#include "core/vecmath.hpp"  // and <immintrin.h> on AVX2 + FMA and AVX-512 builds
 
 namespace ab {
 namespace {
@@ -265,7 +262,7 @@ class Reformer final : public Attention {
 #if defined(__AVX512F__)
         for (; i + 64 <= rows; i += 64) argmax_pm_x16<4>(x + i, rows, half, arg + i);
         for (; i + 16 <= rows; i += 16) argmax_pm_x16<1>(x + i, rows, half, arg + i);
-#elif defined(__AVX2__)
+#elif defined(__AVX2__) && defined(__FMA__)
         for (; i + 16 <= rows; i += 16) argmax_pm_x8<2>(x + i, rows, half, arg + i);
         for (; i + 8 <= rows; i += 8) argmax_pm_x8<1>(x + i, rows, half, arg + i);
 #endif
@@ -330,7 +327,7 @@ class Reformer final : public Attention {
       _mm512_storeu_si512(arg + 16 * v, _mm512_mask_mov_epi32(ahi[v], minus, _mm512_add_epi32(alo[v], h)));
     }
   }
-#elif defined(__AVX2__)
+#elif defined(__AVX2__) && defined(__FMA__)
   // The same for 8·V adjacent columns with AVX2: compares give lane masks that blend the new
   // values and indices in (GCC vectorises the portable loop, but keeps its state in memory).
   // Two vectors per step leave four independent compare-and-blend chains.

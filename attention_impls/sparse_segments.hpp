@@ -65,17 +65,16 @@ inline Segment dense(RowSet queries, RowSet keys) {
   Segment s;
   s.queries = queries;
   s.keys = keys;
-  const int64_t area = s.tile_rows * s.tile_cols;
-  const bool strip = keys.n < s.tile_cols || queries.n < s.tile_rows;
-  if (keys.n < s.tile_cols) {
-    s.tile_cols = std::max<int64_t>(keys.n, 1);
-    s.tile_rows = std::min(kMaxStripTile, area / s.tile_cols);
-  } else if (queries.n < s.tile_rows) {
-    s.tile_rows = std::max<int64_t>(queries.n, 1);
-    s.tile_cols = std::min(kMaxStripTile, area / s.tile_rows);
-  }
-  if (strip) {  // the backward's tiles stretched the same way, not transposed
-    s.bwd_tile_rows = s.tile_rows;
+  if (keys.n < s.tile_cols || queries.n < s.tile_rows) {  // a strip
+    const int64_t area = s.tile_rows * s.tile_cols;
+    if (keys.n < s.tile_cols) {
+      s.tile_cols = std::max<int64_t>(keys.n, 1);
+      s.tile_rows = std::min(kMaxStripTile, area / s.tile_cols);
+    } else {
+      s.tile_rows = std::max<int64_t>(queries.n, 1);
+      s.tile_cols = std::min(kMaxStripTile, area / s.tile_rows);
+    }
+    s.bwd_tile_rows = s.tile_rows;  // the backward's tiles stretched the same way, not transposed
     s.bwd_tile_cols = s.tile_cols;
   }
   s.keys_major = queries.n <= kKeysMajorQueries;
