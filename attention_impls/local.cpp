@@ -5,8 +5,9 @@
 // Computes: the sequence in blocks of `block` (the last may be shorter); a query in block b
 //   attends every key of blocks b - lookback .. b + lookahead; causal forces lookahead = 0 and
 //   masks later keys.
-// Optimises: one segment on the sparse core: the engine visits only the key tiles of each query
-//   block's window (64 x 64 score tiles), masking at the window's edges.
+// Optimises: one segment on the sparse core: each query block of 32 to 128 rows is one score
+//   tile of its whole window (64 x 192 at the defaults), so no key outside the window is scored
+//   and only causal tiles are masked.
 // Decode: against a ring cache of (lookback + 1) blocks: constant time and memory per token.
 // Leaves out: memory-efficient overlap between neighbouring windows (each query tile recomputes
 //   its own window's scores, as in the definition).

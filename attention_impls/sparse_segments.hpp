@@ -13,9 +13,9 @@ inline RowSet rows(int64_t first, int64_t n, int64_t step = 1) { return RowSet{f
 // so a block of queries is one product with the keys it may use. 32, 48 and 64 rows measured
 // the same at window 64: smaller tiles waste fewer keys, larger ones make faster products.
 constexpr int64_t kBandRows = 48, kMaxBandCols = 512;
-inline void band_tiles(Segment& s, int64_t width) {
+inline void band_tiles(Segment& s, int64_t width, int64_t rows = kBandRows) {
   s.tight = true;
-  s.tile_rows = kBandRows;
+  s.tile_rows = rows;
   s.tile_cols = std::max<int64_t>(16, std::min(width, kMaxBandCols));
 }
 
@@ -30,6 +30,17 @@ inline Segment band(RowSet same, int64_t before, int64_t after, bool causal) {
   return s;
 }
 
+// Rows per score tile of a blocked band: a whole block of 32 to 128 rows, or 64-row parts of a
+// block that is a multiple of 64. Such a tile starts on a block boundary and all its rows have
+// one key range, so it scores no key outside the window (local's default 64 x 64 blocks: 64 x 192
+// tiles instead of 48-row tiles, half of which straddle two blocks and need 256 columns).
+// Other blocks get kBandRows, whose tiles may straddle blocks.
+inline int64_t block_band_rows(int64_t block) {
+  if (block >= 32 && block <= 128) return block;
+  if (block % 64 == 0) return 64;
+  return kBandRows;
+}
+
 // Queries and keys the same rows cut into blocks of `block`; query block q uses key blocks
 // q - before .. q + after.
 inline Segment block_band(RowSet same, int64_t block, int64_t before, int64_t after, bool causal) {
@@ -40,8 +51,11 @@ inline Segment block_band(RowSet same, int64_t block, int64_t before, int64_t af
     const int64_t q = t / block;
     return std::pair<int64_t, int64_t>{(q - before) * block, (q + after + 1) * block};
   };
-  // A block of kBandRows queries spans at most kBandRows / block + 2 blocks of queries.
-  band_tiles(s, (before + after + 1) * block + (kBandRows + block - 1) / block * block);
+  const int64_t rows = block_band_rows(block);
+  // Tiles of rows a multiple or a divisor of the block span whole blocks: rows / block of them,
+  // or one; a tile of other rows spans at most ceil(rows / block) + 1.
+  const int64_t spanned = rows % block == 0 ? rows / block : block % rows == 0 ? 1 : (rows + block - 1) / block + 1;
+  band_tiles(s, (before + after + spanned) * block, rows);
   return s;
 }
 
