@@ -112,6 +112,16 @@ double SparseAttention::pairs() const {
   return p;
 }
 
+double SparseAttention::scored_pairs() const {
+  if (!built_) build(nullptr);
+  double p = 0;
+  for (const auto& part : parts_) {
+    const auto& sh = part->engine.shape();
+    p += part->engine.scored_pairs() * static_cast<double>(sh.B * sh.H);
+  }
+  return p;
+}
+
 double SparseAttention::flops(Mode mode) const {
   if (mode == Mode::decode) {
     const auto [lo, hi] = window_keys(p_.shape.N);

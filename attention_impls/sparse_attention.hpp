@@ -56,6 +56,8 @@ class SparseAttention : public Attention {
   void backward(const AttnArgs& a) override;
   // Admissible (query, key) pairs: the analytic work is 4 D per pair per head.
   double pairs() const;
+  // Pairs the forward pass scores, admissible or not (see TiledSoftmax::scored_pairs).
+  double scored_pairs() const;
   void decode_prefill(const AttnArgs& a, int64_t n) override;
   void decode_step(const AttnArgs& t, int64_t pos) override;
 

@@ -102,6 +102,19 @@ double TiledSoftmax::pairs() const {
   return p;
 }
 
+double TiledSoftmax::scored_pairs() const {
+  // The tiles forward() visits (its loop bounds, without the products).
+  const bool ranged = s_.causal || s_.keys, tight = s_.tight && ranged;
+  double p = 0;
+  for (int64_t r0 = 0; r0 < s_.Nq; r0 += s_.fwd_rows) {
+    const int64_t rows = std::min(s_.fwd_rows, s_.Nq - r0);
+    const int64_t key_lo = ranged ? keys_of(r0).first : 0, key_hi = ranged ? keys_of(r0 + rows - 1).second : s_.Nk;
+    for (int64_t c0 = tight ? key_lo : key_lo / s_.fwd_cols * s_.fwd_cols; c0 < key_hi; c0 += s_.fwd_cols)
+      p += static_cast<double>(rows * std::min(s_.fwd_cols, (tight ? key_hi : s_.Nk) - c0));
+  }
+  return p;
+}
+
 // O_i(rows, D) += P V_j (the first tile of a block: O_i = P V_j)
 MatmulSpec TiledSoftmax::spec_pv(int64_t rows, int64_t cols, bool accumulate) const {
   return MatmulSpec::tile(rows, s_.D, cols, s_.fwd_cols, false, s_.ld_v, false, s_.ld_o, 1.0f, accumulate);

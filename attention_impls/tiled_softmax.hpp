@@ -175,6 +175,9 @@ class TiledSoftmax {
   const MatmulCache& mm() const { return mm_; }
   // Useful (query, key) pairs: the sum over rows of their admissible keys.
   double pairs() const;
+  // (query, key) pairs the forward pass scores: the area of every score tile it visits, per
+  // (b, h). pairs() over this is the fraction of the logits products that is not wasted.
+  double scored_pairs() const;
   const TiledSoftmaxShape& shape() const { return s_; }
 
  private:

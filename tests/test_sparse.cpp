@@ -398,6 +398,32 @@ TEST(SparseCost, MemoryAndFlopsGrowLinearlyInN) {
     }
 }
 
+// The forward pass scores every admissible pair, and a blocked band (a block of 32 to 128 rows,
+// or a multiple of 64: one tile per block) scores nothing else when not causal: local at its
+// defaults, with a shorter last block and with blocks split in 64-row tiles, and BigBird.
+TEST(SparseCost, BlockedBandsScoreNoKeyOutsideTheWindow) {
+  const std::vector<std::pair<std::string, std::vector<std::string>>> exact = {
+      {"local", {}}, {"local", {"block=100"}}, {"local", {"block=256", "lookback=2"}}, {"bigbird", {}}};
+  const std::vector<std::pair<std::string, std::vector<std::string>>> others = {
+      {"local", {"block=16"}}, {"sliding", {}}, {"dilated", {}}, {"strided", {}}, {"longformer", {}}};
+  const Shape4 s{1, 2, 4096, 64};
+  auto make = [&](const std::string& name, const std::vector<std::string>& ps, bool causal) {
+    const auto& info = find_mechanism(name);
+    auto impl = info.make(AttnProblem{s, causal, Strides3::contiguous(s), 1}, resolve_params(info, ps));
+    return std::unique_ptr<SparseAttention>(dynamic_cast<SparseAttention*>(impl.release()));
+  };
+  for (const auto& [name, ps] : exact) {
+    auto impl = make(name, ps, false);
+    EXPECT_DOUBLE_EQ(impl->scored_pairs(), impl->pairs()) << name << " " << ::testing::PrintToString(ps);
+  }
+  for (const auto& [name, ps] : others)
+    for (bool causal : {false, true}) {
+      if (causal && name == "longformer") continue;
+      auto impl = make(name, ps, causal);
+      EXPECT_GT(impl->scored_pairs(), impl->pairs()) << name << " " << ::testing::PrintToString(ps);
+    }
+}
+
 TEST(SparseCost, StridedWithSqrtNStrideIsNSqrtN) {
   auto flops = [](int64_t n) {
     const auto& info = find_mechanism("strided");
