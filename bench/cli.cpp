@@ -304,6 +304,7 @@ struct ShapeOptions {
 
 void check_run_options(const RunOptions& opts) {
   if (opts.reps < 1) throw InvalidInput("--reps must be at least 1");
+  if (opts.rounds < 1) throw InvalidInput("--rounds must be at least 1");
   if (opts.min_time < 0) throw InvalidInput("--min-time must not be negative");
   if (opts.warmup < 0) throw InvalidInput("--warmup must not be negative");
 }
@@ -381,26 +382,34 @@ int cmd_run(const std::vector<PointId>& grid, const RunOptions& opts, const std:
   }
 
   const double gemm = opts.gemm_gflops > 0 ? opts.gemm_gflops : measure_gemm_gflops_1thread();
-  std::vector<PointResult> results;
-  for (size_t i = 0; i < points.size(); ++i) {
-    PreparedPoint pp = prepare_point(points[i].id, opts);
-    const std::string label = point_label(pp.id, opts);
-    std::cerr << fmt::format("[{}/{}] {} ...", i + 1, points.size(), pp.id.name()) << std::flush;
-    inject_fault(pp.id);
-    PointResult r = run_point(pp, opts, label, gemm);
-    if (r.status == Status::OK && opts.count_instructions) {
-      RunOptions child = opts;  // one warm-up and one counted call, nothing else
-      child.count_instructions = child.error = false;
-      child.reps = child.warmup = 1;
-      child.min_time = 0;
-      count_point_instructions(point_args(pp.id, child), r);
+  // With --rounds, every point runs once per pass over the list: a point and those it is
+  // compared with are measured close together in every pass, so a shared machine's slow drift
+  // falls on all of them alike instead of on whichever ran during a slow minute.
+  std::vector<PointResult> results(points.size());
+  for (int round = 0; round < opts.rounds; ++round) {
+    for (size_t i = 0; i < points.size(); ++i) {
+      if (round > 0 && results[i].status != Status::OK) continue;  // skipped or failed: not again
+      PreparedPoint pp = prepare_point(points[i].id, opts);
+      const std::string label = point_label(pp.id, opts);
+      const std::string pass = opts.rounds > 1 ? fmt::format("[round {}/{}] ", round + 1, opts.rounds) : "";
+      std::cerr << fmt::format("{}[{}/{}] {} ...", pass, i + 1, points.size(), pp.id.name()) << std::flush;
+      inject_fault(pp.id);
+      PointResult r = run_point(pp, opts, label, gemm);
+      if (round == 0 && r.status == Status::OK && opts.count_instructions) {
+        RunOptions child = opts;  // one warm-up and one counted call, nothing else
+        child.count_instructions = child.error = false;
+        child.reps = child.warmup = child.rounds = 1;
+        child.min_time = 0;
+        count_point_instructions(point_args(pp.id, child), r);
+      }
+      if (r.status == Status::OK)
+        std::cerr << fmt::format(" {:.4g} ms{}\n", real_stats(r).median * 1e3,
+                                 r.instructions ? fmt::format(", {:.0f} instructions", *r.instructions) : "");
+      else
+        std::cerr << fmt::format(" {}: {}\n", to_string(r.status), r.message);
+      if (round == 0) results[i] = std::move(r);
+      else merge_round(results[i], std::move(r), round);
     }
-    if (r.status == Status::OK)
-      std::cerr << fmt::format(" {:.4g} ms{}\n", real_stats(r).median * 1e3,
-                               r.instructions ? fmt::format(", {:.0f} instructions", *r.instructions) : "");
-    else
-      std::cerr << fmt::format(" {}: {}\n", to_string(r.status), r.message);
-    results.push_back(std::move(r));
   }
   const int threads = grid.empty() ? 1 : grid.front().threads;
   const nlohmann::json doc = results_document(run_context(command, opts.seed, threads, gemm), results);
@@ -487,6 +496,7 @@ std::vector<std::string> point_args(const PointId& id, const RunOptions& o) {
   add("--threads", std::to_string(id.threads));
   add("--seed", std::to_string(o.seed));
   add("--reps", std::to_string(o.reps));
+  if (o.rounds > 1) add("--rounds", std::to_string(o.rounds));
   add("--min-time", fmt::format("{:g}", o.min_time));
   add("--warmup", std::to_string(o.warmup));
   if (o.error) a.push_back("--error");
@@ -549,6 +559,10 @@ int cli_main(int argc, char** argv) {
   run->add_option("--mode", run_modes, "fwd | fwdbwd | decode | train (comma-separated for several); decode: one new token after a context of N; train (model level): forward, backward and the AdamW step")->delimiter(',')->capture_default_str();
   run->add_option("--level", run_levels, "attention | model (a whole Transformer on --task's tokens)")->delimiter(',')->capture_default_str();
   add_run_options(run, ropts, run_mem, run_count);
+  run->add_option("--rounds", ropts.rounds,
+                  "passes over the list of points, one after another (--reps each), every repetition kept: "
+                  "compared points are measured close together in every pass")
+      ->capture_default_str();
   run->add_option("--out", run_out, "write the Google-Benchmark JSON result file here");
   std::string run_preset;
   run->add_option("--preset", run_preset,

@@ -376,6 +376,30 @@ PointResult run_point(PreparedPoint& pp, const RunOptions& opts, const std::stri
   return res;
 }
 
+void merge_round(PointResult& into, PointResult next, int round) {
+  if (into.status != Status::OK) return;
+  if (next.status != Status::OK) {
+    into.status = next.status;
+    into.message = fmt::format("round {}: {}", round + 1, next.message);
+    into.reps.clear();
+    return;
+  }
+  auto calls = [](const PointResult& r) {
+    double c = 0;
+    for (const auto& rep : r.reps) c += static_cast<double>(rep.iterations);
+    return c;
+  };
+  const double a = calls(into), b = calls(next);
+  if (into.layer_ms.size() == next.layer_ms.size() && a + b > 0)
+    for (size_t k = 0; k < into.layer_ms.size(); ++k)
+      into.layer_ms[k] = (into.layer_ms[k] * a + next.layer_ms[k] * b) / (a + b);
+  into.reps.insert(into.reps.end(), next.reps.begin(), next.reps.end());
+  into.peak_bytes = std::max(into.peak_bytes, next.peak_bytes);
+  into.peak_rss_bytes = std::max(into.peak_rss_bytes, next.peak_rss_bytes);
+  into.rss_delta_bytes = std::max(into.rss_delta_bytes, next.rss_delta_bytes);
+  if (into.message.empty()) into.message = next.message;
+}
+
 nlohmann::json run_context(const std::string& command, uint64_t seed, int threads, double gemm_gflops) {
   MachineInfo m = machine_info();
   nlohmann::json caches = nlohmann::json::array();

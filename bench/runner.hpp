@@ -12,7 +12,10 @@
 namespace ab {
 
 struct RunOptions {
-  int reps = 5;             // repetitions kept and reported
+  int reps = 5;             // repetitions kept and reported (per round)
+  // `run`: passes over the whole list of points, one after another, every repetition of every
+  // pass kept (see merge_round).
+  int rounds = 1;
   double min_time = 0.05;   // seconds per repetition (iterations are added to reach it)
   int warmup = 1;           // untimed calls before timing
   uint64_t seed = 0;
@@ -65,6 +68,12 @@ PreparedPoint prepare_point(const PointId& id, const RunOptions& opts);
 // recorded in the result, never thrown.
 PointResult run_point(PreparedPoint& pp, const RunOptions& opts, const std::string& label,
                       double gemm_gflops);
+
+// Adds round `round` (0-based, > 0) of a point to its earlier rounds: the repetitions are
+// appended, memory is the largest of any round, model-level layer times are averaged over every
+// measured call; a round that did not end OK makes the point that status, without repetitions
+// (as run_point reports a failure), its message naming the round.
+void merge_round(PointResult& into, PointResult next, int round);
 
 double nmse(const float* out, const float* ref, size_t n);
 

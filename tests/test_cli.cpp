@@ -2,8 +2,10 @@
 // label, and every bad input exiting 2 with a message and no output file.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "tests/helpers.hpp"
@@ -86,6 +88,34 @@ TEST(Cli, LabelReproducesThePoint) {
   EXPECT_EQ(doc2["benchmarks"][0]["flops"], entry["flops"]);
 }
 
+// --rounds: every point once per pass, passes one after another, all repetitions kept, and the
+// label reproduces the protocol.
+TEST(Cli, RoundsPassOverEveryPointAndKeepEveryRepetition) {
+  auto e = exec("run --attn flash,local --seq 64 --heads 1 --dhead 16 --reps 2 --rounds 3 --min-time 0 --format json");
+  ASSERT_EQ(e.code, 0) << e.out;
+  // stderr first (progress), then the document.
+  const size_t json_at = e.out.find("{\n");
+  ASSERT_NE(json_at, std::string::npos) << e.out;
+  const std::string progress = e.out.substr(0, json_at);
+  std::vector<size_t> at;
+  for (const char* step : {"[round 1/3] [1/2] attn:flash", "[round 1/3] [2/2] attn:local", "[round 2/3] [1/2] attn:flash",
+                           "[round 2/3] [2/2] attn:local", "[round 3/3] [1/2] attn:flash", "[round 3/3] [2/2] attn:local"}) {
+    at.push_back(progress.find(step));
+    ASSERT_NE(at.back(), std::string::npos) << step << " in " << progress;
+  }
+  EXPECT_TRUE(std::is_sorted(at.begin(), at.end())) << progress;
+  auto doc = nlohmann::json::parse(e.out.substr(json_at));
+  std::map<std::string, int> reps;
+  for (const auto& b : doc.at("benchmarks")) {
+    if (b["run_type"] != "iteration") continue;
+    ++reps[b["run_name"].get<std::string>()];
+    EXPECT_EQ(b["repetitions"], 6) << b.dump();
+    EXPECT_NE(b["label"].get<std::string>().find("--reps 2 --rounds 3"), std::string::npos) << b["label"];
+  }
+  ASSERT_EQ(reps.size(), 2u);
+  for (const auto& [name, n] : reps) EXPECT_EQ(n, 6) << name;
+}
+
 TEST(Cli, MarkdownIsTheDefault) {
   auto e = exec(std::string("run --attn flash --seq 16 ") + kSmall, false);
   ASSERT_EQ(e.code, 0) << e.out;
@@ -143,6 +173,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"run --attn flash --level model --task nosuch", "unknown task 'nosuch'"},
         BadInput{"run --attn flash --format xml", "unknown format 'xml'"},
         BadInput{"run --attn flash --reps 0", "--reps must be at least 1"},
+        BadInput{"run --attn flash --rounds 0", "--rounds must be at least 1"},
         BadInput{"run --attn vanilla --seq 8192 --mem-limit 1G", "needs 2.06 GiB (predicted), above --mem-limit 1.00 GiB"},
         BadInput{"run --attn flash --mem-limit lots", "'lots' is not a memory size"},
         BadInput{"run --attn synthesizer --param max_len=10 --seq 64", "synthesizer: max_len=10 is below N=64"},

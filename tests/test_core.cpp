@@ -10,6 +10,7 @@
 #include "bench/cli.hpp"
 #include "bench/result_file.hpp"
 #include "bench/results.hpp"
+#include "bench/runner.hpp"
 #include "core/matmul.hpp"
 #include "core/memory.hpp"
 #include "core/rng.hpp"
@@ -291,6 +292,35 @@ TEST(Results, ModelPointsCarryLossPerRepetitionAndTheirSizesInTheName) {
   EXPECT_EQ(rf.points[0].id.name(), r.id.name());
   EXPECT_DOUBLE_EQ(*rf.points[0].reps[1].loss, 0.6);
   EXPECT_EQ(rf.points[0].layer_ms, r.layer_ms);
+}
+
+// --rounds: a later round's repetitions are appended, memory is the largest of any round, layer
+// times are averaged over every call; a round that fails makes the point fail, naming it.
+TEST(Results, MergeRoundAppendsRepetitionsAndKeepsTheWorstMemory) {
+  PointResult a = model_fixture_point(), b = model_fixture_point();
+  b.reps = {{0.030, 0.060, 6, {}}};  // 6 calls against the first round's 9
+  b.layer_ms = {1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7};
+  b.peak_bytes = 2 << 20;
+  b.peak_rss_bytes = 5;
+  a.peak_rss_bytes = 7;
+  merge_round(a, b, 1);
+  ASSERT_EQ(a.status, Status::OK);
+  ASSERT_EQ(a.reps.size(), 4u);
+  EXPECT_DOUBLE_EQ(a.reps[3].real_s, 0.030);
+  EXPECT_EQ(a.peak_bytes, size_t{2} << 20);
+  EXPECT_EQ(a.peak_rss_bytes, 7u);
+  EXPECT_DOUBLE_EQ(a.layer_ms[0], (0.1 * 9 + 1.1 * 6) / 15);
+  PointResult failed = fixture_point(Status::OK);
+  failed.status = Status::FAILED;
+  failed.message = "non-finite values in the output";
+  failed.reps.clear();
+  merge_round(a, failed, 2);
+  EXPECT_EQ(a.status, Status::FAILED);
+  EXPECT_EQ(a.message, "round 3: non-finite values in the output");
+  EXPECT_TRUE(a.reps.empty());
+  merge_round(a, b, 3);  // a failed point stays failed
+  EXPECT_EQ(a.status, Status::FAILED);
+  EXPECT_TRUE(a.reps.empty());
 }
 
 TEST(Results, MarkdownAndCsvComeFromTheSameFields) {
