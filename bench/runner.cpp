@@ -422,7 +422,7 @@ nlohmann::json run_context(const std::string& command, uint64_t seed, int thread
       {"load_avg", m.load_avg},
       {"library_build_type", std::string(ATTNBENCH_BUILD_TYPE) == "Debug" ? "debug" : "release"},
       {"attnbench_version", ATTNBENCH_VERSION},
-      {"git_commit", ATTNBENCH_GIT_COMMIT},
+      {"git_commit", build_git_commit()},
       {"compiler", fmt::format("g++ {}", __VERSION__)},
       {"flags", ATTNBENCH_FLAGS},
       {"build_type", ATTNBENCH_BUILD_TYPE},

@@ -77,6 +77,10 @@ void merge_round(PointResult& into, PointResult next, int round);
 
 double nmse(const float* out, const float* ref, size_t n);
 
+// The commit the binary was built from, "-dirty" when tracked files differed from it, or
+// "unknown" outside a git checkout (generated at build time by cmake/git_commit.cmake).
+const char* build_git_commit();
+
 // The result file's context block: Google Benchmark's machine fields plus the suite's build,
 // library, threading and reproduction facts.
 nlohmann::json run_context(const std::string& command, uint64_t seed, int threads, double gemm_gflops);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -72,6 +73,21 @@ TEST(Cli, RunWritesGoogleBenchmarkJson) {
   // stdout held the CSV table: a header and one line per point.
   EXPECT_NE(e.out.find("mechanism,params,level,task,model,mode"), std::string::npos) << e.out;
   std::filesystem::remove(path);
+}
+
+// The context names the commit the binary was built from, taken at build time: the source
+// tree's HEAD (with -dirty while tracked files differ from it).
+TEST(Cli, ContextNamesTheCommitTheBinaryWasBuiltFrom) {
+  FILE* p = popen("git -C " ATTNBENCH_SOURCE_DIR " rev-parse --short=12 HEAD 2>/dev/null", "r");
+  ASSERT_NE(p, nullptr);
+  std::array<char, 64> buf{};
+  const std::string head = fgets(buf.data(), buf.size(), p) ? std::string(buf.data(), 12) : "";
+  pclose(p);
+  if (head.empty()) GTEST_SKIP() << "the sources are not a git checkout";
+  auto e = exec(std::string("run --attn flash --seq 16 --format json ") + kSmall, false);
+  ASSERT_EQ(e.code, 0) << e.out;
+  const std::string commit = nlohmann::json::parse(e.out)["context"]["git_commit"];
+  EXPECT_EQ(commit.substr(0, 12), head) << commit;
 }
 
 TEST(Cli, LabelReproducesThePoint) {
