@@ -22,6 +22,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <variant>
@@ -133,6 +134,11 @@ class Attention {
     throw std::logic_error("decode not supported");
   }
   virtual std::vector<DumpTensor> dump_tensors() const { return {}; }
+  // Of the (query, key) logits one forward call computes, the fraction that are admissible:
+  // 1 when no score is wasted; below 1 when tiles cross a pattern's edge or, as in `vanilla`
+  // causal, a dense product is masked afterwards. nullopt for mechanisms that score no explicit
+  // pairs (kernel, low-rank) or do not count them.
+  virtual std::optional<double> admissible_fraction() const { return std::nullopt; }
   // A remark `attnbench dump` writes into config.json as "note", e.g. an input that is not used.
   virtual std::string dump_note() const { return {}; }
 };

@@ -40,6 +40,9 @@ class Flash final : public Attention {
     return with_backward(dense_attention_flops(p_), mode);
   }
 
+  // Causal: the diagonal tiles are scored whole and masked.
+  std::optional<double> admissible_fraction() const override { return core_.pairs() / core_.scored_pairs(); }
+
   size_t working_bytes(Mode mode) const override {
     if (mode == Mode::decode)
       return KvCache::bytes(p_.shape, p_.shape.N + 1) +

@@ -58,6 +58,7 @@ class SparseAttention : public Attention {
   double pairs() const;
   // Pairs the forward pass scores, admissible or not (see TiledSoftmax::scored_pairs).
   double scored_pairs() const;
+  std::optional<double> admissible_fraction() const override { return pairs() / scored_pairs(); }
   void decode_prefill(const AttnArgs& a, int64_t n) override;
   void decode_step(const AttnArgs& t, int64_t pos) override;
 

@@ -47,6 +47,9 @@ class Synthesizer final : public Attention, private LogitsSource {
                          std::to_string(p_.shape.N) + "; it must be 0 (= N) or at least N");
   }
 
+  // Causal: the diagonal tiles are scored whole and masked.
+  std::optional<double> admissible_fraction() const override { return core_.pairs() / core_.scored_pairs(); }
+
   double flops(Mode mode) const override {
     const auto& s = p_.shape;
     const double p = core_.pairs(), D = static_cast<double>(s.D), N = static_cast<double>(s.N);

@@ -29,6 +29,12 @@ class Vanilla final : public Attention {
     return with_backward(dense_attention_flops(p_), mode);
   }
 
+  // Causal: the whole N x N product, masked afterwards.
+  std::optional<double> admissible_fraction() const override {
+    const double n = static_cast<double>(p_.shape.N);
+    return dense_pairs(p_.shape.N, p_.causal) / (n * n);
+  }
+
   size_t working_bytes(Mode mode) const override {
     if (mode == Mode::decode) return KvCache::bytes(p_.shape, p_.shape.N + 1) + decode_scores_bytes();
     const Plan& pl = plan(mode);

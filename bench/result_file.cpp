@@ -99,6 +99,7 @@ ResultFile parse_result_document(const nlohmann::json& doc, const std::string& p
         r.peak_bytes = static_cast<size_t>(counter(e, "peak_bytes").value_or(0));
         r.peak_rss_bytes = static_cast<size_t>(counter(e, "peak_rss_bytes").value_or(0));
         r.rss_delta_bytes = static_cast<int64_t>(counter(e, "rss_delta_bytes").value_or(0));
+        r.admissible_fraction = counter(e, "admissible_fraction");
         r.nmse = counter(e, "nmse");
         r.instructions = counter(e, "instructions");
         for (const char* name : layer_type_names())

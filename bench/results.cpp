@@ -79,6 +79,8 @@ const std::vector<Field>& result_fields() {
          if (t <= 0 || r.gemm_gflops <= 0) return std::nullopt;
          return r.flops / t / 1e9 / (r.gemm_gflops * r.id.threads);
        }},
+      {"admissible_fraction", "admissible", 2, Better::Higher, 1,
+       [](R r, double, P) -> O { return r.admissible_fraction; }},
       {"tokens_per_s", "tokens/s", 0, Better::Higher, 1,
        [](R r, double t, P) -> O { return t > 0 ? O(static_cast<double>(r.tokens()) / t) : std::nullopt; }},
       {"peak_bytes", "peak MiB", 1, Better::Lower, MiB,

@@ -50,6 +50,9 @@ struct PointResult {
   std::string message;
   std::vector<Repetition> reps;
   double flops = 0;           // analytic, per call
+  // Of the logits the forward pass computes, the fraction that are admissible (mechanisms that
+  // score explicit pairs; see Attention::admissible_fraction).
+  std::optional<double> admissible_fraction;
   double gemm_gflops = 0;     // the machine's single-thread GEMM rate, for peak_fraction
   size_t peak_bytes = 0;      // tracked working memory of the mechanism
   size_t peak_rss_bytes = 0;  // VmHWM over the measured calls

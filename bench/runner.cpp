@@ -167,6 +167,7 @@ PreparedPoint prepare_point(const PointId& id, const RunOptions& opts) {
   pp.impl = pp.info->make(problem_of(id), id.params);
   pp.impl->validate();
   pp.flops = pp.impl->flops(id.mode);
+  if (id.mode != Mode::decode) pp.admissible_fraction = pp.impl->admissible_fraction();
   pp.working_bytes = pp.impl->working_bytes(id.mode);
   pp.predicted_bytes = pp.working_bytes + io_bytes(id);
   if (opts.error && id.mechanism != "flash") {
@@ -354,6 +355,7 @@ PointResult run_point(PreparedPoint& pp, const RunOptions& opts, const std::stri
   res.label = label;
   res.gemm_gflops = gemm_gflops;
   res.flops = pp.flops;
+  res.admissible_fraction = pp.admissible_fraction;
   if (pp.status != Status::OK) {
     res.status = pp.status;
     res.message = pp.message;

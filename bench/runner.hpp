@@ -53,6 +53,7 @@ struct PreparedPoint {
   Status status = Status::OK;  // SKIPPED when a capability is missing
   std::string message;
   double flops = 0;
+  std::optional<double> admissible_fraction;  // fwd and fwdbwd: see Attention::admissible_fraction
   size_t working_bytes = 0;
   size_t predicted_bytes = 0;  // working bytes + inputs/outputs (+ the nmse reference)
 };

@@ -132,6 +132,36 @@ TEST(Cli, RoundsPassOverEveryPointAndKeepEveryRepetition) {
   for (const auto& [name, n] : reps) EXPECT_EQ(n, 6) << name;
 }
 
+// admissible_fraction: of the logits the forward pass computes, the fraction a mechanism may
+// use; written for every repetition of the mechanisms that score explicit pairs, absent for the
+// others. Exact values: local's blocks are whole tiles; vanilla causal masks a full N x N
+// product; flash causal scores its 128 x 256 tiles up to the diagonal whole.
+TEST(Cli, AdmissibleFractionCountsTheLogitsAMechanismWastes) {
+  auto fractions = [](const std::string& args) {
+    auto e = exec("run --attn vanilla,flash,local,sliding,linear --seq 512 --format json " + args + " " + kSmall, false);
+    EXPECT_EQ(e.code, 0) << e.out;
+    std::map<std::string, std::vector<double>> f;
+    const auto doc = nlohmann::json::parse(e.out);
+    for (const auto& b : doc.at("benchmarks")) {
+      if (b["run_type"] != "iteration") continue;
+      auto& v = f[b["point"]["attn"].get<std::string>()];
+      if (b.contains("admissible_fraction")) v.push_back(b["admissible_fraction"].get<double>());
+    }
+    return f;
+  };
+  auto dense = fractions("");
+  EXPECT_EQ(dense["vanilla"], std::vector<double>(2, 1.0));
+  EXPECT_EQ(dense["flash"], std::vector<double>(2, 1.0));
+  EXPECT_EQ(dense["local"], std::vector<double>(2, 1.0));
+  ASSERT_EQ(dense["sliding"].size(), 2u);
+  EXPECT_GT(dense["sliding"][0], 0.5);  // 48-row tiles of a +-64 band: 129 of up to 176 keys
+  EXPECT_LT(dense["sliding"][0], 0.9);
+  EXPECT_TRUE(dense["linear"].empty());
+  auto causal = fractions("--causal");
+  EXPECT_EQ(causal["vanilla"], std::vector<double>(2, 512.0 * 513 / 2 / (512.0 * 512)));
+  EXPECT_EQ(causal["flash"], std::vector<double>(2, 512.0 * 513 / 2 / (6 * 128 * 256)));
+}
+
 TEST(Cli, MarkdownIsTheDefault) {
   auto e = exec(std::string("run --attn flash --seq 16 ") + kSmall, false);
   ASSERT_EQ(e.code, 0) << e.out;

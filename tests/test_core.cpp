@@ -220,6 +220,7 @@ PointResult fixture_point(Status st) {
   r.status = st;
   r.message = st == Status::OK ? "" : "flash cannot do that";
   r.flops = 2e9;
+  r.admissible_fraction = 1.0;
   r.gemm_gflops = 100;
   r.peak_bytes = 1 << 20;
   if (st == Status::OK) {
@@ -292,6 +293,23 @@ TEST(Results, ModelPointsCarryLossPerRepetitionAndTheirSizesInTheName) {
   EXPECT_EQ(rf.points[0].id.name(), r.id.name());
   EXPECT_DOUBLE_EQ(*rf.points[0].reps[1].loss, 0.6);
   EXPECT_EQ(rf.points[0].layer_ms, r.layer_ms);
+}
+
+// Every result field survives a result file: written, read back, evaluated the same (so
+// `table` and `compare` see what `run` measured).
+TEST(Results, EveryFieldReadsBackFromTheFile) {
+  for (const PointResult& r : {fixture_point(Status::OK), model_fixture_point()}) {
+    const ResultFile rf = parse_result_document(results_document(nlohmann::json::object(), {r}), "mem");
+    ASSERT_EQ(rf.points.size(), 1u);
+    const double t = real_stats(r).median;
+    for (const auto& f : result_fields()) {
+      const auto want = f.value(r, t, nullptr), got = f.value(rf.points[0], t, nullptr);
+      ASSERT_EQ(want.has_value(), got.has_value()) << f.key;
+      if (want) {
+        EXPECT_DOUBLE_EQ(*got, *want) << f.key;
+      }
+    }
+  }
 }
 
 // --rounds: a later round's repetitions are appended, memory is the largest of any round, layer
