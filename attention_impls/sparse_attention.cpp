@@ -102,24 +102,24 @@ void SparseAttention::build(Rng* rng) const {
   planned_ = false;
 }
 
-double SparseAttention::pairs() const {
+// Sums a per-(b, h) count of each part's engine over the parts and their (b, h).
+template <typename Count>
+double SparseAttention::sum_over_parts(Count count) const {
   if (!built_) build(nullptr);
   double p = 0;
   for (const auto& part : parts_) {
     const auto& sh = part->engine.shape();
-    p += part->engine.pairs() * static_cast<double>(sh.B * sh.H);
+    p += count(part->engine) * static_cast<double>(sh.B * sh.H);
   }
   return p;
 }
 
+double SparseAttention::pairs() const {
+  return sum_over_parts([](const TiledSoftmax& e) { return e.pairs(); });
+}
+
 double SparseAttention::scored_pairs() const {
-  if (!built_) build(nullptr);
-  double p = 0;
-  for (const auto& part : parts_) {
-    const auto& sh = part->engine.shape();
-    p += part->engine.scored_pairs() * static_cast<double>(sh.B * sh.H);
-  }
-  return p;
+  return sum_over_parts([](const TiledSoftmax& e) { return e.scored_pairs(); });
 }
 
 double SparseAttention::flops(Mode mode) const {

@@ -78,6 +78,8 @@ class SparseAttention : public Attention {
  private:
   struct Part;
   void build(Rng* rng) const;
+  template <typename Count>
+  double sum_over_parts(Count count) const;
   size_t ring_bytes(int64_t W) const;
   TensorView keys_view(const Part& part, const TensorView& t, const Buffer<float>& gathered) const;
 
