@@ -74,6 +74,7 @@ void SparseAttention::build(Rng* rng) const {
     sh.bwd_rows = seg.bwd_tile_rows > 0 ? seg.bwd_tile_rows : seg.tile_cols;
     sh.bwd_cols = seg.bwd_tile_cols > 0 ? seg.bwd_tile_cols : seg.tile_rows;
     sh.tight = seg.tight;
+    sh.diagonal = seg.diagonal;
     part->engine = TiledSoftmax(sh);
     part->seg = std::move(seg);
     parts_.push_back(std::move(part));

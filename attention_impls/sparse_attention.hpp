@@ -43,6 +43,7 @@ struct Segment {
   // product (see sparse_segments.hpp).
   int64_t tile_rows = 128, tile_cols = 256, bwd_tile_rows = 0, bwd_tile_cols = 0;
   bool tight = false;
+  bool diagonal = false;    // a band: see TiledSoftmaxShape::diagonal
   bool keys_major = false;  // logits tiles as S^T = K Q^T (see QKLogits): a few queries, many keys
 };
 

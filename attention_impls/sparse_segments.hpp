@@ -27,6 +27,7 @@ inline Segment band(RowSet same, int64_t before, int64_t after, bool causal) {
   s.causal = causal;
   s.range = [before, after](int64_t t) { return std::pair<int64_t, int64_t>{t - before, t + after + 1}; };
   band_tiles(s, kBandRows + before + std::max<int64_t>(after, 0));
+  s.diagonal = true;
   return s;
 }
 

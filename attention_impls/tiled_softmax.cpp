@@ -20,6 +20,129 @@ std::vector<int64_t> block_sizes(int64_t n, int64_t block) {
   if (n % block) v.push_back(n % block);
   return v;
 }
+
+#if defined(__AVX512F__)
+// The diagonal kernel: softmax attention of 16 query rows (one per lane) over the union of their
+// key ranges [lo, hi), each row masked to its own range. A band's rows use 2w + 1 keys each and
+// the 16 rows together 2w + 16, so at w = 64 it scores 144 keys to use 129 (a 48-row tile scores
+// 176). The passes:
+//   1. Qt (D x 16) = Q rows transposed: each logit vector is 16 rows' scores of one key.
+//   2. St (keys x 16) = K Qt: 24 keys at a time in registers, each key's D entries broadcast.
+//   3. per lane: masked max, P = exp(s St - m'), l = l e^(m - m') + sum P.
+//   4. O (rows x D) = O e^(m - m') + P^T V: 6 rows at a time (24 accumulators), each over the
+//      keys of its own rows only.
+constexpr int kDiagRows = 16, kDiagKeys = 24, kDiagGroup = 6;
+
+template <int D, int C>
+inline void diag_logits(const float* Qt, const float* K, int64_t ldk, float* St) {
+  __m512 acc[C];
+  for (int j = 0; j < C; ++j) acc[j] = _mm512_setzero_ps();
+  for (int d = 0; d < D; ++d) {
+    const __m512 q = _mm512_loadu_ps(Qt + d * kDiagRows);
+#pragma GCC unroll 24
+    for (int j = 0; j < C; ++j) acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(K[j * ldk + d]), q, acc[j]);
+  }
+  for (int j = 0; j < C; ++j) _mm512_storeu_ps(St + j * kDiagRows, acc[j]);
+}
+
+// O rows g0 .. g0 + G of the block: O = O * corr (when `accumulate`) + sum over keys [c0, c1) of
+// P[c][row] V[c].
+template <int D, int G>
+inline void diag_values(const float* Pt, int g0, int64_t c0, int64_t c1, const float* V, int64_t ldv, float* O,
+                        int64_t ldo, const float* corr, bool accumulate) {
+  constexpr int NV = D / 16;
+  __m512 acc[G][NV];
+  for (int g = 0; g < G; ++g)
+    for (int j = 0; j < NV; ++j) acc[g][j] = _mm512_setzero_ps();
+  for (int64_t c = c0; c < c1; ++c) {
+    __m512 v[NV];
+    for (int j = 0; j < NV; ++j) v[j] = _mm512_loadu_ps(V + c * ldv + 16 * j);
+#pragma GCC unroll 8
+    for (int g = 0; g < G; ++g) {
+      const __m512 p = _mm512_set1_ps(Pt[c * kDiagRows + g0 + g]);
+      for (int j = 0; j < NV; ++j) acc[g][j] = _mm512_fmadd_ps(p, v[j], acc[g][j]);
+    }
+  }
+  for (int g = 0; g < G; ++g) {
+    float* o = O + (g0 + g) * ldo;
+    if (accumulate) {
+      const __m512 s = _mm512_set1_ps(corr[g0 + g]);
+      for (int j = 0; j < NV; ++j) acc[g][j] = _mm512_fmadd_ps(_mm512_loadu_ps(o + 16 * j), s, acc[g][j]);
+    }
+    for (int j = 0; j < NV; ++j) _mm512_storeu_ps(o + 16 * j, acc[g][j]);
+  }
+}
+
+// Up to 16 query rows (Q, O: row strides ldq, ldo) of one (b, h). ranges: each row's admissible
+// keys [lo_r, hi_r) (absolute, non-decreasing in both ends); K and V point at key 0. self0:
+// the key index of row 0 when a row may not use its own key (exclude_self), else -1. m, l:
+// the online softmax's running max and sum per row, O its output so far when `accumulate`.
+// work: 16 (D + keys of the block) floats.
+template <int D>
+void diagonal_rows(int rows, const float* Q, int64_t ldq, const float* K, int64_t ldk, const float* V, int64_t ldv,
+                   const int64_t* ranges, int64_t self0, float scale, float* O, int64_t ldo, float* m, float* l,
+                   bool accumulate, float* work) {
+  const int64_t lo = ranges[0], hi = ranges[2 * (rows - 1) + 1];
+  float* Qt = work;
+  float* St = work + D * kDiagRows;
+  // Pass 1: Qt (rows past `rows` are zero).
+  for (int r = 0; r < kDiagRows; ++r)
+    for (int d = 0; d < D; ++d) Qt[d * kDiagRows + r] = r < rows ? Q[r * ldq + d] : 0.0f;
+  // Pass 2: St over the keys [lo, hi).
+  const int64_t n = hi - lo;
+  int64_t c = 0;
+  for (; c + kDiagKeys <= n; c += kDiagKeys) diag_logits<D, kDiagKeys>(Qt, K + (lo + c) * ldk, ldk, St + c * kDiagRows);
+  for (; c + 8 <= n; c += 8) diag_logits<D, 8>(Qt, K + (lo + c) * ldk, ldk, St + c * kDiagRows);
+  for (; c < n; ++c) diag_logits<D, 1>(Qt, K + (lo + c) * ldk, ldk, St + c * kDiagRows);
+  // Pass 3: the lanes of key c are the rows whose range holds it.
+  alignas(64) int32_t first[kDiagRows], last[kDiagRows];
+  for (int r = 0; r < kDiagRows; ++r) {
+    first[r] = r < rows ? static_cast<int32_t>(ranges[2 * r] - lo) : 1;
+    last[r] = r < rows ? static_cast<int32_t>(ranges[2 * r + 1] - lo) : 0;
+  }
+  const __m512i vfirst = _mm512_load_si512(first), vlast = _mm512_load_si512(last);
+  auto lanes = [&](int64_t cc) {
+    const __m512i key = _mm512_set1_epi32(static_cast<int32_t>(cc));
+    __mmask16 k = _mm512_cmple_epi32_mask(vfirst, key) & _mm512_cmplt_epi32_mask(key, vlast);
+    if (self0 >= 0) {
+      const int64_t r = lo + cc - self0;  // the row whose own key this is
+      if (r >= 0 && r < kDiagRows) k &= static_cast<__mmask16>(~(1u << r));
+    }
+    return k;
+  };
+  __m512 raw_max = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int64_t cc = 0; cc < n; ++cc) raw_max = _mm512_mask_max_ps(raw_max, lanes(cc), raw_max, _mm512_loadu_ps(St + cc * kDiagRows));
+  const __m512 vscale = _mm512_set1_ps(scale);
+  const __m512 m_old = _mm512_loadu_ps(m);
+  const __m512 m_new = _mm512_maskz_max_ps(0xFFFF, m_old, _mm512_mul_ps(raw_max, vscale));
+  // e^(m - m'): 0 where there was no key before (m = -inf), so -inf - -inf is never taken.
+  const __mmask16 had = _mm512_cmp_ps_mask(m_old, _mm512_set1_ps(-std::numeric_limits<float>::infinity()), _CMP_NEQ_OQ);
+  const __m512 corr = _mm512_maskz_mov_ps(had, exp_f32x16(_mm512_maskz_sub_ps(had, m_old, m_new)));
+  __m512 sum = _mm512_setzero_ps();
+  for (int64_t cc = 0; cc < n; ++cc) {
+    const __mmask16 k = lanes(cc);
+    const __m512 p = _mm512_maskz_mov_ps(k, exp_f32x16(_mm512_maskz_fmsub_ps(k, _mm512_loadu_ps(St + cc * kDiagRows), vscale, m_new)));
+    _mm512_storeu_ps(St + cc * kDiagRows, p);
+    sum = _mm512_add_ps(sum, p);
+  }
+  _mm512_storeu_ps(l, _mm512_fmadd_ps(_mm512_loadu_ps(l), corr, sum));
+  _mm512_storeu_ps(m, m_new);
+  alignas(64) float corr_rows[kDiagRows];
+  _mm512_store_ps(corr_rows, corr);
+  // Pass 4: each group of rows over the keys its rows use.
+  const float* Vlo = V + lo * ldv;
+  for (int g0 = 0; g0 < rows; g0 += kDiagGroup) {
+    const int G = std::min(kDiagGroup, rows - g0);
+    const int64_t c0 = ranges[2 * g0] - lo, c1 = ranges[2 * (g0 + G - 1) + 1] - lo;
+    switch (G) {
+#define AB_DIAG_GROUP(n) \
+  case n: diag_values<D, n>(St, g0, c0, c1, Vlo, ldv, O, ldo, corr_rows, accumulate); break;
+      AB_DIAG_GROUP(1) AB_DIAG_GROUP(2) AB_DIAG_GROUP(3) AB_DIAG_GROUP(4) AB_DIAG_GROUP(5) AB_DIAG_GROUP(6)
+#undef AB_DIAG_GROUP
+    }
+  }
+}
+#endif
 }  // namespace
 
 MatmulSpec QKLogits::spec_qk(int64_t rows, int64_t cols, int64_t ldS) const {
@@ -251,6 +374,11 @@ void TiledSoftmax::forward(const LogitsSource& src, const TensorView& v, const T
   float* lse_all = lse_.data();
   const size_t per_thread = tile_floats(mode_);
   if (resume && !lse_out) throw std::logic_error("TiledSoftmax::forward: resuming needs the earlier log-sum-exp");
+#if defined(__AVX512F__)
+  const auto* qk = dynamic_cast<const QKLogits*>(&src);
+  const bool diagonal = s_.diagonal && tight && ranges_.size() > 0 && qk && !qk->keys_major() &&
+                        (D == 16 || D == 32 || D == 64);
+#endif
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t it = 0; it < items; ++it) {
     const int tid = omp_get_thread_num();
@@ -270,11 +398,53 @@ void TiledSoftmax::forward(const LogitsSource& src, const TensorView& v, const T
       m[r] = resume ? *lse_out->row(b, h, r0 + r) : kNegInf;
       l[r] = m[r] == kNegInf ? 0.0f : 1.0f;
     }
-    bool first_tile = !resume;
+    bool first_tile = !resume, diagonal_done = false;
+#if defined(__AVX512F__)
+    // The diagonal kernel, 16 rows at a time, when its logits and transposed queries fit in the
+    // score tile.
+    bool fits = diagonal;
+    for (int64_t s0 = 0; fits && s0 < rows; s0 += kDiagRows) {
+      const int64_t last = std::min(s0 + kDiagRows, rows) - 1;
+      const int64_t keys = ranges_[static_cast<size_t>(2 * (r0 + last) + 1)] - ranges_[static_cast<size_t>(2 * (r0 + s0))];
+      fits = kDiagRows * (D + std::max<int64_t>(keys, 0)) <= kFwdRows * kFwdCols;
+    }
+    if (fits) {
+      alignas(64) float m16[kDiagRows], l16[kDiagRows];
+      for (int64_t s0 = 0; s0 < rows; s0 += kDiagRows) {
+        const int n = static_cast<int>(std::min<int64_t>(kDiagRows, rows - s0));
+        for (int r = 0; r < kDiagRows; ++r) {
+          m16[r] = r < n ? m[s0 + r] : kNegInf;
+          l16[r] = r < n ? l[s0 + r] : 0.0f;
+        }
+        const TensorView& q = qk->q();
+        const TensorView& k = qk->k();
+        const int64_t self0 = s_.exclude_self ? r0 + s0 : -1;
+        const int64_t* rr = ranges_.data() + 2 * (r0 + s0);
+        float* Os = O + s0 * ldo;
+        const float* Qs = q.row(b, h, r0 + s0);
+        const float* K0 = k.head(b, h);
+        switch (D) {
+#define AB_DIAG_D(d)                                                                                           \
+  case d:                                                                                                      \
+    diagonal_rows<d>(n, Qs, q.strides.sn, K0, k.strides.sn, V, s_.ld_v, rr, self0, qk->scale(), Os, ldo, m16, \
+                     l16, resume, S);                                                                          \
+    break;
+          AB_DIAG_D(16) AB_DIAG_D(32) AB_DIAG_D(64)
+#undef AB_DIAG_D
+        }
+        for (int r = 0; r < n; ++r) {
+          m[s0 + r] = m16[r];
+          l[s0 + r] = l16[r];
+        }
+      }
+      first_tile = false;
+      diagonal_done = true;
+    }
+#endif
     // Keys any row of this block may use; tiles start on the grid of kFwdCols.
     const int64_t key_lo = ranged ? keys_of(r0).first : 0;
     const int64_t key_hi = ranged ? keys_of(r0 + rows - 1).second : Nk;
-    for (int64_t c0 = tight ? key_lo : key_lo / kFwdCols * kFwdCols; c0 < key_hi; c0 += kFwdCols) {
+    for (int64_t c0 = tight ? key_lo : key_lo / kFwdCols * kFwdCols; c0 < key_hi && !diagonal_done; c0 += kFwdCols) {
       const int64_t cols = std::min(kFwdCols, (tight ? key_hi : Nk) - c0);
       src.logits(mm_, tid, b, h, r0, rows, c0, cols, S, kFwdCols);
       for (int64_t r = 0; r < rows; ++r) {

@@ -53,6 +53,10 @@ class QKLogits final : public LogitsSource {
     q_ = q;
     k_ = k;
   }
+  const TensorView& q() const { return q_; }
+  const TensorView& k() const { return k_; }
+  float scale() const { return scale_; }
+  bool keys_major() const { return keys_major_; }
   // accumulate: add to dq, dk instead of starting them at zero.
   void bind_grads(const TensorView& dq, const TensorView& dk, bool accumulate = false) {
     dq_ = dq;
@@ -105,6 +109,11 @@ struct TiledSoftmaxShape {
   // each key block's first query (backward), instead of on a fixed grid: a band of width W
   // is then one fwd_rows x W tile per block.
   bool tight = false;
+  // With tight ranges that move along the diagonal (a band: row i's keys about i - w .. i + w),
+  // the AVX-512 build scores the logits and values of each 16 query rows with its own kernel
+  // (see diagonal_rows in tiled_softmax.cpp), which computes only the keys of those 16 rows
+  // instead of a rectangular tile's: ~10% of the scores wasted at window 64 instead of 27%.
+  bool diagonal = false;
   // Query i never uses key i (needs Nq == Nk, queries and keys the same rows): a pattern that
   // splits its keys into disjoint parts keeps the query itself in one part only, and this
   // lets another part keep its one contiguous range (the Sparse Transformer's residue class).
