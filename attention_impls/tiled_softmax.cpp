@@ -14,6 +14,8 @@ namespace ab {
 namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
+constexpr int kDiagRows = 16;  // query rows per call of the diagonal kernel (one per lane)
+
 std::vector<int64_t> block_sizes(int64_t n, int64_t block) {
   std::vector<int64_t> v;
   if (n >= block) v.push_back(block);
@@ -31,7 +33,7 @@ std::vector<int64_t> block_sizes(int64_t n, int64_t block) {
 //   3. per lane: masked max, P = exp(s St - m'), l = l e^(m - m') + sum P.
 //   4. O (rows x D) = O e^(m - m') + P^T V: 6 rows at a time (24 accumulators), each over the
 //      keys of its own rows only.
-constexpr int kDiagRows = 16, kDiagKeys = 24, kDiagGroup = 6;
+constexpr int kDiagKeys = 24, kDiagGroup = 6;
 
 template <int D, int C>
 inline void diag_logits(const float* Qt, const float* K, int64_t ldk, float* St) {
@@ -225,12 +227,37 @@ double TiledSoftmax::pairs() const {
   return p;
 }
 
+bool TiledSoftmax::diagonal_block(int64_t r0, int64_t rows) const {
+#if defined(__AVX512F__)
+  if (!s_.diagonal || !s_.tight || !s_.keys || (s_.D != 16 && s_.D != 32 && s_.D != 64)) return false;
+  for (int64_t s0 = 0; s0 < rows; s0 += kDiagRows) {
+    const int64_t last = std::min<int64_t>(s0 + kDiagRows, rows) - 1;
+    const int64_t keys = keys_of(r0 + last).second - keys_of(r0 + s0).first;
+    if (kDiagRows * (s_.D + std::max<int64_t>(keys, 0)) > s_.fwd_rows * s_.fwd_cols) return false;
+  }
+  return true;
+#else
+  (void)r0;
+  (void)rows;
+  return false;
+#endif
+}
+
 double TiledSoftmax::scored_pairs() const {
-  // The tiles forward() visits (its loop bounds, without the products).
+  // The tiles forward() visits (its loop bounds, without the products); the diagonal kernel
+  // scores each 16 rows over the union of their keys.
   const bool ranged = s_.causal || s_.keys, tight = s_.tight && ranged;
   double p = 0;
   for (int64_t r0 = 0; r0 < s_.Nq; r0 += s_.fwd_rows) {
     const int64_t rows = std::min(s_.fwd_rows, s_.Nq - r0);
+    if (diagonal_block(r0, rows)) {
+      for (int64_t s0 = 0; s0 < rows; s0 += kDiagRows) {
+        const int64_t n = std::min<int64_t>(kDiagRows, rows - s0);
+        const int64_t keys = keys_of(r0 + s0 + n - 1).second - keys_of(r0 + s0).first;
+        p += static_cast<double>(n * std::max<int64_t>(keys, 0));
+      }
+      continue;
+    }
     const int64_t key_lo = ranged ? keys_of(r0).first : 0, key_hi = ranged ? keys_of(r0 + rows - 1).second : s_.Nk;
     for (int64_t c0 = tight ? key_lo : key_lo / s_.fwd_cols * s_.fwd_cols; c0 < key_hi; c0 += s_.fwd_cols)
       p += static_cast<double>(rows * std::min(s_.fwd_cols, (tight ? key_hi : s_.Nk) - c0));
@@ -375,9 +402,9 @@ void TiledSoftmax::forward(const LogitsSource& src, const TensorView& v, const T
   const size_t per_thread = tile_floats(mode_);
   if (resume && !lse_out) throw std::logic_error("TiledSoftmax::forward: resuming needs the earlier log-sum-exp");
 #if defined(__AVX512F__)
+  // The diagonal kernel computes the logits itself: plain s Q K^T only.
   const auto* qk = dynamic_cast<const QKLogits*>(&src);
-  const bool diagonal = s_.diagonal && tight && ranges_.size() > 0 && qk && !qk->keys_major() &&
-                        (D == 16 || D == 32 || D == 64);
+  const bool diagonal = qk && !qk->keys_major() && ranges_.size() > 0;
 #endif
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t it = 0; it < items; ++it) {
@@ -400,15 +427,8 @@ void TiledSoftmax::forward(const LogitsSource& src, const TensorView& v, const T
     }
     bool first_tile = !resume, diagonal_done = false;
 #if defined(__AVX512F__)
-    // The diagonal kernel, 16 rows at a time, when its logits and transposed queries fit in the
-    // score tile.
-    bool fits = diagonal;
-    for (int64_t s0 = 0; fits && s0 < rows; s0 += kDiagRows) {
-      const int64_t last = std::min(s0 + kDiagRows, rows) - 1;
-      const int64_t keys = ranges_[static_cast<size_t>(2 * (r0 + last) + 1)] - ranges_[static_cast<size_t>(2 * (r0 + s0))];
-      fits = kDiagRows * (D + std::max<int64_t>(keys, 0)) <= kFwdRows * kFwdCols;
-    }
-    if (fits) {
+    // A band: the diagonal kernel, 16 rows at a time.
+    if (diagonal && diagonal_block(r0, rows)) {
       alignas(64) float m16[kDiagRows], l16[kDiagRows];
       for (int64_t s0 = 0; s0 < rows; s0 += kDiagRows) {
         const int n = static_cast<int>(std::min<int64_t>(kDiagRows, rows - s0));

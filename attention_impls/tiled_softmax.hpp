@@ -191,6 +191,10 @@ class TiledSoftmax {
 
  private:
   size_t tile_floats(Mode mode) const;
+  // Whether forward() scores the block of rows [r0, r0 + rows) with the diagonal kernel (see
+  // TiledSoftmaxShape::diagonal): an AVX-512 build, a band, D of 16, 32 or 64, and each 16 rows'
+  // transposed queries and logits fit in the score tile. (The source must also be s Q K^T.)
+  bool diagonal_block(int64_t r0, int64_t rows) const;
   MatmulSpec spec_pv(int64_t rows, int64_t cols, bool accumulate) const;
   MatmulSpec spec_dv(int64_t rows, int64_t cols) const;
   MatmulSpec spec_dp(int64_t rows, int64_t cols) const;

@@ -154,8 +154,8 @@ TEST(Cli, AdmissibleFractionCountsTheLogitsAMechanismWastes) {
   EXPECT_EQ(dense["flash"], std::vector<double>(2, 1.0));
   EXPECT_EQ(dense["local"], std::vector<double>(2, 1.0));
   ASSERT_EQ(dense["sliding"].size(), 2u);
-  EXPECT_GT(dense["sliding"][0], 0.5);  // 48-row tiles of a +-64 band: 129 of up to 176 keys
-  EXPECT_LT(dense["sliding"][0], 0.9);
+  EXPECT_GT(dense["sliding"][0], 0.5);  // tiles of a +-64 band: 129 of up to 176 (or 144) keys
+  EXPECT_LT(dense["sliding"][0], 1.0);
   EXPECT_TRUE(dense["linear"].empty());
   auto causal = fractions("--causal");
   EXPECT_EQ(causal["vanilla"], std::vector<double>(2, 512.0 * 513 / 2 / (512.0 * 512)));

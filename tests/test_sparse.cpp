@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <set>
+#include <tuple>
 
 #include "attention_impls/sparse_segments.hpp"
 #include "attention_impls/tiled_softmax.hpp"
@@ -422,6 +423,33 @@ TEST(SparseCost, BlockedBandsScoreNoKeyOutsideTheWindow) {
       auto impl = make(name, ps, causal);
       EXPECT_GT(impl->scored_pairs(), impl->pairs()) << name << " " << ::testing::PrintToString(ps);
     }
+}
+
+// A band (sliding): with the AVX-512 diagonal kernel, each 16 query rows score the union of
+// their windows, and nothing more; otherwise 48-row tiles of the band's width.
+TEST(SparseCost, SlidingBandScoresSixteenRowsOverTheirOwnKeys) {
+  for (const auto& [N, w, causal] : std::vector<std::tuple<int64_t, int64_t, bool>>{
+           {4096, 64, false}, {1000, 64, false}, {4096, 64, true}, {777, 5, false}, {300, 0, true}}) {
+    const Shape4 s{1, 2, N, 64};
+    const auto& info = find_mechanism("sliding");
+    auto impl = info.make(AttnProblem{s, causal, Strides3::contiguous(s), 1},
+                          resolve_params(info, {"window=" + std::to_string(w)}));
+    auto* band = dynamic_cast<SparseAttention*>(impl.get());
+    ASSERT_NE(band, nullptr);
+    auto lo = [&](int64_t i) { return std::max<int64_t>(i - w, 0); };
+    auto hi = [&](int64_t i) { return std::min<int64_t>(causal ? i + 1 : i + w + 1, N); };
+#if defined(__AVX512F__)
+    constexpr int64_t kRows = 16;
+#else
+    constexpr int64_t kRows = 48;
+#endif
+    double scored = 0;
+    for (int64_t r0 = 0; r0 < N; r0 += kRows) {
+      const int64_t n = std::min(kRows, N - r0);
+      scored += static_cast<double>(n * (hi(r0 + n - 1) - lo(r0)));
+    }
+    EXPECT_DOUBLE_EQ(band->scored_pairs(), scored * 2) << N << " " << w << " " << causal;  // 2 heads
+  }
 }
 
 TEST(SparseCost, StridedWithSqrtNStrideIsNSqrtN) {
