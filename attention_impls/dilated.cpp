@@ -4,7 +4,8 @@
 // Computes: S(i) = { j : |i - j| = t dilation, t = 0..window }, causal i - j = t dilation.
 // Optimises: queries and keys of one residue class modulo `dilation` form a subsequence (a view
 //   with row stride dilation, no copy) on which the pattern is a plain band of `window`; all
-//   residues of one length run as one folded segment, so no masked-out key is ever scored.
+//   residues of one length run as one folded segment, so no masked-out key is ever scored
+//   (beyond the band's tile edges: the diagonal kernel on AVX-512, as in sliding).
 // Leaves out: per-head dilation rates (the paper varies them across heads).
 #include <algorithm>
 

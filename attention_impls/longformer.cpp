@@ -6,7 +6,7 @@
 //   tokens see ahead).
 // Optimises: disjoint segments: global queries over all keys (a dense strip), the other
 //   queries over the global keys (a dense strip) and over the non-global keys of their window
-//   (one band per residue of the dilation, as views).
+//   (one band per residue of the dilation, as views; the diagonal kernel on AVX-512).
 // Leaves out: separate projections for global attention (the paper's Q_g, K_g, V_g): the same
 //   Q, K, V serve both, as mechanisms.md defines it.
 #include <algorithm>

@@ -2,8 +2,9 @@
 // Paper: the band of Beltagy et al. 2020 ("Longformer") without global tokens.
 // Complexity: O(N window D) time, O(threads * tile) extra memory.
 // Computes: S(i) = { j : |i - j| <= window }, causal 0 <= i - j <= window.
-// Optimises: one banded segment on the sparse core: each block of 48 queries is one product with
-//   the 48 + 2 window keys its rows may use.
+// Optimises: one banded segment on the sparse core. On AVX-512 the diagonal kernel scores each
+//   16 queries over the 16 + 2 window keys their rows use (144 for 129 at window 64); elsewhere
+//   each block of 48 queries is one oneDNN product with the 48 + 2 window keys of its rows.
 // Decode: against a ring cache of the last window + 1 tokens: constant time and memory per token.
 // Leaves out: nothing of the definition.
 #include <algorithm>
