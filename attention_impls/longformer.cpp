@@ -6,7 +6,9 @@
 //   tokens see ahead).
 // Optimises: disjoint segments: global queries over all keys (a dense strip), the other
 //   queries over the global keys (a dense strip) and over the non-global keys of their window
-//   (one band per residue of the dilation, as views; the diagonal kernel on AVX-512).
+//   (one band per residue of the dilation, as views). On AVX-512 the bands run the diagonal
+//   kernel with the global keys inside it (fuse_prefix_keys): one pass over the output rows;
+//   the global keys' strip then serves the backward pass only.
 // Leaves out: separate projections for global attention (the paper's Q_g, K_g, V_g): the same
 //   Q, K, V serve both, as mechanisms.md defines it.
 #include <algorithm>
@@ -29,9 +31,18 @@ class Longformer final : public SparseAttention {
     std::vector<Segment> s;
     if (g > 0) s.push_back(dense(rows(0, g), rows(0, N)));  // global queries
     if (N > g) {
-      for (int64_t r = 0; r < std::min(d, N - g); ++r)        // the window over non-global keys
-        s.push_back(band(rows(g + r, (N - g - r + d - 1) / d, d), window_, window_, false));
-      if (g > 0) s.push_back(dense(rows(g, N - g), rows(0, g)));  // global keys
+      bool fused = g > 0;
+      for (int64_t r = 0; r < std::min(d, N - g); ++r) {  // the window over non-global keys
+        Segment w = band(rows(g + r, (N - g - r + d - 1) / d, d), window_, window_, false);
+        fused = fused && fuse_prefix_keys(w, g, p_.shape.D);
+        s.push_back(std::move(w));
+      }
+      if (!fused)  // some band cannot hold the global keys: none does
+        for (auto& seg : s) seg.prefix_keys = 0;
+      if (g > 0) {  // global keys
+        s.push_back(dense(rows(g, N - g), rows(0, g)));
+        s.back().backward_only = fused;
+      }
     }
     return s;
   }

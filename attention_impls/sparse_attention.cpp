@@ -75,6 +75,7 @@ void SparseAttention::build(Rng* rng) const {
     sh.bwd_cols = seg.bwd_tile_cols > 0 ? seg.bwd_tile_cols : seg.tile_rows;
     sh.tight = seg.tight;
     sh.diagonal = seg.diagonal;
+    sh.prefix_keys = seg.prefix_keys;
     part->engine = TiledSoftmax(sh);
     part->seg = std::move(seg);
     parts_.push_back(std::move(part));
@@ -103,24 +104,25 @@ void SparseAttention::build(Rng* rng) const {
   planned_ = false;
 }
 
-// Sums a per-(b, h) count of each part's engine over the parts and their (b, h).
+// Sums a per-(b, h) count of each part over the parts and their (b, h).
 template <typename Count>
 double SparseAttention::sum_over_parts(Count count) const {
   if (!built_) build(nullptr);
   double p = 0;
   for (const auto& part : parts_) {
     const auto& sh = part->engine.shape();
-    p += count(part->engine) * static_cast<double>(sh.B * sh.H);
+    p += count(*part) * static_cast<double>(sh.B * sh.H);
   }
   return p;
 }
 
 double SparseAttention::pairs() const {
-  return sum_over_parts([](const TiledSoftmax& e) { return e.pairs(); });
+  return sum_over_parts([](const Part& part) { return part.engine.pairs(); });
 }
 
+// A backward-only segment's keys are scored by the band that holds them as prefix keys.
 double SparseAttention::scored_pairs() const {
-  return sum_over_parts([](const TiledSoftmax& e) { return e.scored_pairs(); });
+  return sum_over_parts([](const Part& part) { return part.seg.backward_only ? 0.0 : part.engine.scored_pairs(); });
 }
 
 double SparseAttention::flops(Mode mode) const {
@@ -192,6 +194,13 @@ TensorView contiguous_view(const Buffer<float>& buf, int64_t B, int64_t H, int64
   const Shape4 s{B, H, N, D};
   return TensorView{buf.data(), s, Strides3::contiguous(s)};
 }
+
+// Rows 0 .. n - 1 of t.
+TensorView rows_of(const TensorView& t, int64_t n) {
+  TensorView v = t;
+  v.shape.N = n;
+  return v;
+}
 }  // namespace
 
 TensorView SparseAttention::keys_view(const Part& part, const TensorView& t, const Buffer<float>& gathered) const {
@@ -218,6 +227,7 @@ void SparseAttention::forward(const AttnArgs& a) {
   for (auto& part_ptr : parts_) {
     Part& part = *part_ptr;
     const Segment& seg = part.seg;
+    if (seg.backward_only) continue;
     if (part.gathered()) {
       const int64_t nk = seg.keys.n;
 #pragma omp parallel for schedule(static)
@@ -233,7 +243,9 @@ void SparseAttention::forward(const AttnArgs& a) {
     const TensorView l = seg.queries.of(lse);
     const LseView lv{l.data, l.strides.sb, l.strides.sh, l.strides.sn};
     part.qk.bind(seg.queries.of(a.q), keys_view(part, a.k, part.kg));
-    part.engine.forward(part.qk, keys_view(part, a.v, part.vg), seg.queries.of(a.o), &lv, !part.direct);
+    const TensorView prefix_v = rows_of(a.v, seg.prefix_keys);
+    part.qk.bind_prefix(rows_of(a.k, seg.prefix_keys));
+    part.engine.forward(part.qk, keys_view(part, a.v, part.vg), seg.queries.of(a.o), &lv, !part.direct, &prefix_v);
   }
 }
 

@@ -44,6 +44,11 @@ struct Segment {
   int64_t tile_rows = 128, tile_cols = 256, bwd_tile_rows = 0, bwd_tile_cols = 0;
   bool tight = false;
   bool diagonal = false;    // a band: see TiledSoftmaxShape::diagonal
+  // A band whose queries also use keys 0 .. prefix_keys - 1 of the sequence in its forward pass
+  // (see fuse_prefix_keys); the segment of those keys is then backward_only: skipped by the
+  // forward pass, run by the backward pass.
+  int64_t prefix_keys = 0;
+  bool backward_only = false;
   bool keys_major = false;  // logits tiles as S^T = K Q^T (see QKLogits): a few queries, many keys
 };
 

@@ -31,6 +31,20 @@ inline Segment band(RowSet same, int64_t before, int64_t after, bool causal) {
   return s;
 }
 
+// Longformer's global keys (sequence rows 0 .. n - 1) inside a band's forward pass: with the
+// diagonal kernel, each 16 queries score them beside their own keys, in the same pass over their
+// output rows, instead of a second segment that reads and rescales every output row again.
+// Returns false, the band unchanged, where the kernel does not run (then the keys need a segment
+// of their own in the forward pass too).
+inline bool fuse_prefix_keys(Segment& band, int64_t n, int64_t D) {
+  const int64_t R = TiledSoftmax::kDiagonalRows;
+  const int64_t widest = band.range(R - 1).second - band.range(0).first;  // the keys of 16 rows
+  if (!TiledSoftmax::diagonal_kernel(D) || !TiledSoftmax::diagonal_fits(D, widest, n, band.tile_rows * band.tile_cols))
+    return false;
+  band.prefix_keys = n;
+  return true;
+}
+
 // Rows per score tile of a blocked band: a whole block of 32 to 128 rows, or 64-row parts of a
 // block that is a multiple of 64. Such a tile starts on a block boundary and all its rows have
 // one key range, so it scores no key outside the window (local's default 64 x 64 blocks: 64 x 192

@@ -14,7 +14,7 @@ namespace ab {
 namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-constexpr int kDiagRows = 16;  // query rows per call of the diagonal kernel (one per lane)
+constexpr int kDiagRows = TiledSoftmax::kDiagonalRows;  // one query row per lane
 
 std::vector<int64_t> block_sizes(int64_t n, int64_t block) {
   std::vector<int64_t> v;
@@ -47,15 +47,11 @@ inline void diag_logits(const float* Qt, const float* K, int64_t ldk, float* St)
   for (int j = 0; j < C; ++j) _mm512_storeu_ps(St + j * kDiagRows, acc[j]);
 }
 
-// O rows g0 .. g0 + G of the block: O = O * corr (when `accumulate`) + sum over keys [c0, c1) of
-// P[c][row] V[c].
+// acc[g] += sum over keys [c0, c1) of P[c][g0 + g] V[c].
 template <int D, int G>
-inline void diag_values(const float* Pt, int g0, int64_t c0, int64_t c1, const float* V, int64_t ldv, float* O,
-                        int64_t ldo, const float* corr, bool accumulate) {
+inline void diag_accumulate(__m512 (&acc)[G][D / 16], const float* Pt, int g0, int64_t c0, int64_t c1,
+                            const float* V, int64_t ldv) {
   constexpr int NV = D / 16;
-  __m512 acc[G][NV];
-  for (int g = 0; g < G; ++g)
-    for (int j = 0; j < NV; ++j) acc[g][j] = _mm512_setzero_ps();
   for (int64_t c = c0; c < c1; ++c) {
     __m512 v[NV];
     for (int j = 0; j < NV; ++j) v[j] = _mm512_loadu_ps(V + c * ldv + 16 * j);
@@ -65,6 +61,20 @@ inline void diag_values(const float* Pt, int g0, int64_t c0, int64_t c1, const f
       for (int j = 0; j < NV; ++j) acc[g][j] = _mm512_fmadd_ps(p, v[j], acc[g][j]);
     }
   }
+}
+
+// O rows g0 .. g0 + G of the block: O = O * corr (when `accumulate`) + sum over the prefix keys
+// [0, np) (probabilities Pp, values VP) and the band's keys [c0, c1) (Pt, V) of P[c][row] V[c].
+template <int D, int G>
+inline void diag_values(const float* Pp, const float* VP, int64_t ldvp, int64_t np, const float* Pt, int g0,
+                        int64_t c0, int64_t c1, const float* V, int64_t ldv, float* O, int64_t ldo,
+                        const float* corr, bool accumulate) {
+  constexpr int NV = D / 16;
+  __m512 acc[G][NV];
+  for (int g = 0; g < G; ++g)
+    for (int j = 0; j < NV; ++j) acc[g][j] = _mm512_setzero_ps();
+  if (np > 0) diag_accumulate<D, G>(acc, Pp, g0, 0, np, VP, ldvp);
+  diag_accumulate<D, G>(acc, Pt, g0, c0, c1, V, ldv);
   for (int g = 0; g < G; ++g) {
     float* o = O + (g0 + g) * ldo;
     if (accumulate) {
@@ -76,17 +86,20 @@ inline void diag_values(const float* Pt, int g0, int64_t c0, int64_t c1, const f
 }
 
 // Up to 16 query rows (Q, O: row strides ldq, ldo) of one (b, h). ranges: each row's admissible
-// keys [lo_r, hi_r) (absolute, non-decreasing in both ends); K and V point at key 0. self0:
-// the key index of row 0 when a row may not use its own key (exclude_self), else -1. m, l:
-// the online softmax's running max and sum per row, O its output so far when `accumulate`.
-// work: 16 (D + keys of the block) floats.
+// keys [lo_r, hi_r) (absolute, non-decreasing in both ends); K and V point at key 0. Every row
+// also uses the np prefix keys KP, VP (Longformer's global keys; np = 0: none). self0: the key
+// index of row 0 when a row may not use its own key (exclude_self), else -1. m, l: the online
+// softmax's running max and sum per row, O its output so far when `accumulate`. work: 16 (D +
+// np + keys of the block) floats.
 template <int D>
 void diagonal_rows(int rows, const float* Q, int64_t ldq, const float* K, int64_t ldk, const float* V, int64_t ldv,
-                   const int64_t* ranges, int64_t self0, float scale, float* O, int64_t ldo, float* m, float* l,
-                   bool accumulate, float* work) {
+                   const float* KP, int64_t ldkp, const float* VP, int64_t ldvp, int64_t np, const int64_t* ranges,
+                   int64_t self0, float scale, float* O, int64_t ldo, float* m, float* l, bool accumulate,
+                   float* work) {
   const int64_t lo = ranges[0], hi = ranges[2 * (rows - 1) + 1];
   float* Qt = work;
-  float* St = work + D * kDiagRows;
+  float* Sp = work + D * kDiagRows;  // the prefix keys' logits, then the band's
+  float* St = Sp + np * kDiagRows;
   // Pass 1: Qt (rows past `rows` are zero).
   for (int r = 0; r < kDiagRows; ++r)
     for (int d = 0; d < D; ++d) Qt[d * kDiagRows + r] = r < rows ? Q[r * ldq + d] : 0.0f;
@@ -96,6 +109,9 @@ void diagonal_rows(int rows, const float* Q, int64_t ldq, const float* K, int64_
   for (; c + kDiagKeys <= n; c += kDiagKeys) diag_logits<D, kDiagKeys>(Qt, K + (lo + c) * ldk, ldk, St + c * kDiagRows);
   for (; c + 8 <= n; c += 8) diag_logits<D, 8>(Qt, K + (lo + c) * ldk, ldk, St + c * kDiagRows);
   for (; c < n; ++c) diag_logits<D, 1>(Qt, K + (lo + c) * ldk, ldk, St + c * kDiagRows);
+  for (c = 0; c + kDiagKeys <= np; c += kDiagKeys) diag_logits<D, kDiagKeys>(Qt, KP + c * ldkp, ldkp, Sp + c * kDiagRows);
+  for (; c + 8 <= np; c += 8) diag_logits<D, 8>(Qt, KP + c * ldkp, ldkp, Sp + c * kDiagRows);
+  for (; c < np; ++c) diag_logits<D, 1>(Qt, KP + c * ldkp, ldkp, Sp + c * kDiagRows);
   // Pass 3: the lanes of key c are the rows whose range holds it.
   alignas(64) int32_t first[kDiagRows], last[kDiagRows];
   for (int r = 0; r < kDiagRows; ++r) {
@@ -112,7 +128,9 @@ void diagonal_rows(int rows, const float* Q, int64_t ldq, const float* K, int64_
     }
     return k;
   };
+  const __mmask16 all_rows = static_cast<__mmask16>((1u << rows) - 1);  // the prefix keys' lanes
   __m512 raw_max = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int64_t cc = 0; cc < np; ++cc) raw_max = _mm512_mask_max_ps(raw_max, all_rows, raw_max, _mm512_loadu_ps(Sp + cc * kDiagRows));
   for (int64_t cc = 0; cc < n; ++cc) raw_max = _mm512_mask_max_ps(raw_max, lanes(cc), raw_max, _mm512_loadu_ps(St + cc * kDiagRows));
   const __m512 vscale = _mm512_set1_ps(scale);
   const __m512 m_old = _mm512_loadu_ps(m);
@@ -121,6 +139,11 @@ void diagonal_rows(int rows, const float* Q, int64_t ldq, const float* K, int64_
   const __mmask16 had = _mm512_cmp_ps_mask(m_old, _mm512_set1_ps(-std::numeric_limits<float>::infinity()), _CMP_NEQ_OQ);
   const __m512 corr = _mm512_maskz_mov_ps(had, exp_f32x16(_mm512_maskz_sub_ps(had, m_old, m_new)));
   __m512 sum = _mm512_setzero_ps();
+  for (int64_t cc = 0; cc < np; ++cc) {
+    const __m512 p = _mm512_maskz_mov_ps(all_rows, exp_f32x16(_mm512_maskz_fmsub_ps(all_rows, _mm512_loadu_ps(Sp + cc * kDiagRows), vscale, m_new)));
+    _mm512_storeu_ps(Sp + cc * kDiagRows, p);
+    sum = _mm512_add_ps(sum, p);
+  }
   for (int64_t cc = 0; cc < n; ++cc) {
     const __mmask16 k = lanes(cc);
     const __m512 p = _mm512_maskz_mov_ps(k, exp_f32x16(_mm512_maskz_fmsub_ps(k, _mm512_loadu_ps(St + cc * kDiagRows), vscale, m_new)));
@@ -138,7 +161,7 @@ void diagonal_rows(int rows, const float* Q, int64_t ldq, const float* K, int64_
     const int64_t c0 = ranges[2 * g0] - lo, c1 = ranges[2 * (g0 + G - 1) + 1] - lo;
     switch (G) {
 #define AB_DIAG_GROUP(n) \
-  case n: diag_values<D, n>(St, g0, c0, c1, Vlo, ldv, O, ldo, corr_rows, accumulate); break;
+  case n: diag_values<D, n>(Sp, VP, ldvp, np, St, g0, c0, c1, Vlo, ldv, O, ldo, corr_rows, accumulate); break;
       AB_DIAG_GROUP(1) AB_DIAG_GROUP(2) AB_DIAG_GROUP(3) AB_DIAG_GROUP(4) AB_DIAG_GROUP(5) AB_DIAG_GROUP(6)
 #undef AB_DIAG_GROUP
     }
@@ -227,20 +250,27 @@ double TiledSoftmax::pairs() const {
   return p;
 }
 
-bool TiledSoftmax::diagonal_block(int64_t r0, int64_t rows) const {
+bool TiledSoftmax::diagonal_kernel(int64_t D) {
 #if defined(__AVX512F__)
-  if (!s_.diagonal || !s_.tight || !s_.keys || (s_.D != 16 && s_.D != 32 && s_.D != 64)) return false;
+  return D == 16 || D == 32 || D == 64;
+#else
+  (void)D;
+  return false;
+#endif
+}
+
+bool TiledSoftmax::diagonal_fits(int64_t D, int64_t keys, int64_t prefix, int64_t area) {
+  return kDiagRows * (D + prefix + std::max<int64_t>(keys, 0)) <= area;
+}
+
+bool TiledSoftmax::diagonal_block(int64_t r0, int64_t rows) const {
+  if (!s_.diagonal || !s_.tight || !s_.keys || !diagonal_kernel(s_.D)) return false;
   for (int64_t s0 = 0; s0 < rows; s0 += kDiagRows) {
     const int64_t last = std::min<int64_t>(s0 + kDiagRows, rows) - 1;
     const int64_t keys = keys_of(r0 + last).second - keys_of(r0 + s0).first;
-    if (kDiagRows * (s_.D + std::max<int64_t>(keys, 0)) > s_.fwd_rows * s_.fwd_cols) return false;
+    if (!diagonal_fits(s_.D, keys, s_.prefix_keys, s_.fwd_rows * s_.fwd_cols)) return false;
   }
   return true;
-#else
-  (void)r0;
-  (void)rows;
-  return false;
-#endif
 }
 
 double TiledSoftmax::scored_pairs() const {
@@ -254,7 +284,7 @@ double TiledSoftmax::scored_pairs() const {
       for (int64_t s0 = 0; s0 < rows; s0 += kDiagRows) {
         const int64_t n = std::min<int64_t>(kDiagRows, rows - s0);
         const int64_t keys = keys_of(r0 + s0 + n - 1).second - keys_of(r0 + s0).first;
-        p += static_cast<double>(n * std::max<int64_t>(keys, 0));
+        p += static_cast<double>(n * (s_.prefix_keys + std::max<int64_t>(keys, 0)));
       }
       continue;
     }
@@ -392,7 +422,7 @@ void TiledSoftmax::setup(Mode mode) {
 // Resuming, every block starts from the earlier key set's m = lse, l = 1 (0 where lse is -inf)
 // and its O_i, and every tile accumulates.
 void TiledSoftmax::forward(const LogitsSource& src, const TensorView& v, const TensorView& o,
-                           const LseView* lse_out, bool resume) {
+                           const LseView* lse_out, bool resume, const TensorView* prefix_v) {
   const int64_t kFwdRows = s_.fwd_rows, kFwdCols = s_.fwd_cols;
   const int64_t Nq = s_.Nq, Nk = s_.Nk, D = s_.D, nq = (Nq + kFwdRows - 1) / kFwdRows;
   const int64_t items = s_.B * s_.H * nq;
@@ -401,11 +431,14 @@ void TiledSoftmax::forward(const LogitsSource& src, const TensorView& v, const T
   float* lse_all = lse_.data();
   const size_t per_thread = tile_floats(mode_);
   if (resume && !lse_out) throw std::logic_error("TiledSoftmax::forward: resuming needs the earlier log-sum-exp");
-#if defined(__AVX512F__)
   // The diagonal kernel computes the logits itself: plain s Q K^T only.
   const auto* qk = dynamic_cast<const QKLogits*>(&src);
   const bool diagonal = qk && !qk->keys_major() && ranges_.size() > 0;
-#endif
+  if (s_.prefix_keys > 0) {  // only the diagonal kernel has prefix keys
+    bool ok = diagonal && prefix_v;
+    for (int64_t r0 = 0; ok && r0 < Nq; r0 += kFwdRows) ok = diagonal_block(r0, std::min(kFwdRows, Nq - r0));
+    if (!ok) throw std::logic_error("TiledSoftmax::forward: prefix keys need the diagonal kernel and their values");
+  }
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t it = 0; it < items; ++it) {
     const int tid = omp_get_thread_num();
@@ -443,11 +476,15 @@ void TiledSoftmax::forward(const LogitsSource& src, const TensorView& v, const T
         float* Os = O + s0 * ldo;
         const float* Qs = q.row(b, h, r0 + s0);
         const float* K0 = k.head(b, h);
+        const int64_t np = s_.prefix_keys;
+        const float* KP = np ? qk->prefix_k().head(b, h) : nullptr;
+        const float* VP = np ? prefix_v->head(b, h) : nullptr;
+        const int64_t ldkp = np ? qk->prefix_k().strides.sn : 0, ldvp = np ? prefix_v->strides.sn : 0;
         switch (D) {
 #define AB_DIAG_D(d)                                                                                           \
   case d:                                                                                                      \
-    diagonal_rows<d>(n, Qs, q.strides.sn, K0, k.strides.sn, V, s_.ld_v, rr, self0, qk->scale(), Os, ldo, m16, \
-                     l16, resume, S);                                                                          \
+    diagonal_rows<d>(n, Qs, q.strides.sn, K0, k.strides.sn, V, s_.ld_v, KP, ldkp, VP, ldvp, np, rr, self0,   \
+                     qk->scale(), Os, ldo, m16, l16, resume, S);                                               \
     break;
           AB_DIAG_D(16) AB_DIAG_D(32) AB_DIAG_D(64)
 #undef AB_DIAG_D

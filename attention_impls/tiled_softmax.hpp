@@ -53,8 +53,11 @@ class QKLogits final : public LogitsSource {
     q_ = q;
     k_ = k;
   }
+  // Keys every query also uses, before its own range (TiledSoftmaxShape::prefix_keys).
+  void bind_prefix(const TensorView& k) { prefix_k_ = k; }
   const TensorView& q() const { return q_; }
   const TensorView& k() const { return k_; }
+  const TensorView& prefix_k() const { return prefix_k_; }
   float scale() const { return scale_; }
   bool keys_major() const { return keys_major_; }
   // accumulate: add to dq, dk instead of starting them at zero.
@@ -86,7 +89,7 @@ class QKLogits final : public LogitsSource {
   mutable size_t scratch_floats_ = 0;  // per thread: the last plan's largest tile (keys_major)
   Buffer<float> scratch_;
   bool accumulate_ = false;
-  TensorView q_, k_, dq_, dk_;
+  TensorView q_, k_, dq_, dk_, prefix_k_;
 };
 
 // The keys query row i may use: [first, second), never decreasing with i (both ends).
@@ -114,6 +117,10 @@ struct TiledSoftmaxShape {
   // (see diagonal_rows in tiled_softmax.cpp), which computes only the keys of those 16 rows
   // instead of a rectangular tile's: ~10% of the scores wasted at window 64 instead of 27%.
   bool diagonal = false;
+  // With the diagonal kernel: every query also uses these many keys given apart (the source's
+  // prefix_k and forward's prefix_v: Longformer's global keys), in the same softmax. The
+  // backward pass leaves them to a segment of their own.
+  int64_t prefix_keys = 0;
   // Query i never uses key i (needs Nq == Nk, queries and keys the same rows): a pattern that
   // splits its keys into disjoint parts keeps the query itself in one part only, and this
   // lets another part keep its one contiguous range (the Sparse Transformer's residue class).
@@ -164,7 +171,13 @@ class TiledSoftmax {
   // the softmax over the union: the online softmax starts from (m = lse, l = 1, O) instead of
   // from nothing, so segments of a pattern merge without a second output buffer or pass.
   void forward(const LogitsSource& src, const TensorView& v, const TensorView& o, const LseView* lse = nullptr,
-               bool resume = false);
+               bool resume = false, const TensorView* prefix_v = nullptr);
+  // Whether this build has the diagonal kernel for head size D (AVX-512; D of 16, 32 or 64),
+  // and whether 16 rows over `keys` keys of their own and `prefix` prefix keys fit a score tile
+  // of `area` floats.
+  static constexpr int64_t kDiagonalRows = 16;  // query rows per call of the diagonal kernel
+  static bool diagonal_kernel(int64_t D);
+  static bool diagonal_fits(int64_t D, int64_t keys, int64_t prefix, int64_t area);
   // dV, and through src the logits' inputs; dv is overwritten, or accumulated into when
   // `accumulate`. `lse`, when given, replaces the forward's own (see LseView).
   void backward(const LogitsSource& src, const TensorView& v, const TensorView& o,
