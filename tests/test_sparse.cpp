@@ -114,7 +114,12 @@ std::vector<SparseCase> sparse_cases() {
     v.push_back({"longformer", {"window=6", "global=0"}, N, false});
     v.push_back({"longformer", {"window=4", "dilation=3", "global=2"}, N, false});
     v.push_back({"longformer", {"window=2", "global=200"}, N, false});
+    // Too wide for the diagonal kernel to hold the global keys: they keep their forward segment.
+    v.push_back({"longformer", {"window=1000", "global=3"}, N, false});
   }
+  // Global keys inside the diagonal kernel over several 16-row blocks, 33 of them (its logits in
+  // groups of 24, 8 and 1 keys), with a dilation.
+  v.push_back({"longformer", {"window=20", "dilation=2", "global=33"}, 300, false});
   return v;
 }
 INSTANTIATE_TEST_SUITE_P(Patterns, SparseVsMaskedVanilla, ::testing::ValuesIn(sparse_cases()));
