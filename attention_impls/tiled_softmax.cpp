@@ -420,7 +420,9 @@ void TiledSoftmax::setup(Mode mode) {
 //                                                      neither zeroed nor rescaled before it)
 //   finally O_i /= l, and lse = m + log l is kept for the backward pass.
 // Resuming, every block starts from the earlier key set's m = lse, l = 1 (0 where lse is -inf)
-// and its O_i, and every tile accumulates.
+// and its O_i, and every tile accumulates. A band (shape.diagonal) in an AVX-512 build runs
+// passes 1-3 as the diagonal kernel instead, 16 rows at a time (diagonal_rows), with the same
+// running m, l and final pass.
 void TiledSoftmax::forward(const LogitsSource& src, const TensorView& v, const TensorView& o,
                            const LseView* lse_out, bool resume, const TensorView* prefix_v) {
   const int64_t kFwdRows = s_.fwd_rows, kFwdCols = s_.fwd_cols;
