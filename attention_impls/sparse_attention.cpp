@@ -243,9 +243,11 @@ void SparseAttention::forward(const AttnArgs& a) {
     const TensorView l = seg.queries.of(lse);
     const LseView lv{l.data, l.strides.sb, l.strides.sh, l.strides.sn};
     part.qk.bind(seg.queries.of(a.q), keys_view(part, a.k, part.kg));
+    // Longformer's global keys held by a band (fuse_prefix_keys): rows 0 .. prefix_keys - 1.
     const TensorView prefix_v = rows_of(a.v, seg.prefix_keys);
-    part.qk.bind_prefix(rows_of(a.k, seg.prefix_keys));
-    part.engine.forward(part.qk, keys_view(part, a.v, part.vg), seg.queries.of(a.o), &lv, !part.direct, &prefix_v);
+    if (seg.prefix_keys > 0) part.qk.bind_prefix(rows_of(a.k, seg.prefix_keys));
+    part.engine.forward(part.qk, keys_view(part, a.v, part.vg), seg.queries.of(a.o), &lv, !part.direct,
+                        seg.prefix_keys > 0 ? &prefix_v : nullptr);
   }
 }
 

@@ -47,6 +47,15 @@ inline void diag_logits(const float* Qt, const float* K, int64_t ldk, float* St)
   for (int j = 0; j < C; ++j) _mm512_storeu_ps(St + j * kDiagRows, acc[j]);
 }
 
+// St (n x 16) = the logits of n keys (rows of K, stride ldk) against Qt, 24, 8 or 1 at a time.
+template <int D>
+inline void diag_logits_keys(const float* Qt, const float* K, int64_t ldk, int64_t n, float* St) {
+  int64_t c = 0;
+  for (; c + kDiagKeys <= n; c += kDiagKeys) diag_logits<D, kDiagKeys>(Qt, K + c * ldk, ldk, St + c * kDiagRows);
+  for (; c + 8 <= n; c += 8) diag_logits<D, 8>(Qt, K + c * ldk, ldk, St + c * kDiagRows);
+  for (; c < n; ++c) diag_logits<D, 1>(Qt, K + c * ldk, ldk, St + c * kDiagRows);
+}
+
 // acc[g] += sum over keys [c0, c1) of P[c][g0 + g] V[c].
 template <int D, int G>
 inline void diag_accumulate(__m512 (&acc)[G][D / 16], const float* Pt, int g0, int64_t c0, int64_t c1,
@@ -103,15 +112,10 @@ void diagonal_rows(int rows, const float* Q, int64_t ldq, const float* K, int64_
   // Pass 1: Qt (rows past `rows` are zero).
   for (int r = 0; r < kDiagRows; ++r)
     for (int d = 0; d < D; ++d) Qt[d * kDiagRows + r] = r < rows ? Q[r * ldq + d] : 0.0f;
-  // Pass 2: St over the keys [lo, hi).
+  // Pass 2: Sp over the prefix keys, St over the keys [lo, hi).
   const int64_t n = hi - lo;
-  int64_t c = 0;
-  for (; c + kDiagKeys <= n; c += kDiagKeys) diag_logits<D, kDiagKeys>(Qt, K + (lo + c) * ldk, ldk, St + c * kDiagRows);
-  for (; c + 8 <= n; c += 8) diag_logits<D, 8>(Qt, K + (lo + c) * ldk, ldk, St + c * kDiagRows);
-  for (; c < n; ++c) diag_logits<D, 1>(Qt, K + (lo + c) * ldk, ldk, St + c * kDiagRows);
-  for (c = 0; c + kDiagKeys <= np; c += kDiagKeys) diag_logits<D, kDiagKeys>(Qt, KP + c * ldkp, ldkp, Sp + c * kDiagRows);
-  for (; c + 8 <= np; c += 8) diag_logits<D, 8>(Qt, KP + c * ldkp, ldkp, Sp + c * kDiagRows);
-  for (; c < np; ++c) diag_logits<D, 1>(Qt, KP + c * ldkp, ldkp, Sp + c * kDiagRows);
+  diag_logits_keys<D>(Qt, KP, ldkp, np, Sp);
+  diag_logits_keys<D>(Qt, K + lo * ldk, ldk, n, St);
   // Pass 3: the lanes of key c are the rows whose range holds it.
   alignas(64) int32_t first[kDiagRows], last[kDiagRows];
   for (int r = 0; r < kDiagRows; ++r) {
@@ -138,18 +142,15 @@ void diagonal_rows(int rows, const float* Q, int64_t ldq, const float* K, int64_
   // e^(m - m'): 0 where there was no key before (m = -inf), so -inf - -inf is never taken.
   const __mmask16 had = _mm512_cmp_ps_mask(m_old, _mm512_set1_ps(-std::numeric_limits<float>::infinity()), _CMP_NEQ_OQ);
   const __m512 corr = _mm512_maskz_mov_ps(had, exp_f32x16(_mm512_maskz_sub_ps(had, m_old, m_new)));
+  // P = exp(s S - m') on the given lanes (0 elsewhere), in place; their sum added to `sum`.
   __m512 sum = _mm512_setzero_ps();
-  for (int64_t cc = 0; cc < np; ++cc) {
-    const __m512 p = _mm512_maskz_mov_ps(all_rows, exp_f32x16(_mm512_maskz_fmsub_ps(all_rows, _mm512_loadu_ps(Sp + cc * kDiagRows), vscale, m_new)));
-    _mm512_storeu_ps(Sp + cc * kDiagRows, p);
+  auto exp_key = [&](float* S, __mmask16 k) {
+    const __m512 p = _mm512_maskz_mov_ps(k, exp_f32x16(_mm512_maskz_fmsub_ps(k, _mm512_loadu_ps(S), vscale, m_new)));
+    _mm512_storeu_ps(S, p);
     sum = _mm512_add_ps(sum, p);
-  }
-  for (int64_t cc = 0; cc < n; ++cc) {
-    const __mmask16 k = lanes(cc);
-    const __m512 p = _mm512_maskz_mov_ps(k, exp_f32x16(_mm512_maskz_fmsub_ps(k, _mm512_loadu_ps(St + cc * kDiagRows), vscale, m_new)));
-    _mm512_storeu_ps(St + cc * kDiagRows, p);
-    sum = _mm512_add_ps(sum, p);
-  }
+  };
+  for (int64_t cc = 0; cc < np; ++cc) exp_key(Sp + cc * kDiagRows, all_rows);
+  for (int64_t cc = 0; cc < n; ++cc) exp_key(St + cc * kDiagRows, lanes(cc));
   _mm512_storeu_ps(l, _mm512_fmadd_ps(_mm512_loadu_ps(l), corr, sum));
   _mm512_storeu_ps(m, m_new);
   alignas(64) float corr_rows[kDiagRows];
@@ -464,6 +465,13 @@ void TiledSoftmax::forward(const LogitsSource& src, const TensorView& v, const T
 #if defined(__AVX512F__)
     // A band: the diagonal kernel, 16 rows at a time.
     if (diagonal && diagonal_block(r0, rows)) {
+      const TensorView& q = qk->q();
+      const TensorView& k = qk->k();
+      const float* K0 = k.head(b, h);
+      const int64_t np = s_.prefix_keys;
+      const float* KP = np ? qk->prefix_k().head(b, h) : nullptr;
+      const float* VP = np ? prefix_v->head(b, h) : nullptr;
+      const int64_t ldkp = np ? qk->prefix_k().strides.sn : 0, ldvp = np ? prefix_v->strides.sn : 0;
       alignas(64) float m16[kDiagRows], l16[kDiagRows];
       for (int64_t s0 = 0; s0 < rows; s0 += kDiagRows) {
         const int n = static_cast<int>(std::min<int64_t>(kDiagRows, rows - s0));
@@ -471,17 +479,10 @@ void TiledSoftmax::forward(const LogitsSource& src, const TensorView& v, const T
           m16[r] = r < n ? m[s0 + r] : kNegInf;
           l16[r] = r < n ? l[s0 + r] : 0.0f;
         }
-        const TensorView& q = qk->q();
-        const TensorView& k = qk->k();
         const int64_t self0 = s_.exclude_self ? r0 + s0 : -1;
         const int64_t* rr = ranges_.data() + 2 * (r0 + s0);
         float* Os = O + s0 * ldo;
         const float* Qs = q.row(b, h, r0 + s0);
-        const float* K0 = k.head(b, h);
-        const int64_t np = s_.prefix_keys;
-        const float* KP = np ? qk->prefix_k().head(b, h) : nullptr;
-        const float* VP = np ? prefix_v->head(b, h) : nullptr;
-        const int64_t ldkp = np ? qk->prefix_k().strides.sn : 0, ldvp = np ? prefix_v->strides.sn : 0;
         switch (D) {
 #define AB_DIAG_D(d)                                                                                           \
   case d:                                                                                                      \
