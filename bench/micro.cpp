@@ -108,6 +108,55 @@ void BM_ExpShiftSumMasked(benchmark::State& state) {
 }
 BENCHMARK(BM_ExpShiftSumMasked)->Arg(128)->Arg(4096);
 
+// Reformer's hash product at its default shape for N = 16384 (one head): 4 rounds of n_buckets/2
+// = 128 rotation columns against 64 blocks of 256 query rows, D = 64, as reformer.cpp runs it
+// (projT(512, 256) = Rcat^T Q^T, Q read through its row stride), in the three element types
+// oneDNN offers for it: f32 (what reformer runs), bf16 inputs with f32 output, and u8 x s8 ->
+// s32. The lower-precision forms would need an exact correction to give the spec's buckets
+// (README, "Reformer"); this measures only how fast the product itself could be.
+void BM_HashProduct(benchmark::State& state) {
+  using dt = dnnl::memory::data_type;
+  omp_set_num_threads(1);
+  constexpr int64_t n = 16384, rows = 256, cols = 4 * 128;
+  const int type = static_cast<int>(state.range(0));
+  ab::MatmulSpec spec = ab::MatmulSpec::tile(cols, rows, kD, cols, true, kD, true, rows);
+  size_t in_bytes = sizeof(float), out_bytes = sizeof(float);
+  if (type == 1) {
+    spec.ta = spec.tb = dt::bf16;
+    in_bytes = 2;
+    state.SetLabel("bf16 x bf16 -> f32");
+  } else if (type == 2) {
+    spec = ab::MatmulSpec::tile(cols, rows, kD, kD, false, kD, true, rows);  // A as u8 rows
+    spec.ta = dt::u8;
+    spec.tb = dt::s8;
+    spec.tc = dt::s32;
+    in_bytes = 1;
+    out_bytes = sizeof(int32_t);
+    state.SetLabel("u8 x s8 -> s32");
+  } else {
+    state.SetLabel("f32");
+  }
+  ab::Buffer<std::byte> a(cols * kD * in_bytes), q(n * kD * in_bytes), c(cols * rows * out_bytes);
+  a.zero();
+  q.zero();
+  ab::Matmul mm;
+  try {
+    mm = ab::Matmul(spec);
+  } catch (const dnnl::error& e) {
+    state.SkipWithError((std::string("oneDNN has no such product on this CPU: ") + e.what()).c_str());
+    return;
+  }
+  ab::Buffer<std::byte> scratch(mm.scratchpad_bytes());
+  mm.bind(1, scratch.data());
+  for (auto _ : state) {
+    for (int64_t i0 = 0; i0 < n; i0 += rows) mm.run(0, a.data(), q.data() + i0 * kD * in_bytes, c.data());
+    benchmark::DoNotOptimize(c.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * n * kD * cols, benchmark::Counter::kIsIterationInvariantRate,
+                                                 benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_HashProduct)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMicrosecond);
+
 }  // namespace
 
 BENCHMARK_MAIN();

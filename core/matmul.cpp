@@ -31,12 +31,11 @@ struct OmpThreadsGuard {
 };
 
 memory::desc strided_desc(int64_t b0, int64_t b1, int64_t rows, int64_t cols,
-                          const std::array<int64_t, 4>& st) {
+                          const std::array<int64_t, 4>& st, memory::data_type type) {
   if (b0 == 1 && b1 == 1) {
-    return memory::desc(tag_dims{rows, cols}, memory::data_type::f32, tag_dims{st[2], st[3]});
+    return memory::desc(tag_dims{rows, cols}, type, tag_dims{st[2], st[3]});
   }
-  return memory::desc(tag_dims{b0, b1, rows, cols}, memory::data_type::f32,
-                      tag_dims{st[0], st[1], st[2], st[3]});
+  return memory::desc(tag_dims{b0, b1, rows, cols}, type, tag_dims{st[0], st[1], st[2], st[3]});
 }
 
 void set_handle(const memory& m, const void* p) {
@@ -80,9 +79,9 @@ MatmulSpec MatmulSpec::tile(int64_t M, int64_t N, int64_t K, int64_t lda, bool t
 
 Matmul::Matmul(const MatmulSpec& spec) : spec_(spec) {
   if (spec.M <= 0 || spec.N <= 0 || spec.K <= 0) throw std::invalid_argument("matmul: empty shape");
-  auto ad = strided_desc(spec.b0, spec.b1, spec.M, spec.K, spec.a);
-  auto bd = strided_desc(spec.b0, spec.b1, spec.K, spec.N, spec.b);
-  auto cd = strided_desc(spec.b0, spec.b1, spec.M, spec.N, spec.c);
+  auto ad = strided_desc(spec.b0, spec.b1, spec.M, spec.K, spec.a, spec.ta);
+  auto bd = strided_desc(spec.b0, spec.b1, spec.K, spec.N, spec.b, spec.tb);
+  auto cd = strided_desc(spec.b0, spec.b1, spec.M, spec.N, spec.c, spec.tc);
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (spec.alpha != 1.0f) attr.set_output_scales(0, {spec.alpha});
@@ -116,7 +115,7 @@ void Matmul::bind(int slots, std::byte* scratch, size_t stride) {
   }
 }
 
-void Matmul::run(int slot, const float* A, const float* B, float* C) const {
+void Matmul::run(int slot, const void* A, const void* B, void* C) const {
   const Slot& s = slots_[static_cast<size_t>(slot)];
   set_handle(s.a, A);
   set_handle(s.b, B);
@@ -133,7 +132,7 @@ MatmulCache::Key MatmulCache::key_of(const MatmulSpec& s) {
   std::memcpy(&alpha_bits, &s.alpha, sizeof(alpha_bits));
   return Key{s.b0,   s.b1,   s.M,    s.N,    s.K,    s.a[0], s.a[1], s.a[2], s.a[3], s.b[0],
              s.b[1], s.b[2], s.b[3], s.c[0], s.c[1], s.c[2], s.c[3], alpha_bits, s.accumulate,
-             s.single_thread};
+             s.single_thread, static_cast<int64_t>(s.ta), static_cast<int64_t>(s.tb), static_cast<int64_t>(s.tc)};
 }
 
 void MatmulCache::add(const MatmulSpec& spec) {

@@ -34,6 +34,9 @@ struct MatmulSpec {
   // The primitive runs inside the caller's own OpenMP loop (one thread per call): its
   // scratchpad is sized for one thread.
   bool single_thread = true;
+  // Element types of A, B and C: f32 unless set, e.g. u8 x s8 -> s32 for an exact integer
+  // product (rotation_hash.cpp).
+  dnnl::memory::data_type ta = dnnl::memory::data_type::f32, tb = ta, tc = ta;
 
   // Row-major 2-D helper: A is M x K with row stride lda (or K x M when trans_a), B is K x N
   // with row stride ldb (or N x K when trans_b), C is M x N with row stride ldc.
@@ -49,7 +52,8 @@ class Matmul {
   // Creates `slots` execution slots; slot t uses the scratchpad at scratch + t * stride
   // (stride 0: scratchpad_bytes()).
   void bind(int slots, std::byte* scratch, size_t stride = 0);
-  void run(int slot, const float* A, const float* B, float* C) const;
+  // A, B, C hold the spec's element types (float unless the spec says otherwise).
+  void run(int slot, const void* A, const void* B, void* C) const;
   std::string impl() const;
   const MatmulSpec& spec() const { return spec_; }
 
@@ -75,7 +79,7 @@ class MatmulCache {
   bool has(const MatmulSpec& spec) const { return mms_.count(key_of(spec)) != 0; }
   // Throws std::logic_error for a spec that was never added: a planning bug, not bad input.
   const Matmul& get(const MatmulSpec& spec) const;
-  void run(int slot, const MatmulSpec& spec, const float* A, const float* B, float* C) const {
+  void run(int slot, const MatmulSpec& spec, const void* A, const void* B, void* C) const {
     get(spec).run(slot, A, B, C);
   }
   // Largest scratchpad of any primitive, rounded to a cache line: the per-slot stride.
@@ -84,7 +88,7 @@ class MatmulCache {
   void clear() { mms_.clear(); }
 
  private:
-  using Key = std::array<int64_t, 20>;
+  using Key = std::array<int64_t, 23>;
   static Key key_of(const MatmulSpec& s);
   std::map<Key, Matmul> mms_;
 };

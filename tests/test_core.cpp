@@ -193,6 +193,36 @@ TEST(Matmul, MatchesNaiveForTransposesAlphaAndAccumulate) {
       }
 }
 
+// The element types of a spec reach oneDNN: a u8 x s8 -> s32 product is exact (u8 kept below 128,
+// so that no CPU's int16 pair sums can saturate), and the cache keeps a spec that differs only in
+// its types apart from the f32 one.
+TEST(Matmul, IntegerElementTypesGiveExactProducts) {
+  omp_set_num_threads(1);
+  const int64_t M = 37, N = 29, K = 19;
+  MatmulSpec spec = MatmulSpec::tile(M, N, K, K, false, K, true, N);  // C = A B^T
+  std::vector<uint8_t> A(M * K);
+  std::vector<int8_t> B(N * K);
+  for (int64_t e = 0; e < M * K; ++e) A[e] = static_cast<uint8_t>((e * 37) % 128);
+  for (int64_t e = 0; e < N * K; ++e) B[e] = static_cast<int8_t>((e * 53) % 255 - 127);
+  MatmulCache cache;
+  cache.add(spec);
+  spec.ta = dnnl::memory::data_type::u8;
+  spec.tb = dnnl::memory::data_type::s8;
+  spec.tc = dnnl::memory::data_type::s32;
+  EXPECT_FALSE(cache.has(spec));
+  cache.add(spec);
+  Buffer<std::byte> scratch(cache.scratch_per_slot());
+  cache.bind(1, scratch.data());
+  std::vector<int32_t> C(M * N, -1);
+  cache.run(0, spec, A.data(), B.data(), C.data());
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      int32_t want = 0;
+      for (int64_t k = 0; k < K; ++k) want += int32_t{A[i * K + k]} * B[j * K + k];
+      ASSERT_EQ(C[i * N + j], want) << i << "," << j;
+    }
+}
+
 TEST(Memory, BuffersAreCountedExactly) {
   const size_t before = MemoryMeter::current();
   MemoryMeter::reset_peak();
