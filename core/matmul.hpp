@@ -35,7 +35,7 @@ struct MatmulSpec {
   // scratchpad is sized for one thread.
   bool single_thread = true;
   // Element types of A, B and C: f32 unless set, e.g. u8 x s8 -> s32 for an exact integer
-  // product (rotation_hash.cpp).
+  // product (BM_HashProduct in bench/micro.cpp).
   dnnl::memory::data_type ta = dnnl::memory::data_type::f32, tb = ta, tc = ta;
 
   // Row-major 2-D helper: A is M x K with row stride lda (or K x M when trans_a), B is K x N
