@@ -19,7 +19,8 @@
 //   normalised keys and V (prefetching the random rows ahead) into a window buffer that holds
 //   the previous chunk in front, so the window of 2·bucket_size keys is one contiguous tile in
 //   cache and its logits and output are two oneDNN products; the output rows the chunk will
-//   merge into are prefetched before its products; (batch, head) pairs run in parallel.
+//   merge into are prefetched before its products, and the next chunk's key and value rows
+//   into L2 during its softmax; (batch, head) pairs run in parallel.
 // Backward: the combined output is one softmax over the union of every round's admissible keys
 //   with normaliser L_i, so each round recomputes its chunk logits and applies the flash-style
 //   backward with the global L_i and delta_i = dO_i·O_i; gradients of the keys flow into dQ
@@ -480,6 +481,14 @@ class Reformer final : public Attention {
         mask_chunk(S, q0, w0, perm, bsort, wi + L.run_lo, wi + L.run_hi);
         for (int64_t rr = 0; rr < bs_; ++rr) {
           float* Sr = S + rr * W;
+          // The next chunk's key and value rows are random rows of Q and V, missing L2 once N·D
+          // outgrows it: ask for one pair per softmax row, so the misses overlap this chunk's
+          // arithmetic instead of stalling the next gather (all of them at once would fill the
+          // miss queue and stall here instead).
+          if (c + 1 < nchunks_) {
+            prefetch_l2(a.q.row(b, h, perm[q0 + bs_ + rr]), Dd);
+            prefetch_l2(a.v.row(b, h, perm[q0 + bs_ + rr]), Dd);
+          }
           // ||q_i||; a zero query has a zero key, its finite logits are 0 at any positive scale.
           const float nq = std::max(inv[perm[q0 + rr]] > 0.0f ? 1.0f / inv[perm[q0 + rr]] : 0.0f,
                                     std::numeric_limits<float>::min());

@@ -184,6 +184,12 @@ inline void prefetch(const float* x, int64_t n, bool for_write = false) {
       __builtin_prefetch(x + i, 0, 3);
   }
 }
+// The same into L2 only (prefetcht1): for rows needed a few microseconds later, which should not
+// displace what L1 holds for the work in between.
+inline void prefetch_l2(const float* x, int64_t n) {
+  constexpr int64_t kLineFloats = 64 / sizeof(float);
+  for (int64_t i = 0; i < n; i += kLineFloats) __builtin_prefetch(x + i, 0, 2);
+}
 
 #if defined(__AVX2__) && defined(__FMA__)
 // b(8 x 8, row stride ldb) = a(8 x 8, row stride lda)^T in registers.
