@@ -155,25 +155,24 @@ class Reformer final : public Attention {
     };
     L.inv = take(N);
     L.proj = take(static_cast<size_t>(hash_rows_ * nh_ * (nbk_ / 2)));
-    // The forward pass keeps two windows (each the previous chunk, then the current one) of the
-    // sorted keys and values; the backward pass keeps the whole padded sorted order.
-    const size_t sorted_rows = mode == Mode::fwdbwd ? std::max(P, 4 * b) : 4 * b;
-    L.Ks = take(sorted_rows * D);
-    L.Vs = take(sorted_rows * D);
+    // Both passes keep two windows (each the previous chunk, then the current one) of the sorted
+    // keys and values.
+    L.Ks = take(4 * b * D);
+    L.Vs = take(4 * b * D);
     L.S = take(b * W);
     L.Oc = take(b * D);
     L.M = take(N);
     L.Z = take(N);
     L.lc = take(2 * b);  // per chunk row: this round's lse, then 1/sum
     if (mode == Mode::fwdbwd) {
-      L.Qs = take(N * D);
-      L.dOs = take(N * D);
-      L.dKs = take(P * D);
-      L.dVs = take(P * D);
-      L.dKn = take(N * D);
+      L.Qs = take(b * D);   // the chunk's queries
+      L.dOs = take(b * D);  // and their upstream gradient
+      L.dKs = take(W * D);  // the window's gradients
+      L.dVs = take(W * D);
+      L.dKn = take(N * D);  // gradient of the normalised keys, by position, over every round
       L.dA = take(b * W);
-      L.Ls = take(N);
-      L.deltas = take(N);
+      L.Ls = take(b);
+      L.deltas = take(b);
       L.delta = take(N);
     }
     L.floats = at;
@@ -532,15 +531,18 @@ class Reformer final : public Attention {
   }
 
   // ---- backward ----
+  // Streams the sorted order chunk by chunk like the forward pass: the working set per thread is
+  // two windows plus one chunk's queries and upstream gradient, not whole sorted copies (at N =
+  // 16384 those were 24 MiB per head and pushed the inputs out of L3).
   void backward_head(const AttnArgs& a, int tid, int64_t b, int64_t h) const {
     const Layout L = layout(mode_);
     float* w = wsf(tid);
     int32_t* wi = wsi(tid);
-    float *inv = w + L.inv, *Qs = w + L.Qs, *Ks = w + L.Ks, *Vs = w + L.Vs, *A = w + L.S, *dQc = w + L.Oc;
-    float *dOs = w + L.dOs, *dKs = w + L.dKs, *dVs = w + L.dVs, *dKn = w + L.dKn, *dA = w + L.dA;
-    float *Ls = w + L.Ls, *deltas = w + L.deltas, *delta = w + L.delta;
+    float *inv = w + L.inv, *Kw = w + L.Ks, *Vw = w + L.Vs, *A = w + L.S, *dQc = w + L.Oc;
+    float *Qc = w + L.Qs, *dOc = w + L.dOs, *dKw = w + L.dKs, *dVw = w + L.dVs, *dKn = w + L.dKn, *dA = w + L.dA;
+    float *Lc = w + L.Ls, *dc = w + L.deltas, *delta = w + L.delta;
     int32_t *perm = wi + L.perm, *bsort = wi + L.bsort;
-    const int64_t N = p_.shape.N, Dd = D(), W = window(), P = padded();
+    const int64_t N = p_.shape.N, Dd = D(), W = window(), slot = bs_ * Dd;
     const float* lse = lse_.data() + (b * p_.shape.H + h) * N;
     inverse_norms(a, b, h, inv);
     for (int64_t i = 0; i < N; ++i) {
@@ -550,59 +552,88 @@ class Reformer final : public Attention {
       fill(a.dv.row(b, h, i), Dd, 0.0f);
     }
     fill(dKn, N * Dd, 0.0f);
-    for (int64_t r = 0; r < nh_; ++r) {
-      // 1. The round's sorted order and sorted copies (as in the forward pass), plus dO, L, delta.
-      sort_round(buckets_of(b, h, r), perm, bsort, wi + L.count);
-      gather(a.q, b, h, perm + bs_, N, Qs);
-      gather(a.q, b, h, perm, P, Ks, inv);
-      gather(a.v, b, h, perm, P, Vs);
-      gather(a.dout, b, h, perm + bs_, N, dOs);
-      for (int64_t p = 0; p < N; ++p) {
-        Ls[p] = lse[perm[bs_ + p]];
-        deltas[p] = delta[perm[bs_ + p]];
-      }
-      fill(dKs, P * Dd, 0.0f);
-      fill(dVs, P * Dd, 0.0f);
-      // 2. Each chunk: A = exp(S - L) (the combined softmax's share of this round), dS = A (dA -
-      //    delta), then dQ, dK~, dV of the window.
-      for (int64_t c = 0; c < nchunks_; ++c) {
-        const int64_t q0 = bs_ + c * bs_, w0 = window_start(c);
-        const float* Qc = Qs + c * bs_ * Dd;
-        const float* dOc = dOs + c * bs_ * Dd;
-        mm_.run(tid, spec_qk(), Qc, Ks + w0 * Dd, A);
-        mask_chunk(A, q0, w0, perm, bsort, wi + L.run_lo, wi + L.run_hi);
-        mm_.run(tid, spec_dav(), dOc, Vs + w0 * Dd, dA);
-        for (int64_t rr = 0; rr < bs_; ++rr) {
-          float* Ar = A + rr * W;
-          float* dAr = dA + rr * W;
-          const float l = Ls[c * bs_ + rr], dl = deltas[c * bs_ + rr];
-          exp_shift_sum(Ar, Ar, W, l);
-#pragma omp simd
-          for (int64_t k = 0; k < W; ++k) dAr[k] = Ar[k] * (dAr[k] - dl);
-        }
-        mm_.run(tid, spec_dq(), dA, Ks + w0 * Dd, dQc);
-        mm_.run(tid, spec_dk(), dA, Qc, dKs + w0 * Dd);
-        mm_.run(tid, spec_dv(), A, dOc, dVs + w0 * Dd);
-        for (int64_t rr = 0; rr < bs_; ++rr) {
-          float* dq = a.dq.row(b, h, perm[q0 + rr]);
-          const float* g = dQc + rr * Dd;
-#pragma omp simd
-          for (int64_t d = 0; d < Dd; ++d) dq[d] += g[d];
-        }
-      }
-      // 3. Scatter the window gradients back to positions (the copied last chunk included).
-      for (int64_t p = 0; p < P; ++p) {
-        float* dk = dKn + static_cast<int64_t>(perm[p]) * Dd;
-        float* dv = a.dv.row(b, h, perm[p]);
-        const float *gk = dKs + p * Dd, *gv = dVs + p * Dd;
+    // Adds rows [0, bs) of the window gradients to the positions pos[0, bs).
+    auto scatter = [&](const int32_t* pos) {
+      for (int64_t p = 0; p < bs_; ++p) {
+        float* dk = dKn + static_cast<int64_t>(pos[p]) * Dd;
+        float* dv = a.dv.row(b, h, pos[p]);
+        const float *gk = dKw + p * Dd, *gv = dVw + p * Dd;
 #pragma omp simd
         for (int64_t d = 0; d < Dd; ++d) {
           dk[d] += gk[d];
           dv[d] += gv[d];
         }
       }
+    };
+    for (int64_t r = 0; r < nh_; ++r) {
+      // 1. The round's sorted order, and the first window's previous chunk (as forward).
+      sort_round(buckets_of(b, h, r), perm, bsort, wi + L.count);
+      if (nchunks_ > 1) {
+        gather(a.q, b, h, perm, bs_, Kw, inv);
+        gather(a.v, b, h, perm, bs_, Vw);
+      }
+      fill(dKw, W * Dd, 0.0f);
+      fill(dVw, W * Dd, 0.0f);
+      for (int64_t c = 0; c < nchunks_; ++c) {
+        const int64_t q0 = bs_ + c * bs_, w0 = window_start(c);
+        const int64_t here = (c % 2) * 2 * slot, next = ((c + 1) % 2) * 2 * slot;
+        float *Kcur = Kw + here + slot, *Vcur = Vw + here + slot;
+        const float *Kwin = nchunks_ > 1 ? Kw + here : Kcur, *Vwin = nchunks_ > 1 ? Vw + here : Vcur;
+        const bool pass_on = nchunks_ > 1 && c + 1 < nchunks_;
+        // 2. The chunk's keys and values (the window's second half), queries, dO, L and delta.
+        gather(a.q, b, h, perm + q0, bs_, Kcur, inv, pass_on ? Kw + next : nullptr);
+        gather(a.v, b, h, perm + q0, bs_, Vcur, nullptr, pass_on ? Vw + next : nullptr);
+        gather(a.q, b, h, perm + q0, bs_, Qc);
+        gather(a.dout, b, h, perm + q0, bs_, dOc);
+        for (int64_t rr = 0; rr < bs_; ++rr) {
+          Lc[rr] = lse[perm[q0 + rr]];
+          dc[rr] = delta[perm[q0 + rr]];
+        }
+        // 3. A = exp(S - L) (the combined softmax's share of this round), dS = A (dA - delta),
+        //    then dQ of the chunk and dK~, dV of the window.
+        mm_.run(tid, spec_qk(), Qc, Kwin, A);
+        mask_chunk(A, q0, w0, perm, bsort, wi + L.run_lo, wi + L.run_hi);
+        mm_.run(tid, spec_dav(), dOc, Vwin, dA);
+        for (int64_t rr = 0; rr < bs_; ++rr) {
+          // The next chunk's rows, into L2 while this chunk computes (see forward_head).
+          if (c + 1 < nchunks_) {
+            const int32_t i = perm[q0 + bs_ + rr];
+            prefetch_l2(a.q.row(b, h, i), Dd);
+            prefetch_l2(a.v.row(b, h, i), Dd);
+            prefetch_l2(a.dout.row(b, h, i), Dd);
+          }
+          float* Ar = A + rr * W;
+          float* dAr = dA + rr * W;
+          exp_shift_sum(Ar, Ar, W, Lc[rr]);
+          const float dl = dc[rr];
+#pragma omp simd
+          for (int64_t k = 0; k < W; ++k) dAr[k] = Ar[k] * (dAr[k] - dl);
+        }
+        mm_.run(tid, spec_dq(), dA, Kwin, dQc);
+        mm_.run(tid, spec_dk(), dA, Qc, dKw);
+        mm_.run(tid, spec_dv(), A, dOc, dVw);
+        for (int64_t rr = 0; rr < bs_; ++rr) {
+          float* dq = a.dq.row(b, h, perm[q0 + rr]);
+          const float* g = dQc + rr * Dd;
+#pragma omp simd
+          for (int64_t d = 0; d < Dd; ++d) dq[d] += g[d];
+        }
+        // 4. The window's first chunk has had both its own chunk and the next one: its
+        //    gradients are complete (for chunk 0, those of the wrapped last chunk's keys as
+        //    chunk 0's previous chunk). Scatter them, and carry the second half over as the
+        //    next window's first.
+        if (nchunks_ > 1) {
+          scatter(perm + w0);
+          std::memcpy(dKw, dKw + slot, static_cast<size_t>(slot) * sizeof(float));
+          std::memcpy(dVw, dVw + slot, static_cast<size_t>(slot) * sizeof(float));
+          fill(dKw + slot, slot, 0.0f);
+          fill(dVw + slot, slot, 0.0f);
+        }
+      }
+      // The last chunk's own contributions (the whole window with a single chunk).
+      scatter(perm + N);
     }
-    // 4. Through the normalisation k = q/||q||: dq += (dk - k (k·dk)) / ||q||.
+    // 5. Through the normalisation k = q/||q||: dq += (dk - k (k·dk)) / ||q||.
     for (int64_t i = 0; i < N; ++i) {
       const float* q = a.q.row(b, h, i);
       const float* g = dKn + i * Dd;

@@ -454,8 +454,8 @@ INSTANTIATE_TEST_SUITE_P(
                       std::tuple{true, std::vector<std::string>{"bucket_size=8", "n_buckets=4", "n_hashes=2"}},
                       std::tuple{false, std::vector<std::string>{"bucket_size=4", "n_buckets=8", "n_hashes=3"}},
                       std::tuple{true, std::vector<std::string>{"bucket_size=32", "n_buckets=2", "n_hashes=1"}},
-                      // two chunks, so the forward pass's two windows need more rows than the
-                      // backward pass's padded sorted order (N + bucket_size)
+                      // two chunks: chunk 0's wrapped previous chunk is also the next chunk,
+                      // so the last chunk's key gradients arrive from both of the window's halves
                       std::tuple{false, std::vector<std::string>{"bucket_size=16", "n_buckets=2", "n_hashes=2"}}));
 
 TEST(Reformer, TrackedPeakEqualsDeclaredAndFlopsAreAnalytic) {
