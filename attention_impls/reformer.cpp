@@ -602,6 +602,12 @@ class Reformer final : public Attention {
             prefetch_l2(a.v.row(b, h, i), Dd);
             prefetch_l2(a.dout.row(b, h, i), Dd);
           }
+          // This chunk's dQ rows and the rows its scatter will add to.
+          prefetch_l2(a.dq.row(b, h, perm[q0 + rr]), Dd);
+          if (nchunks_ > 1) {
+            prefetch_l2(dKn + static_cast<int64_t>(perm[w0 + rr]) * Dd, Dd);
+            prefetch_l2(a.dv.row(b, h, perm[w0 + rr]), Dd);
+          }
           float* Ar = A + rr * W;
           float* dAr = dA + rr * W;
           exp_shift_sum(Ar, Ar, W, Lc[rr]);
