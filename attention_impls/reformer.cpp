@@ -441,6 +441,33 @@ class Reformer final : public Attention {
   // Window start (padded sorted index) of chunk c.
   int64_t window_start(int64_t c) const { return nchunks_ > 1 ? c * bs_ : bs_; }
 
+  // The normalised keys and the values of each chunk's window live in two alternating buffers
+  // Kw, Vw of two windows each: [previous chunk ; chunk]. Both passes walk the chunks in order.
+  struct Window {
+    const float *K, *V;  // the window: 2·bs rows, or the chunk's bs with a single chunk
+    const float* Kcur;   // the chunk's own normalised keys (the window's second half)
+  };
+  // Before chunk 0: the wrapped previous chunk (the last one, padded sorted rows [0, bs)).
+  void load_first_previous(const AttnArgs& a, int64_t b, int64_t h, const int32_t* perm, const float* inv,
+                           float* Kw, float* Vw) const {
+    if (nchunks_ == 1) return;
+    gather(a.q, b, h, perm, bs_, Kw, inv);
+    gather(a.v, b, h, perm, bs_, Vw);
+  }
+  // Gathers chunk c just before use, so the products read it from cache: into its window's
+  // second half, and also into the other buffer's first half, as the next chunk's previous one.
+  Window load_window(const AttnArgs& a, int64_t b, int64_t h, const int32_t* perm, const float* inv, float* Kw,
+                     float* Vw, int64_t c) const {
+    const int64_t slot = bs_ * D(), q0 = bs_ + c * bs_;
+    const int64_t here = (c % 2) * 2 * slot, next = ((c + 1) % 2) * 2 * slot;
+    float *Kcur = Kw + here + slot, *Vcur = Vw + here + slot;
+    const bool pass_on = nchunks_ > 1 && c + 1 < nchunks_;
+    gather(a.q, b, h, perm + q0, bs_, Kcur, inv, pass_on ? Kw + next : nullptr);
+    gather(a.v, b, h, perm + q0, bs_, Vcur, nullptr, pass_on ? Vw + next : nullptr);
+    if (nchunks_ == 1) return Window{Kcur, Vcur, Kcur};
+    return Window{Kw + here, Vw + here, Kcur};
+  }
+
   void forward_head(const AttnArgs& a, int tid, int64_t b, int64_t h) const {
     const Layout L = layout(mode_);
     float* w = wsf(tid);
@@ -448,35 +475,24 @@ class Reformer final : public Attention {
     float *inv = w + L.inv, *Kw = w + L.Ks, *Vw = w + L.Vs, *S = w + L.S, *Oc = w + L.Oc;
     float *M = w + L.M, *Z = w + L.Z, *lc = w + L.lc;
     int32_t *perm = wi + L.perm, *bsort = wi + L.bsort;
-    const int64_t N = p_.shape.N, Dd = D(), W = window(), slot = bs_ * Dd;
+    const int64_t N = p_.shape.N, Dd = D(), W = window();
     // 1. Norms of the shared keys; 2. buckets of every round.
     inverse_norms(a, b, h, inv);
     hash(a, tid, b, h, w + L.proj, wi + L.arg);
     for (int64_t r = 0; r < nh_; ++r) {
       // 3. Sort. The previous chunk of chunk 0 is the last chunk (padded sorted rows [0, bs)).
       sort_round(buckets_of(b, h, r), perm, bsort, wi + L.count);
-      if (nchunks_ > 1) {
-        gather(a.q, b, h, perm, bs_, Kw, inv);
-        gather(a.v, b, h, perm, bs_, Vw);
-      }
-      // 4. Each chunk: gather its normalised keys and V just before use, so the products read
-      //    them from cache. The windows alternate between two buffers, each the previous chunk
-      //    (none with a single chunk) then the current one: the current chunk is also written as
-      //    the previous chunk of the other buffer. Queries are not gathered:
+      load_first_previous(a, b, h, perm, inv, Kw, Vw);
+      // 4. Each chunk: its window of normalised keys and V (load_window). Queries are not gathered:
       //    q_i·k_j = ||q_i||·(k_i·k_j), so a chunk's queries are its own key rows, and each logit
       //    row is scaled by ||q_i|| inside the softmax. Then logits over the window, mask,
       //    unnormalised softmax (its sum goes into the merge weight), output.
       for (int64_t c = 0; c < nchunks_; ++c) {
         const int64_t q0 = bs_ + c * bs_, w0 = window_start(c);
-        const int64_t here = (c % 2) * 2 * slot, next = ((c + 1) % 2) * 2 * slot;
-        float *Kcur = Kw + here + slot, *Vcur = Vw + here + slot;
-        const float *Kwin = nchunks_ > 1 ? Kw + here : Kcur, *Vwin = nchunks_ > 1 ? Vw + here : Vcur;
-        const bool pass_on = nchunks_ > 1 && c + 1 < nchunks_;
-        gather(a.q, b, h, perm + q0, bs_, Kcur, inv, pass_on ? Kw + next : nullptr);
-        gather(a.v, b, h, perm + q0, bs_, Vcur, nullptr, pass_on ? Vw + next : nullptr);
+        const Window win = load_window(a, b, h, perm, inv, Kw, Vw, c);
         // The merge below updates the chunk's output rows in random order: ask for them now.
         for (int64_t rr = 0; rr < bs_; ++rr) prefetch(a.o.row(b, h, perm[q0 + rr]), Dd, true);
-        mm_.run(tid, spec_qk(), Kcur, Kwin, S);
+        mm_.run(tid, spec_qk(), win.Kcur, win.K, S);
         mask_chunk(S, q0, w0, perm, bsort, wi + L.run_lo, wi + L.run_hi);
         for (int64_t rr = 0; rr < bs_; ++rr) {
           float* Sr = S + rr * W;
@@ -497,7 +513,7 @@ class Reformer final : public Attention {
           lc[rr] = m + std::log(sum);
           lc[bs_ + rr] = 1.0f / sum;
         }
-        mm_.run(tid, spec_av(), S, Vwin, Oc);
+        mm_.run(tid, spec_av(), S, win.V, Oc);
         // 5. Merge into O online: O_i holds Σ_r exp(lse_r - M_i)·O_r,i, Z_i the sum of the
         //    weights, M_i the largest lse so far.
         for (int64_t rr = 0; rr < bs_; ++rr) {
@@ -568,21 +584,13 @@ class Reformer final : public Attention {
     for (int64_t r = 0; r < nh_; ++r) {
       // 1. The round's sorted order, and the first window's previous chunk (as forward).
       sort_round(buckets_of(b, h, r), perm, bsort, wi + L.count);
-      if (nchunks_ > 1) {
-        gather(a.q, b, h, perm, bs_, Kw, inv);
-        gather(a.v, b, h, perm, bs_, Vw);
-      }
+      load_first_previous(a, b, h, perm, inv, Kw, Vw);
       fill(dKw, W * Dd, 0.0f);
       fill(dVw, W * Dd, 0.0f);
       for (int64_t c = 0; c < nchunks_; ++c) {
         const int64_t q0 = bs_ + c * bs_, w0 = window_start(c);
-        const int64_t here = (c % 2) * 2 * slot, next = ((c + 1) % 2) * 2 * slot;
-        float *Kcur = Kw + here + slot, *Vcur = Vw + here + slot;
-        const float *Kwin = nchunks_ > 1 ? Kw + here : Kcur, *Vwin = nchunks_ > 1 ? Vw + here : Vcur;
-        const bool pass_on = nchunks_ > 1 && c + 1 < nchunks_;
-        // 2. The chunk's keys and values (the window's second half), queries, dO, L and delta.
-        gather(a.q, b, h, perm + q0, bs_, Kcur, inv, pass_on ? Kw + next : nullptr);
-        gather(a.v, b, h, perm + q0, bs_, Vcur, nullptr, pass_on ? Vw + next : nullptr);
+        // 2. The chunk's window of keys and values, its queries, dO, L and delta.
+        const Window win = load_window(a, b, h, perm, inv, Kw, Vw, c);
         gather(a.q, b, h, perm + q0, bs_, Qc);
         gather(a.dout, b, h, perm + q0, bs_, dOc);
         for (int64_t rr = 0; rr < bs_; ++rr) {
@@ -591,9 +599,9 @@ class Reformer final : public Attention {
         }
         // 3. A = exp(S - L) (the combined softmax's share of this round), dS = A (dA - delta),
         //    then dQ of the chunk and dK~, dV of the window.
-        mm_.run(tid, spec_qk(), Qc, Kwin, A);
+        mm_.run(tid, spec_qk(), Qc, win.K, A);
         mask_chunk(A, q0, w0, perm, bsort, wi + L.run_lo, wi + L.run_hi);
-        mm_.run(tid, spec_dav(), dOc, Vwin, dA);
+        mm_.run(tid, spec_dav(), dOc, win.V, dA);
         for (int64_t rr = 0; rr < bs_; ++rr) {
           // The next chunk's rows, into L2 while this chunk computes (see forward_head).
           if (c + 1 < nchunks_) {
@@ -615,7 +623,7 @@ class Reformer final : public Attention {
 #pragma omp simd
           for (int64_t k = 0; k < W; ++k) dAr[k] = Ar[k] * (dAr[k] - dl);
         }
-        mm_.run(tid, spec_dq(), dA, Kwin, dQc);
+        mm_.run(tid, spec_dq(), dA, win.K, dQc);
         mm_.run(tid, spec_dk(), dA, Qc, dKw);
         mm_.run(tid, spec_dv(), A, dOc, dVw);
         for (int64_t rr = 0; rr < bs_; ++rr) {
