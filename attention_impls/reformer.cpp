@@ -14,8 +14,10 @@
 //   single chunk, only itself) that share its bucket, never its own position unless it has no
 //   other admissible key, and with causal only j <= i. Rounds combine by their log-sum-exp:
 //   O_i = Σ_r exp(lse_r,i - L_i)·O_r,i with L_i = logsumexp_r(lse_r,i), accumulated online.
-// Optimises: the hash is one matrix product per row block for every round, and its argmax one
-//   pass over the projections with the running state in registers (AVX-512 and AVX2 paths); each chunk gathers its
+// Optimises: the hash (the one part whose cost grows as N² at the default n_buckets = N/64) is
+//   exact and runs in 16-bit integers: rows and rotations are quantised, multiplied with AVX2
+//   multiply-adds, and only rows whose top two projections lie within the proven error bound
+//   (about 1%) are recomputed in double (lsh_hash.hpp); each chunk gathers its
 //   normalised keys and V (prefetching the random rows ahead) into a window buffer that holds
 //   the previous chunk in front, so the window of 2·bucket_size keys is one contiguous tile in
 //   cache and its logits and output are two oneDNN products; the output rows the chunk will
@@ -35,7 +37,9 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
+#include "attention_impls/lsh_hash.hpp"
 #include "attention_impls/registry.hpp"
 #include "core/matmul.hpp"
 #include "core/vecmath.hpp"  // and <immintrin.h> on AVX2 + FMA and AVX-512 builds
@@ -62,8 +66,7 @@ class Reformer final : public Attention {
         bs_(v.get_int("bucket_size")),
         nh_(v.get_int("n_hashes")),
         nbk_(v.get_int("n_buckets") > 0 ? v.get_int("n_buckets") : default_buckets(p.shape.N, v.get_int("bucket_size"))),
-        nchunks_(p.shape.N / std::max<int64_t>(1, v.get_int("bucket_size"))),
-        hash_rows_(std::min<int64_t>(p.shape.N, 256)) {}
+        nchunks_(p.shape.N / std::max<int64_t>(1, v.get_int("bucket_size"))) {}
 
   void validate() const override {
     if (p_.shape.N % bs_ != 0)
@@ -72,6 +75,9 @@ class Reformer final : public Attention {
     if (nbk_ % 2 != 0 || nbk_ < 2)
       throw InvalidInput("reformer: n_buckets=" + std::to_string(nbk_) +
                          " must be even and at least 2 (the hash is argmax over [xR ; -xR], R has n_buckets/2 columns)");
+    if (p_.shape.D > 65536)
+      throw InvalidInput("reformer: D=" + std::to_string(p_.shape.D) +
+                         " is above 65536, the largest head dimension its exact int16 hash scales for");
   }
 
   double flops(Mode mode) const override {
@@ -97,12 +103,8 @@ class Reformer final : public Attention {
     rotations_ = Buffer<float>(static_cast<size_t>(nh_ * s.H * s.D * (nbk_ / 2)));
     rng.fill_normal(rotations_.data(), static_cast<int64_t>(rotations_.size()));
     const int64_t half = nbk_ / 2;
-    packed_ = Buffer<float>(rotations_.size());
-    for (int64_t r = 0; r < nh_; ++r)
-      for (int64_t h = 0; h < s.H; ++h)
-        for (int64_t d = 0; d < s.D; ++d)
-          std::memcpy(packed_.data() + (h * s.D + d) * nh_ * half + r * half,
-                      rotations_.data() + ((r * s.H + h) * s.D + d) * half, static_cast<size_t>(half) * sizeof(float));
+    hashes_.clear();
+    for (int64_t h = 0; h < s.H; ++h) hashes_.emplace_back(rotations_.data() + h * s.D * half, s.H * s.D * half, nh_, s.D, half);
     buckets_ = Buffer<int64_t>(static_cast<size_t>(s.B * s.H * nh_ * s.N));
     lse_ = Buffer<float>(static_cast<size_t>(s.B * s.H * s.N));
     const Layout L = layout(mode);
@@ -138,9 +140,9 @@ class Reformer final : public Attention {
 
   // Per-thread workspace (floats and int32), each array aligned to 16 elements.
   struct Layout {
-    size_t inv = 0, proj = 0, Ks = 0, Vs = 0, S = 0, Oc = 0, M = 0, Z = 0, lc = 0;  // forward
+    size_t inv = 0, Ks = 0, Vs = 0, S = 0, Oc = 0, M = 0, Z = 0, lc = 0;  // forward
     size_t Qs = 0, dOs = 0, dKs = 0, dVs = 0, dKn = 0, dA = 0, Ls = 0, deltas = 0, delta = 0;  // backward
-    size_t perm = 0, bsort = 0, count = 0, arg = 0, run_lo = 0, run_hi = 0;                                        // int32
+    size_t perm = 0, bsort = 0, count = 0, hash = 0, run_lo = 0, run_hi = 0;                                         // int32
     size_t floats = 0, ints = 0;
   };
   Layout layout(Mode mode) const {
@@ -154,7 +156,6 @@ class Reformer final : public Attention {
       return o;
     };
     L.inv = take(N);
-    L.proj = take(static_cast<size_t>(hash_rows_ * nh_ * (nbk_ / 2)));
     // Both passes keep two windows (each the previous chunk, then the current one) of the sorted
     // keys and values.
     L.Ks = take(4 * b * D);
@@ -180,7 +181,7 @@ class Reformer final : public Attention {
     L.perm = take(P);
     L.bsort = take(P);
     L.count = take(static_cast<size_t>(nbk_) + 1);
-    L.arg = take(static_cast<size_t>(hash_rows_));
+    L.hash = take(RotationHash::scratch_bytes(p_.shape.D, nbk_ / 2) / sizeof(int32_t));
     L.run_lo = take(W);
     L.run_hi = take(W);
     L.ints = at;
@@ -188,7 +189,8 @@ class Reformer final : public Attention {
   }
   size_t persistent_bytes() const {
     const auto& s = p_.shape;
-    return 2 * static_cast<size_t>(nh_ * s.H * s.D * (nbk_ / 2)) * sizeof(float)  // rotations, packed
+    return static_cast<size_t>(nh_ * s.H * s.D * (nbk_ / 2)) * sizeof(float)           // rotations
+           + static_cast<size_t>(s.H) * RotationHash::packed_bytes(nh_, s.D, nbk_ / 2)  // quantised
            + static_cast<size_t>(s.B * s.H * nh_ * s.N) * sizeof(int64_t)     // buckets
            + static_cast<size_t>(s.B * s.H * s.N) * sizeof(float);            // L, for backward
   }
@@ -196,12 +198,6 @@ class Reformer final : public Attention {
   // ---- matrix product shapes (row-major; see MatmulSpec::tile) ----
   int64_t D() const { return p_.shape.D; }
   float scale() const { return 1.0f / std::sqrt(static_cast<float>(p_.shape.D)); }
-  // projT(n_hashes·nb/2, rows) = Rcat^T(n_hashes·nb/2, D) Q^T(D, rows), Rcat = the head's
-  // rotations side by side (D, n_hashes·nb/2)
-  MatmulSpec spec_hash(int64_t rows) const {
-    const int64_t cols = nh_ * (nbk_ / 2);
-    return MatmulSpec::tile(cols, rows, D(), cols, true, p_.strides.sn, true, rows);
-  }
   // S(bs, W) = scale · Qs(bs, D) Ks(W, D)^T
   MatmulSpec spec_qk() const { return MatmulSpec::tile(bs_, window(), D(), D(), false, D(), true, window(), scale()); }
   // Oc(bs, D) = A(bs, W) Vs(W, D)
@@ -220,8 +216,6 @@ class Reformer final : public Attention {
   void plan(Mode mode) const {
     if (planned_ && planned_mode_ == mode) return;
     mm_.clear();
-    mm_.add(spec_hash(hash_rows_));
-    if (p_.shape.N % hash_rows_ != 0) mm_.add(spec_hash(p_.shape.N % hash_rows_));
     mm_.add(spec_qk());
     mm_.add(spec_av());
     if (mode == Mode::fwdbwd)
@@ -245,120 +239,12 @@ class Reformer final : public Attention {
     }
   }
 
-  // Bucket of every position in every round: argmax over [x·R ; -x·R], first index on ties.
-  // One product per row block gives every round's projections, transposed (n_hashes·nb/2,
-  // rows), so that the argmax is vectorised across rows. One pass over the projections keeps
-  // the largest and the smallest of x·R with their first indices: the largest of -x·R is minus
-  // the smallest of x·R, and it wins only when strictly larger (the first index on ties lies
-  // in the +x·R half). Each block of kLanes rows keeps its running state in registers.
-  void hash(const AttnArgs& a, int tid, int64_t b, int64_t h, float* projT, int32_t* arg) const {
-    const int64_t N = p_.shape.N, half = nbk_ / 2;
-    for (int64_t i0 = 0; i0 < N; i0 += hash_rows_) {
-      const int64_t rows = std::min(hash_rows_, N - i0);
-      mm_.run(tid, spec_hash(rows), packed_.data() + h * D() * nh_ * half, a.q.row(b, h, i0), projT);
-      for (int64_t r = 0; r < nh_; ++r) {
-        const float* x = projT + r * half * rows;
-        int64_t i = 0;
-#if defined(__AVX512F__)
-        for (; i + 64 <= rows; i += 64) argmax_pm_x16<4>(x + i, rows, half, arg + i);
-        for (; i + 16 <= rows; i += 16) argmax_pm_x16<1>(x + i, rows, half, arg + i);
-#elif defined(__AVX2__) && defined(__FMA__)
-        for (; i + 16 <= rows; i += 16) argmax_pm_x8<2>(x + i, rows, half, arg + i);
-        for (; i + 8 <= rows; i += 8) argmax_pm_x8<1>(x + i, rows, half, arg + i);
-#endif
-        for (; i < rows; i += kArgmaxBlock)
-          argmax_pm(x + i, rows, half, std::min(kArgmaxBlock, rows - i), arg + i);
-        int64_t* out = buckets_of(b, h, r) + i0;
-        for (int64_t k = 0; k < rows; ++k) out[k] = arg[k];
-      }
-    }
+  // Bucket of every position in every round: argmax over [x·R ; -x·R], first index on ties,
+  // exactly (lsh_hash.hpp).
+  void hash(const AttnArgs& a, int tid, int64_t b, int64_t h) const {
+    hashes_[static_cast<size_t>(h)].assign(a.q.row(b, h, 0), p_.strides.sn, p_.shape.N, wsi(tid) + layout(mode_).hash,
+                                           buckets_of(b, h, 0), p_.shape.N);
   }
-  // arg[c] = argmax over [x ; -x] of column c < n of x(half, ·) with row stride ld. The portable
-  // path (and the AVX-512 path's tail): the state of up to kArgmaxBlock columns lives in small
-  // arrays so that the compiler vectorises each step across columns.
-  static constexpr int64_t kArgmaxBlock = 64;
-  static void argmax_pm(const float* x, int64_t ld, int64_t half, int64_t n, int32_t* arg) {
-    float hi[kArgmaxBlock], lo[kArgmaxBlock];
-    int32_t ahi[kArgmaxBlock], alo[kArgmaxBlock];
-    for (int64_t c = 0; c < n; ++c) hi[c] = kNegInf, lo[c] = -kNegInf, ahi[c] = alo[c] = 0;
-    for (int64_t k = 0; k < half; ++k) {
-      const float* xk = x + k * ld;
-      const auto kk = static_cast<int32_t>(k);
-#pragma omp simd
-      for (int64_t c = 0; c < n; ++c) {
-        const float v = xk[c];
-        const bool up = v > hi[c], down = v < lo[c];
-        hi[c] = up ? v : hi[c];
-        ahi[c] = up ? kk : ahi[c];
-        lo[c] = down ? v : lo[c];
-        alo[c] = down ? kk : alo[c];
-      }
-    }
-    for (int64_t c = 0; c < n; ++c) arg[c] = -lo[c] > hi[c] ? static_cast<int32_t>(half) + alo[c] : ahi[c];
-  }
-#if defined(__AVX512F__)
-  // The same for 16·V adjacent columns, V independent vectors per step so that the compare
-  // latency overlaps.
-  template <int V>
-  static void argmax_pm_x16(const float* x, int64_t ld, int64_t half, int32_t* arg) {
-    __m512 hi[V], lo[V];
-    __m512i ahi[V], alo[V];
-    for (int v = 0; v < V; ++v) {
-      hi[v] = _mm512_set1_ps(kNegInf);
-      lo[v] = _mm512_set1_ps(-kNegInf);
-      ahi[v] = alo[v] = _mm512_setzero_si512();
-    }
-    for (int64_t k = 0; k < half; ++k) {
-      const __m512i kk = _mm512_set1_epi32(static_cast<int32_t>(k));
-      for (int v = 0; v < V; ++v) {
-        const __m512 xv = _mm512_loadu_ps(x + k * ld + 16 * v);
-        const __mmask16 up = _mm512_cmp_ps_mask(xv, hi[v], _CMP_GT_OQ);
-        const __mmask16 down = _mm512_cmp_ps_mask(xv, lo[v], _CMP_LT_OQ);
-        hi[v] = _mm512_mask_mov_ps(hi[v], up, xv);
-        ahi[v] = _mm512_mask_mov_epi32(ahi[v], up, kk);
-        lo[v] = _mm512_mask_mov_ps(lo[v], down, xv);
-        alo[v] = _mm512_mask_mov_epi32(alo[v], down, kk);
-      }
-    }
-    const __m512i h = _mm512_set1_epi32(static_cast<int32_t>(half));
-    for (int v = 0; v < V; ++v) {
-      const __m512 neg_lo = _mm512_sub_ps(_mm512_setzero_ps(), lo[v]);
-      const __mmask16 minus = _mm512_cmp_ps_mask(neg_lo, hi[v], _CMP_GT_OQ);
-      _mm512_storeu_si512(arg + 16 * v, _mm512_mask_mov_epi32(ahi[v], minus, _mm512_add_epi32(alo[v], h)));
-    }
-  }
-#elif defined(__AVX2__) && defined(__FMA__)
-  // The same for 8·V adjacent columns with AVX2: compares give lane masks that blend the new
-  // values and indices in (GCC vectorises the portable loop, but keeps its state in memory).
-  // Two vectors per step leave four independent compare-and-blend chains.
-  template <int V>
-  static void argmax_pm_x8(const float* x, int64_t ld, int64_t half, int32_t* arg) {
-    __m256 hi[V], lo[V], ahi[V], alo[V];  // indices carried as float bit patterns for the blends
-    for (int v = 0; v < V; ++v) {
-      hi[v] = _mm256_set1_ps(kNegInf);
-      lo[v] = _mm256_set1_ps(-kNegInf);
-      ahi[v] = alo[v] = _mm256_setzero_ps();
-    }
-    for (int64_t k = 0; k < half; ++k) {
-      const __m256 kk = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int32_t>(k)));
-      for (int v = 0; v < V; ++v) {
-        const __m256 xv = _mm256_loadu_ps(x + k * ld + 8 * v);
-        const __m256 up = _mm256_cmp_ps(xv, hi[v], _CMP_GT_OQ);
-        const __m256 down = _mm256_cmp_ps(xv, lo[v], _CMP_LT_OQ);
-        hi[v] = _mm256_blendv_ps(hi[v], xv, up);
-        ahi[v] = _mm256_blendv_ps(ahi[v], kk, up);
-        lo[v] = _mm256_blendv_ps(lo[v], xv, down);
-        alo[v] = _mm256_blendv_ps(alo[v], kk, down);
-      }
-    }
-    const __m256i h = _mm256_set1_epi32(static_cast<int32_t>(half));
-    for (int v = 0; v < V; ++v) {
-      const __m256 minus = _mm256_cmp_ps(_mm256_sub_ps(_mm256_setzero_ps(), lo[v]), hi[v], _CMP_GT_OQ);
-      const __m256 lo_arg = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(alo[v]), h));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(arg + 8 * v), _mm256_castps_si256(_mm256_blendv_ps(ahi[v], lo_arg, minus)));
-    }
-  }
-#endif
 
   // Round r's sorted order: perm[bs + p] is the position at sorted index p, perm[0, bs) repeats
   // the last chunk (the previous chunk of chunk 0); bsort likewise holds the buckets. A stable
@@ -478,7 +364,7 @@ class Reformer final : public Attention {
     const int64_t N = p_.shape.N, Dd = D(), W = window();
     // 1. Norms of the shared keys; 2. buckets of every round.
     inverse_norms(a, b, h, inv);
-    hash(a, tid, b, h, w + L.proj, wi + L.arg);
+    hash(a, tid, b, h);
     for (int64_t r = 0; r < nh_; ++r) {
       // 3. Sort. The previous chunk of chunk 0 is the last chunk (padded sorted rows [0, bs)).
       sort_round(buckets_of(b, h, r), perm, bsort, wi + L.count);
@@ -660,12 +546,13 @@ class Reformer final : public Attention {
   }
 
   AttnProblem p_;
-  int64_t bs_, nh_, nbk_, nchunks_, hash_rows_;
+  int64_t bs_, nh_, nbk_, nchunks_;
   Mode mode_ = Mode::fwd;
   mutable MatmulCache mm_;
   mutable bool planned_ = false;
   mutable Mode planned_mode_ = Mode::fwd;
-  Buffer<float> rotations_, packed_, lse_, wsf_;  // packed_: rotations as (H, D, n_hashes·nb/2)
+  Buffer<float> rotations_, lse_, wsf_;
+  std::vector<RotationHash> hashes_;  // per head: its rounds' rotations, quantised
   Buffer<int64_t> buckets_;
   Buffer<int32_t> wsi_;
   Buffer<std::byte> scratch_;

@@ -6,9 +6,11 @@
 
 #include <limits>
 
+#include "attention_impls/lsh_hash.hpp"
 #include "attention_impls/tiled_softmax.hpp"
 #include "core/matmul.hpp"
 #include "core/memory.hpp"
+#include "core/rng.hpp"
 #include "core/tensor.hpp"
 #include "core/vecmath.hpp"
 
@@ -156,6 +158,33 @@ void BM_HashProduct(benchmark::State& state) {
                                                  benchmark::Counter::kIs1000);
 }
 BENCHMARK(BM_HashProduct)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMicrosecond);
+
+
+// Reformer's whole exact hash for one head at its defaults for N (n_buckets = N/64, 4 rounds):
+// quantisation, the int16 products, the argmax and the exact path, on standard normal queries.
+// Arg: N. Counters: the rate on the 2·N·D·half·rounds operations the f32 product would take
+// (comparable with BM_HashProduct at 16384), and the share of (row, round) pairs that took the
+// exact path.
+void BM_RotationHash(benchmark::State& state) {
+  const int64_t n = state.range(0), half = n / 64 / 2, rounds = 4;
+  ab::Rng rng(7);
+  ab::Buffer<float> rot(rounds * kD * half), q(n * kD);
+  rng.fill_normal(rot.data(), static_cast<int64_t>(rot.size()));
+  rng.fill_normal(q.data(), static_cast<int64_t>(q.size()));
+  const ab::RotationHash hash(rot.data(), kD * half, rounds, kD, half);
+  ab::Buffer<std::byte> scratch(ab::RotationHash::scratch_bytes(kD, half));
+  ab::Buffer<int64_t> buckets(rounds * n);
+  int64_t exact = 0, calls = 0;
+  for (auto _ : state) {
+    exact += hash.assign(q.data(), kD, n, scratch.data(), buckets.data(), n);
+    ++calls;
+    benchmark::DoNotOptimize(buckets.data());
+  }
+  state.counters["Gop/s"] = benchmark::Counter(2.0 * n * kD * half * rounds, benchmark::Counter::kIsIterationInvariantRate,
+                                               benchmark::Counter::kIs1000);
+  state.counters["exact_share"] = static_cast<double>(exact) / static_cast<double>(std::max<int64_t>(1, calls * n * rounds));
+}
+BENCHMARK(BM_RotationHash)->Arg(4096)->Arg(16384)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

@@ -5,13 +5,19 @@
 // reformer: one bucket and one chunk is dense shared-QK attention with the self-exclusion rule;
 // otherwise it equals a reference that builds each query's admissible set from the dumped
 // buckets; the buckets are the argmax of the dumped rotations; causal ignores later positions;
-// gradients against finite differences; memory, FLOPs, bad input.
+// gradients against finite differences; memory, FLOPs, bad input. The exact hash on its own:
+// random, planted near-tie, exactly tied and degenerate rows against a double argmax, with the
+// AVX2 and portable paths giving the same buckets.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <set>
+#include <vector>
 
+#include "attention_impls/lsh_hash.hpp"
+#include "core/rng.hpp"
 #include "tests/helpers.hpp"
 
 namespace ab {
@@ -297,10 +303,143 @@ TEST(Reformer, OneBucketOneChunkEqualsDenseSharedQKWithoutSelf) {
   }
 }
 
-// The dumped buckets are argmax([q·R ; -q·R]) of the dumped rotations (up to float rounding at
-// near-ties), and every bucket is used. Zero query rows tie everywhere and take bucket 0 (the
-// first index). The shapes cover the hash's row blocks of 256 and its vector paths: blocks of 64,
-// 16 and 8 rows and single rows left over.
+// ---- the exact hash on its own (attention_impls/lsh_hash.hpp) ----
+
+// argmax over [x·R ; -x·R] in double, the first index on ties (std::max_element's rule); R is
+// (D, half) row-major.
+int64_t reference_bucket(const float* x, const float* R, int64_t D, int64_t half) {
+  std::vector<double> p(static_cast<size_t>(2 * half));
+  for (int64_t c = 0; c < half; ++c) {
+    double v = 0;
+    for (int64_t k = 0; k < D; ++k) v += double(x[k]) * double(R[k * half + c]);
+    p[c] = v;
+    p[half + c] = -v;
+  }
+  return std::max_element(p.begin(), p.end()) - p.begin();
+}
+
+struct HashRun {
+  std::vector<int64_t> fast, portable;  // (rounds, rows) from assign and assign_portable
+  int64_t exact_fast = 0, exact_portable = 0;
+};
+// Both paths of one RotationHash over x (rows, D), and every bucket checked against the
+// reference; returns the run for further checks.
+HashRun check_hash(const std::vector<float>& R, int64_t rounds, int64_t D, int64_t half, const std::vector<float>& x,
+                   int64_t rows) {
+  const RotationHash hash(R.data(), D * half, rounds, D, half);
+  Buffer<std::byte> scratch(RotationHash::scratch_bytes(D, half));
+  HashRun run;
+  run.fast.assign(static_cast<size_t>(rounds * rows), -1);
+  run.portable = run.fast;
+  run.exact_fast = hash.assign(x.data(), D, rows, scratch.data(), run.fast.data(), rows);
+  run.exact_portable = hash.assign_portable(x.data(), D, rows, scratch.data(), run.portable.data(), rows);
+  EXPECT_EQ(run.fast, run.portable) << "D=" << D << " half=" << half;
+  EXPECT_EQ(run.exact_fast, run.exact_portable);
+  int mismatches = 0;
+  for (int64_t r = 0; r < rounds; ++r)
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t want = reference_bucket(x.data() + i * D, R.data() + r * D * half, D, half);
+      if (run.fast[r * rows + i] != want && ++mismatches <= 5)
+        ADD_FAILURE() << "D=" << D << " half=" << half << " round " << r << " row " << i << ": "
+                      << run.fast[r * rows + i] << ", want " << want;
+    }
+  EXPECT_EQ(mismatches, 0);
+  return run;
+}
+
+std::vector<float> normal(int64_t n, uint64_t seed) {
+  std::vector<float> v(static_cast<size_t>(n));
+  Rng(seed).fill_normal(v.data(), n);
+  return v;
+}
+
+// Random rows over shapes that cover odd D (a half-empty last pair), D = 1, one column, column
+// counts below, at and above the 6-column step, and row counts that leave partial 16-row groups
+// and 64-row blocks; some rows scaled by 1e-20 (still quantised) or 1e30 (their squared norm
+// overflows float: the exact path).
+TEST(RotationHash, RandomRowsAreTheDoubleArgmaxOnBothPaths) {
+  struct Case {
+    int64_t D, half, rows;
+  };
+  for (const Case c : {Case{64, 128, 200}, Case{16, 4, 64}, Case{7, 3, 33}, Case{1, 1, 17}, Case{1, 5, 40},
+                       Case{33, 50, 100}, Case{64, 1, 20}, Case{64, 13, 150}}) {
+    const int64_t rounds = 3;
+    const std::vector<float> R = normal(rounds * c.D * c.half, 11 + c.D);
+    std::vector<float> x = normal(c.rows * c.D, 12 + c.half);
+    for (int64_t i = 0; i < c.rows; ++i)
+      for (int64_t k = 0; k < c.D; ++k) x[i * c.D + k] *= i % 11 == 4 ? 1e-20f : i % 11 == 7 ? 1e30f : 1.0f;
+    const HashRun run = check_hash(R, rounds, c.D, c.half, x, c.rows);
+    // Rows scaled by 1e30 always take the exact path; with several columns, a random row
+    // rarely does (about 1% at D = 64, half = 128).
+    const int64_t huge = (c.rows + 3) / 11;
+    EXPECT_GE(run.exact_fast, rounds * huge) << c.D << " " << c.half;
+    if (c.half >= 4) EXPECT_LT(run.exact_fast, rounds * (huge + c.rows / 4)) << c.D << " " << c.half;
+  }
+}
+
+// Rows planted so that two columns' projections differ by about 1e-7 of their size, far inside
+// the integer estimate's error: the estimate alone would pick the wrong one about half the time,
+// so the buckets only match the reference if the gap test sends these rows to the exact path.
+TEST(RotationHash, PlantedNearTiesTakeTheExactPath) {
+  const int64_t D = 64, half = 16, rows = 96;
+  const std::vector<float> R = normal(D * half, 21);
+  std::vector<float> x(static_cast<size_t>(rows * D));
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t a = i % half, b = (i + 1 + i / half) % half;
+    double uw = 0, ww = 0;  // u = r_a + r_b, w = r_a - r_b: x = u + t w has x·w = delta
+    for (int64_t k = 0; k < D; ++k) {
+      const double ra = R[k * half + a], rb = R[k * half + b];
+      uw += (ra + rb) * (ra - rb);
+      ww += (ra - rb) * (ra - rb);
+    }
+    const double delta = 1e-6 * double((i % 3) - 1), t = (delta - uw) / ww, sign = i % 2 ? -1.0 : 1.0;
+    for (int64_t k = 0; k < D; ++k) {
+      const double ra = R[k * half + a], rb = R[k * half + b];
+      x[i * D + k] = static_cast<float>(sign * ((ra + rb) + t * (ra - rb)));
+    }
+  }
+  const HashRun run = check_hash(R, 1, D, half, x, rows);
+  EXPECT_GE(run.exact_fast, rows * 9 / 10);
+}
+
+// Columns that tie exactly: column 2 repeats column 0, column 3 is minus column 1. The first
+// index of [x·R ; -x·R] wins: bucket 0, never 2 or half + 2; for the pair (1, 3), whichever is
+// positive, in the first half.
+TEST(RotationHash, ExactTiesTakeTheFirstIndex) {
+  const int64_t D = 8, half = 6, rows = 300;
+  std::vector<float> R = normal(D * half, 31);
+  for (int64_t k = 0; k < D; ++k) {
+    R[k * half + 2] = R[k * half + 0];
+    R[k * half + 3] = -R[k * half + 1];
+  }
+  const std::vector<float> x = normal(rows * D, 32);
+  const HashRun run = check_hash(R, 1, D, half, x, rows);
+  std::set<int64_t> seen(run.fast.begin(), run.fast.end());
+  EXPECT_TRUE(seen.count(0) && seen.count(1) && seen.count(3) && seen.count(half)) << "the tie cases did not occur";
+  EXPECT_FALSE(seen.count(2) || seen.count(half + 1) || seen.count(half + 2) || seen.count(half + 3));
+}
+
+// Zero, NaN, infinite and overflowing rows all take the exact path; zero and NaN rows get bucket 0.
+TEST(RotationHash, DegenerateRows) {
+  const int64_t D = 16, half = 10, rows = 6;
+  const std::vector<float> R = normal(D * half, 41);
+  std::vector<float> x = normal(rows * D, 42);
+  for (int64_t k = 0; k < D; ++k) {
+    x[0 * D + k] = 0.0f;
+    x[1 * D + k] = std::numeric_limits<float>::quiet_NaN();
+    x[3 * D + k] *= 1e30f;
+  }
+  x[2 * D + 5] = std::numeric_limits<float>::infinity();
+  const HashRun run = check_hash(R, 1, D, half, x, rows);
+  EXPECT_EQ(run.fast[0], 0);
+  EXPECT_EQ(run.fast[1], 0);
+  EXPECT_GE(run.exact_fast, 4);
+}
+
+// The dumped buckets are exactly argmax([q·R ; -q·R]) of the dumped rotations, computed in
+// double, and every bucket is used. Zero query rows tie everywhere and take bucket 0 (the first
+// index). The shapes cover the hash's blocks of 64 rows, partial 16-row groups, and column counts
+// that are and are not multiples of its 6-column step.
 struct BucketCase {
   int64_t N, n_buckets, bucket_size;
 };
@@ -344,19 +483,19 @@ TEST_P(ReformerBuckets, AreTheArgmaxOfTheDumpedRotations) {
         used.insert(got);
         if (got != want) {
           ++mismatches;
-          EXPECT_LT(std::abs(x[want] - x[got]), 1e-5) << "round " << rd << " position " << i;
+          ADD_FAILURE() << "round " << rd << " position " << i << ": bucket " << got << ", argmax " << want
+                        << " (projections " << x[got] << ", " << x[want] << ")";
         }
       }
-  EXPECT_LE(mismatches, 2);
+  EXPECT_EQ(mismatches, 0);
   EXPECT_EQ(used.size(), static_cast<size_t>(c.n_buckets));
 }
 INSTANTIATE_TEST_SUITE_P(All, ReformerBuckets,
-                         // Vector blocks per row block: AVX-512 64/16 then single rows, AVX2 16/8.
-                         ::testing::Values(BucketCase{256, 8, 16},    // one block of 256 rows
-                                           BucketCase{280, 40, 8},    // 256, then 24 (16 + 8 single; AVX2 16 + 8)
-                                           BucketCase{90, 12, 10},    // 64 + 16 + 10 single (AVX2 5x16 + 8 + 2 single)
-                                           BucketCase{48, 6, 8},      // 16-row blocks only
-                                           BucketCase{320, 100, 8}));  // 256 + 64 rows, 150 columns
+                         ::testing::Values(BucketCase{256, 8, 16},     // four blocks of 64 rows, 4 columns
+                                           BucketCase{280, 40, 8},     // a block of 24 rows (16 + 8), 20 columns
+                                           BucketCase{90, 12, 10},     // 64 + 26 rows (16 + 10), 6 columns
+                                           BucketCase{48, 6, 8},       // one block of 48 rows, 3 columns
+                                           BucketCase{320, 100, 8}));  // 50 columns (8 steps of 6, then 2)
 
 struct ReformerCase {
   Shape4 shape;
