@@ -385,10 +385,11 @@ class Reformer final : public Attention {
           // The next chunk's key and value rows are random rows of Q and V, missing L2 once N·D
           // outgrows it: ask for one pair per softmax row, so the misses overlap this chunk's
           // arithmetic instead of stalling the next gather (all of them at once would fill the
-          // miss queue and stall here instead).
+          // miss queue and stall here instead). Likewise the output rows its merge will update.
           if (c + 1 < nchunks_) {
             prefetch_l2(a.q.row(b, h, perm[q0 + bs_ + rr]), Dd);
             prefetch_l2(a.v.row(b, h, perm[q0 + bs_ + rr]), Dd);
+            prefetch_l2(a.o.row(b, h, perm[q0 + bs_ + rr]), Dd);
           }
           // ||q_i||; a zero query has a zero key, its finite logits are 0 at any positive scale.
           const float nq = std::max(inv[perm[q0 + rr]] > 0.0f ? 1.0f / inv[perm[q0 + rr]] : 0.0f,
