@@ -49,13 +49,24 @@ int32_t pair_of(int32_t lo, int32_t hi) {
                               (static_cast<uint32_t>(static_cast<uint16_t>(hi)) << 16));
 }
 
-// x^ = round(alpha·x) with alpha = 32000/||x|| in float (0 for a zero or non-finite row: x^ = 0
-// sends it to the exact path). Writes group row j's pairs at xg[kp * 16 + j]; returns ||x^||_1.
+// Elements k and k + 1 of v (the second 0 past n), scaled, rounded to nearest even and packed
+// as one int16 pair; adds their magnitudes to l1. T is float for rows (as the AVX2 path
+// multiplies) and double for the rotations.
+template <class T>
+int32_t rounded_pair(const float* v, int64_t stride, int64_t k, int64_t n, T scale, int32_t& l1) {
+  const auto lo = static_cast<int32_t>(std::nearbyint(scale * static_cast<T>(v[k * stride])));
+  const auto hi = k + 1 < n ? static_cast<int32_t>(std::nearbyint(scale * static_cast<T>(v[(k + 1) * stride]))) : 0;
+  l1 += std::abs(lo) + std::abs(hi);
+  return pair_of(lo, hi);
+}
+
+// x^ = round(alpha·x) with alpha = 32000·inv (inv = 1/||x||; alpha 0 or not finite for a zero or
+// non-finite row: x^ = 0 sends it to the exact path). Writes group row j's pairs at
+// xg[kp * 16 + j]; returns ||x^||_1.
 template <bool Portable>
-int32_t quantise_row(const float* x, int64_t D, int32_t* xg, int64_t j) {
-  const float n2 = dot(x, x, D);
-  const float alpha = n2 > 0.0f && std::isfinite(n2) ? static_cast<float>(kXNorm) / std::sqrt(n2) : 0.0f;
-  if (alpha == 0.0f) {  // not alpha·x: 0·inf and 0·NaN are NaN, which no integer represents
+int32_t quantise_row(const float* x, int64_t D, float inv, int32_t* xg, int64_t j) {
+  const float alpha = static_cast<float>(kXNorm) * inv;
+  if (!(alpha > 0.0f && std::isfinite(alpha))) {  // not alpha·x: 0·inf and 0·NaN are NaN
     for (int64_t kp = 0; kp < (D + 1) / 2; ++kp) xg[kp * kGroup + j] = 0;
     return 0;
   }
@@ -82,12 +93,7 @@ int32_t quantise_row(const float* x, int64_t D, int32_t* xg, int64_t j) {
     for (int32_t v : parts) l1 += v;
   }
 #endif
-  for (; k < D; k += 2) {
-    const auto lo = static_cast<int32_t>(std::nearbyint(alpha * x[k]));
-    const auto hi = k + 1 < D ? static_cast<int32_t>(std::nearbyint(alpha * x[k + 1])) : 0;
-    l1 += std::abs(lo) + std::abs(hi);
-    xg[(k / 2) * kGroup + j] = pair_of(lo, hi);
-  }
+  for (; k < D; k += 2) xg[(k / 2) * kGroup + j] = rounded_pair(x, 1, k, D, alpha, l1);
   return l1;
 }
 
@@ -226,6 +232,13 @@ int64_t exact_bucket(const float* x, const float* R, int64_t D, int64_t half, co
 
 }  // namespace
 
+void inverse_norms(const float* x, int64_t ldx, int64_t rows, int64_t D, float* inv) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const float n2 = dot(x + i * ldx, x + i * ldx, D);
+    inv[i] = n2 > 0.0f ? 1.0f / std::sqrt(n2) : 0.0f;  // 1/sqrt(inf) = 0; NaN fails the test
+  }
+}
+
 size_t RotationHash::packed_bytes(int64_t rounds, int64_t D, int64_t half) {
   return static_cast<size_t>(rounds * ((D + 1) / 2) * half + rounds) * sizeof(int32_t);
 }
@@ -263,31 +276,26 @@ RotationHash::RotationHash(const float* rotations, int64_t round_stride, int64_t
     int32_t worst = 0;
     for (int64_t c = 0; c < half; ++c) {
       int32_t l1 = 0;
-      for (int64_t kp = 0; kp < pairs_; ++kp) {
-        const auto lo = static_cast<int32_t>(std::nearbyint(scale * R[2 * kp * half + c]));
-        const auto hi = 2 * kp + 1 < D ? static_cast<int32_t>(std::nearbyint(scale * R[(2 * kp + 1) * half + c])) : 0;
-        l1 += std::abs(lo) + std::abs(hi);
-        Rr[kp * half + c] = pair_of(lo, hi);
-      }
+      for (int64_t kp = 0; kp < pairs_; ++kp) Rr[kp * half + c] = rounded_pair(R + c, half, 2 * kp, D, scale, l1);
       worst = std::max(worst, l1);
     }
     l1r[r] = worst;
   }
 }
 
-int64_t RotationHash::assign(const float* x, int64_t ldx, int64_t rows, void* scratch, int64_t* buckets,
-                             int64_t bucket_stride) const {
-  return assign_impl<false>(x, ldx, rows, scratch, buckets, bucket_stride);
+int64_t RotationHash::assign(const float* x, int64_t ldx, int64_t rows, const float* inv, void* scratch,
+                             int64_t* buckets, int64_t bucket_stride) const {
+  return assign_impl<false>(x, ldx, rows, inv, scratch, buckets, bucket_stride);
 }
 
-int64_t RotationHash::assign_portable(const float* x, int64_t ldx, int64_t rows, void* scratch, int64_t* buckets,
-                                      int64_t bucket_stride) const {
-  return assign_impl<true>(x, ldx, rows, scratch, buckets, bucket_stride);
+int64_t RotationHash::assign_portable(const float* x, int64_t ldx, int64_t rows, const float* inv, void* scratch,
+                                      int64_t* buckets, int64_t bucket_stride) const {
+  return assign_impl<true>(x, ldx, rows, inv, scratch, buckets, bucket_stride);
 }
 
 template <bool Portable>
-int64_t RotationHash::assign_impl(const float* x, int64_t ldx, int64_t rows, void* scratch, int64_t* buckets,
-                                  int64_t bucket_stride) const {
+int64_t RotationHash::assign_impl(const float* x, int64_t ldx, int64_t rows, const float* inv, void* scratch,
+                                  int64_t* buckets, int64_t bucket_stride) const {
   const Scratch s(scratch, pairs_, half_);
   const int32_t* l1r = packed_.data() + rounds_ * pairs_ * half_;
   int64_t exact = 0;
@@ -297,7 +305,7 @@ int64_t RotationHash::assign_impl(const float* x, int64_t ldx, int64_t rows, voi
     for (int64_t j = 0; j < groups * kGroup; ++j) {
       int32_t* xg = s.xg + (j / kGroup) * pairs_ * kGroup;
       if (j < n) {
-        s.l1x[j] = quantise_row<Portable>(x + (i0 + j) * ldx, D_, xg, j % kGroup);
+        s.l1x[j] = quantise_row<Portable>(x + (i0 + j) * ldx, D_, inv[i0 + j], xg, j % kGroup);
         continue;
       }
       for (int64_t kp = 0; kp < pairs_; ++kp) xg[kp * kGroup + j % kGroup] = 0;

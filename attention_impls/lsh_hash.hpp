@@ -26,9 +26,13 @@
 
 namespace ab {
 
+// inv[i] = 1/||x_i|| for rows x (rows x D, row stride ldx); 0 for a zero row, and for a row whose
+// squared norm overflows or is NaN. reformer's keys are x_i·inv[i], and the hash's scale is
+// 32000·inv[i].
+void inverse_norms(const float* x, int64_t ldx, int64_t rows, int64_t D, float* inv);
+
 class RotationHash {
  public:
-  RotationHash() = default;
   // One head's rotations for `rounds` rounds: round r's R (D, half) is row-major at
   // rotations + r * round_stride. Untimed setup: quantises and packs them (tracked memory).
   // The rotations must outlive the hash (the exact path reads them).
@@ -39,18 +43,19 @@ class RotationHash {
   static size_t scratch_bytes(int64_t D, int64_t half);
 
   // buckets[r * bucket_stride + i] = the bucket of row i of x (rows x D, row stride ldx) in
-  // round r. scratch: scratch_bytes(D, half) bytes, 32-byte aligned. Returns the number of
-  // (row, round) pairs that took the exact path. No allocation.
-  int64_t assign(const float* x, int64_t ldx, int64_t rows, void* scratch, int64_t* buckets,
+  // round r, given inv = inverse_norms of those rows. scratch: scratch_bytes(D, half) bytes,
+  // 32-byte aligned. Returns the number of (row, round) pairs that took the exact path. No
+  // allocation.
+  int64_t assign(const float* x, int64_t ldx, int64_t rows, const float* inv, void* scratch, int64_t* buckets,
                  int64_t bucket_stride) const;
 
   // The same with the portable kernels, whatever the build: tests compare the two paths.
-  int64_t assign_portable(const float* x, int64_t ldx, int64_t rows, void* scratch, int64_t* buckets,
-                          int64_t bucket_stride) const;
+  int64_t assign_portable(const float* x, int64_t ldx, int64_t rows, const float* inv, void* scratch,
+                          int64_t* buckets, int64_t bucket_stride) const;
 
  private:
   template <bool Portable>
-  int64_t assign_impl(const float* x, int64_t ldx, int64_t rows, void* scratch, int64_t* buckets,
+  int64_t assign_impl(const float* x, int64_t ldx, int64_t rows, const float* inv, void* scratch, int64_t* buckets,
                       int64_t bucket_stride) const;
 
   const float* rotations_ = nullptr;

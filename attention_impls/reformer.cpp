@@ -1,10 +1,10 @@
 // reformer: LSH attention with shared query-key.
 // Paper: Kitaev, Kaiser, Levskaya 2020, "Reformer: The Efficient Transformer".
 // Complexity: per head and round, O(N·D·n_buckets/2) for the hash projection (with the default
-//   n_buckets = N/bucket_size this is O(N²·D/(2·bucket_size)): in 16-bit integers about 8% of the
-//   forward call at N = 4096 and 20% at 16384 on an AVX2 Zen 4), O(N + n_buckets) for the sort (a counting sort: positions are already in order, so
-//   sorting by (bucket, position) is a stable sort by bucket), O(N·2·bucket_size·D) for the
-//   chunk attention. Memory per thread O(N + bucket_size·D) forward, O(N·D) with backward;
+//   n_buckets = N/bucket_size this is O(N²·D/(2·bucket_size)): in 16-bit integers about 8% of
+//   the forward call at N = 4096 and 20% at 16384 on an AVX2 Zen 4), O(N + n_buckets) for the
+//   sort (a counting sort: positions are already in order, so sorting by (bucket, position) is
+//   a stable sort by bucket), O(N·2·bucket_size·D) for the chunk attention. Memory per thread O(N + bucket_size·D) forward, O(N·D) with backward;
 //   O(n_hashes·N) for the bucket assignments.
 // Computes (mechanisms.md): keys are K_j = Q_j/||Q_j|| (the K input is not used; dK is zero);
 //   per round r and head h a rotation R (D, n_buckets/2), standard normal, seeded;
@@ -232,18 +232,14 @@ class Reformer final : public Attention {
 
   // 1/||Q_i|| for every row (a zero row keeps a zero key instead of NaN).
   void inverse_norms(const AttnArgs& a, int64_t b, int64_t h, float* inv) const {
-    for (int64_t i = 0; i < p_.shape.N; ++i) {
-      const float* q = a.q.row(b, h, i);
-      const float n2 = dot(q, q, D());
-      inv[i] = n2 > 0.0f ? 1.0f / std::sqrt(n2) : 0.0f;
-    }
+    ab::inverse_norms(a.q.row(b, h, 0), p_.strides.sn, p_.shape.N, D(), inv);
   }
 
   // Bucket of every position in every round: argmax over [x·R ; -x·R], first index on ties,
-  // exactly (lsh_hash.hpp).
-  void hash(const AttnArgs& a, int tid, int64_t b, int64_t h) const {
-    hashes_[static_cast<size_t>(h)].assign(a.q.row(b, h, 0), p_.strides.sn, p_.shape.N, wsi(tid) + layout(mode_).hash,
-                                           buckets_of(b, h, 0), p_.shape.N);
+  // exactly (lsh_hash.hpp); inv from inverse_norms.
+  void hash(const AttnArgs& a, int tid, int64_t b, int64_t h, const float* inv) const {
+    hashes_[static_cast<size_t>(h)].assign(a.q.row(b, h, 0), p_.strides.sn, p_.shape.N, inv,
+                                           wsi(tid) + layout(mode_).hash, buckets_of(b, h, 0), p_.shape.N);
   }
 
   // Round r's sorted order: perm[bs + p] is the position at sorted index p, perm[0, bs) repeats
@@ -364,7 +360,7 @@ class Reformer final : public Attention {
     const int64_t N = p_.shape.N, Dd = D(), W = window();
     // 1. Norms of the shared keys; 2. buckets of every round.
     inverse_norms(a, b, h, inv);
-    hash(a, tid, b, h);
+    hash(a, tid, b, h, inv);
     for (int64_t r = 0; r < nh_; ++r) {
       // 3. Sort. The previous chunk of chunk 0 is the last chunk (padded sorted rows [0, bs)).
       sort_round(buckets_of(b, h, r), perm, bsort, wi + L.count);

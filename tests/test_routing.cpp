@@ -331,8 +331,10 @@ HashRun check_hash(const std::vector<float>& R, int64_t rounds, int64_t D, int64
   HashRun run;
   run.fast.assign(static_cast<size_t>(rounds * rows), -1);
   run.portable = run.fast;
-  run.exact_fast = hash.assign(x.data(), D, rows, scratch.data(), run.fast.data(), rows);
-  run.exact_portable = hash.assign_portable(x.data(), D, rows, scratch.data(), run.portable.data(), rows);
+  std::vector<float> inv(static_cast<size_t>(rows));
+  inverse_norms(x.data(), D, rows, D, inv.data());
+  run.exact_fast = hash.assign(x.data(), D, rows, inv.data(), scratch.data(), run.fast.data(), rows);
+  run.exact_portable = hash.assign_portable(x.data(), D, rows, inv.data(), scratch.data(), run.portable.data(), rows);
   EXPECT_EQ(run.fast, run.portable) << "D=" << D << " half=" << half;
   EXPECT_EQ(run.exact_fast, run.exact_portable);
   int mismatches = 0;
@@ -373,7 +375,9 @@ TEST(RotationHash, RandomRowsAreTheDoubleArgmaxOnBothPaths) {
     // rarely does (about 1% at D = 64, half = 128).
     const int64_t huge = (c.rows + 3) / 11;
     EXPECT_GE(run.exact_fast, rounds * huge) << c.D << " " << c.half;
-    if (c.half >= 4) EXPECT_LT(run.exact_fast, rounds * (huge + c.rows / 4)) << c.D << " " << c.half;
+    if (c.half >= 4) {
+      EXPECT_LT(run.exact_fast, rounds * (huge + c.rows / 4)) << c.D << " " << c.half;
+    }
   }
 }
 
