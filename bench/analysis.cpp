@@ -77,6 +77,7 @@ struct Cell {
   std::string text;               // value and ratio, or the status word
   std::string value_text;         // the value alone, formatted
   std::optional<double> value, ratio;
+  std::string ratio_text;         // the ratio alone, formatted ("4.6x")
 };
 
 struct Table {
@@ -135,17 +136,34 @@ std::vector<Table> build_tables(const std::vector<ResultFile>& files, const Tabl
         c.value = v;
         c.text = c.value_text = m.format(*v);
         const auto b = base.find(r->id.shape.N);
-        if (m.better != Better::Neither && b != base.end() && *v > 0 && b->second > 0) {
+        if (!o.growth && m.better != Better::Neither && b != base.end() && *v > 0 && b->second > 0) {
           c.ratio = m.better == Better::Lower ? b->second / *v : *v / b->second;
-          c.text += " (" + ratio_text(*c.ratio) + ")";
+          c.ratio_text = ratio_text(*c.ratio);
+          c.text += " (" + c.ratio_text + ")";
         }
       } else {
         c.text = "-";
       }
       t.cells[{row_of(*r), r->id.shape.N}] = c;
     }
+    // --growth: each value over the same row's value at the previous N (for a time, how many
+    // times longer the longer sequence takes), two decimals: growth targets sit close to 4x.
+    if (o.growth)
+      for (const auto& row : t.rows)
+        for (size_t i = 1; i < t.ns.size(); ++i) {
+          const auto prev = t.cells.find({row, t.ns[i - 1]});
+          const auto here = t.cells.find({row, t.ns[i]});
+          if (prev == t.cells.end() || here == t.cells.end() || !prev->second.value || !here->second.value ||
+              !(*prev->second.value > 0))
+            continue;
+          Cell& c = here->second;
+          c.ratio = *c.value / *prev->second.value;
+          c.ratio_text = fmt::format("{:.2f}x", *c.ratio);
+          c.text += " (" + c.ratio_text + ")";
+        }
     t.title = fmt::format("{} ({}{}) · {}", m.name, m.unit,
-                          o.baseline == "none" || m.better == Better::Neither
+                          o.growth ? "; in brackets: growth from the previous N (value at N / value there)"
+                          : o.baseline == "none" || m.better == Better::Neither
                               ? ""
                               : fmt::format("; in brackets: times better than {}", o.baseline),
                           g);
@@ -203,7 +221,7 @@ std::string render(const std::vector<Table>& tables, const std::string& format) 
           if (c && c->value) text = latex_escape(c->value_text);
           else if (c) text = latex_escape(c->text);
           if (c && c->ratio) {
-            const std::string r = ratio_text(*c->ratio);
+            const std::string& r = c->ratio_text;
             text += " (" + r.substr(0, r.size() - 1) + "$\\times$)";
           }
           out += " & " + text;

@@ -12,11 +12,13 @@ struct TableOptions {
   std::string metric = "time";
   std::string baseline = "vanilla";
   std::string format = "md";  // md | csv | latex
+  bool growth = false;        // ratios to the same row's previous N instead of to `baseline`
 };
 std::string table_metric_names();  // the metric names `--metric` accepts, for --help
 // One table per point group (level, mode, task, B, H, D, causal, threads): rows mechanisms,
 // columns N, cells "value (ratio)" where the ratio says how many times better than the baseline
-// the value is (baseline/value for time and memory, value/baseline for rates).
+// the value is (baseline/value for time and memory, value/baseline for rates); with `growth`,
+// the value over the row's value at the previous N instead.
 std::string make_table(const std::vector<ResultFile>& files, const TableOptions& o);
 int cmd_table(const std::vector<std::string>& paths, const TableOptions& o);
 

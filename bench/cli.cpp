@@ -593,8 +593,12 @@ int cli_main(int argc, char** argv) {
   auto* table = app.add_subcommand("table", "comparison tables from result files: rows mechanisms, columns N");
   table->add_option("files", table_files, "result files")->required();
   table->add_option("--metric", topts.metric, "time | cpu_time | " + table_metric_names())->capture_default_str();
-  table->add_option("--baseline", topts.baseline, "mechanism the ratios are taken against ('none' for no ratios)")->capture_default_str();
+  auto* table_baseline = table->add_option("--baseline", topts.baseline, "mechanism the ratios are taken against ('none' for no ratios)")->capture_default_str();
   table->add_option("--format", topts.format, "md | csv | latex")->capture_default_str();
+  table->add_flag("--growth", topts.growth,
+                  "in brackets: each value over the same row's value at the previous N (how a time grows with N), "
+                  "instead of the ratio to --baseline")
+      ->excludes(table_baseline);
 
   // compare
   std::string base_file, new_file;

@@ -269,6 +269,40 @@ TEST(Table, OtherMetricsAndFormats) {
   }
 }
 
+// --growth: each cell's ratio is its own row's value at the previous N, from the file's medians;
+// the first column and a failed point have none; it cannot be combined with --baseline.
+TEST(Table, GrowthIsTheRatioToTheRowsPreviousN) {
+  const ResultFile rf = read_result_file(kFixture);
+  auto median_of = [&](const std::string& mech, int64_t n) {
+    for (const auto& p : rf.points)
+      if (p.id.mechanism == mech && p.id.shape.N == n) return real_stats(p).median;
+    ADD_FAILURE() << mech << " N=" << n << " is not in the fixture";
+    return 0.0;
+  };
+  auto e = exec("table " + kFixture + " --growth --format csv", false);
+  ASSERT_EQ(e.code, 0) << e.out;
+  for (const char* mech : {"vanilla", "flash", "local"}) {
+    const double g = median_of(mech, 128) / median_of(mech, 64);
+    EXPECT_NE(e.out.find(fmt::format(",{},", mech)), std::string::npos) << e.out;
+    EXPECT_NE(e.out.find(fmt::format(",{:.4g}\n", g)), std::string::npos) << mech << ": " << e.out;
+  }
+  EXPECT_NE(e.out.find(",linear,"), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find(",CRASHED,\n"), std::string::npos) << e.out;  // no growth for a failed point
+  e = exec("table " + kFixture + " --growth", false);
+  ASSERT_EQ(e.code, 0) << e.out;
+  EXPECT_NE(e.out.find("growth from the previous N"), std::string::npos) << e.out;
+  // The markdown row: the N=64 cell bare, the N=128 cell with its growth in two decimals.
+  const size_t at = e.out.find("| flash | ");
+  ASSERT_NE(at, std::string::npos) << e.out;
+  const std::string line = e.out.substr(at, e.out.find('\n', at) - at);
+  const double g = median_of("flash", 128) / median_of("flash", 64);
+  EXPECT_EQ(std::count(line.begin(), line.end(), '('), 1) << line;
+  EXPECT_NE(line.find(fmt::format(" ({:.2f}x) |", g)), std::string::npos) << line;
+  e = exec("table " + kFixture + " --growth --baseline flash");
+  EXPECT_EQ(e.code, 2) << e.out;
+  EXPECT_NE(e.out.find("excludes"), std::string::npos) << e.out;
+}
+
 TEST(Compare, AFileAgainstItselfPassesAndAgainstSlowerTimesFails) {
   auto e = exec("compare " + kFixture + " " + kFixture);
   EXPECT_EQ(e.code, 0) << e.out;
