@@ -78,6 +78,11 @@ struct Cell {
   std::string value_text;         // the value alone, formatted
   std::optional<double> value, ratio;
   std::string ratio_text;         // the ratio alone, formatted ("4.6x")
+  void set_ratio(double r, std::string formatted) {
+    ratio = r;
+    ratio_text = std::move(formatted);
+    text += " (" + ratio_text + ")";
+  }
 };
 
 struct Table {
@@ -137,9 +142,8 @@ std::vector<Table> build_tables(const std::vector<ResultFile>& files, const Tabl
         c.text = c.value_text = m.format(*v);
         const auto b = base.find(r->id.shape.N);
         if (!o.growth && m.better != Better::Neither && b != base.end() && *v > 0 && b->second > 0) {
-          c.ratio = m.better == Better::Lower ? b->second / *v : *v / b->second;
-          c.ratio_text = ratio_text(*c.ratio);
-          c.text += " (" + c.ratio_text + ")";
+          const double r = m.better == Better::Lower ? b->second / *v : *v / b->second;
+          c.set_ratio(r, ratio_text(r));
         }
       } else {
         c.text = "-";
@@ -156,10 +160,8 @@ std::vector<Table> build_tables(const std::vector<ResultFile>& files, const Tabl
           if (prev == t.cells.end() || here == t.cells.end() || !prev->second.value || !here->second.value ||
               !(*prev->second.value > 0))
             continue;
-          Cell& c = here->second;
-          c.ratio = *c.value / *prev->second.value;
-          c.ratio_text = fmt::format("{:.2f}x", *c.ratio);
-          c.text += " (" + c.ratio_text + ")";
+          const double r = *here->second.value / *prev->second.value;
+          here->second.set_ratio(r, fmt::format("{:.2f}x", r));
         }
     t.title = fmt::format("{} ({}{}) · {}", m.name, m.unit,
                           o.growth ? "; in brackets: growth from the previous N (value at N / value there)"
