@@ -1,12 +1,6 @@
 #include "attention_impls/attention.hpp"
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
-
-#include <algorithm>
-#include <cerrno>
-#include <cmath>
-#include <cstdlib>
 
 namespace ab {
 
@@ -15,100 +9,8 @@ const char* to_string(Mode m) {
     case Mode::fwd: return "fwd";
     case Mode::fwdbwd: return "fwdbwd";
     case Mode::decode: return "decode";
-    case Mode::train: return "train";
   }
   return "?";
-}
-
-std::string format_param_value(const ParamValue& v) {
-  return std::visit(
-      [](const auto& x) -> std::string {
-        using T = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<T, bool>) return x ? "true" : "false";
-        else if constexpr (std::is_same_v<T, double>) return fmt::format("{:g}", x);
-        else if constexpr (std::is_same_v<T, int64_t>) return std::to_string(x);
-        else return x;
-      },
-      v);
-}
-
-std::string ParamSpec::describe_range() const {
-  switch (type) {
-    case ParamType::Int: return fmt::format("integer in [{:g}, {:g}]", min, max);
-    case ParamType::Float: return fmt::format("number in [{:g}, {:g}]", min, max);
-    case ParamType::Bool: return "true or false";
-    case ParamType::Choice: return fmt::format("one of {}", fmt::join(choices, ", "));
-  }
-  return "";
-}
-
-void ParamValues::set(const std::string& n, ParamValue v) {
-  for (auto& [name, value] : items_)
-    if (name == n) {
-      value = std::move(v);
-      return;
-    }
-  items_.emplace_back(n, std::move(v));
-}
-
-const ParamValue& ParamValues::at(const std::string& n) const {
-  for (const auto& [name, value] : items_)
-    if (name == n) return value;
-  throw std::logic_error("parameter not declared: " + n);
-}
-
-namespace {
-ParamValue parse_value(const std::string& mech, const ParamSpec& p, const std::string& text) {
-  auto bad = [&]() {
-    return InvalidInput(fmt::format("{}: parameter {}={} is invalid; expected {}", mech, p.name,
-                                    text, p.describe_range()));
-  };
-  switch (p.type) {
-    case ParamType::Int: {
-      char* end = nullptr;
-      errno = 0;
-      long long v = std::strtoll(text.c_str(), &end, 10);
-      if (text.empty() || *end != '\0' || errno) throw bad();
-      if (static_cast<double>(v) < p.min || static_cast<double>(v) > p.max) throw bad();
-      return static_cast<int64_t>(v);
-    }
-    case ParamType::Float: {
-      char* end = nullptr;
-      double v = std::strtod(text.c_str(), &end);
-      if (text.empty() || *end != '\0' || !std::isfinite(v) || v < p.min || v > p.max) throw bad();
-      return v;
-    }
-    case ParamType::Bool:
-      if (text == "true" || text == "1") return true;
-      if (text == "false" || text == "0") return false;
-      throw bad();
-    case ParamType::Choice:
-      if (std::find(p.choices.begin(), p.choices.end(), text) == p.choices.end()) throw bad();
-      return text;
-  }
-  throw bad();
-}
-}  // namespace
-
-ParamValues resolve_params(const MechanismInfo& info, const std::vector<std::string>& assignments) {
-  ParamValues out;
-  for (const auto& p : info.params) out.set(p.name, p.def);
-  for (const auto& a : assignments) {
-    auto eq = a.find('=');
-    if (eq == std::string::npos || eq == 0)
-      throw InvalidInput(fmt::format("--param '{}' is not of the form name=value", a));
-    std::string name = a.substr(0, eq), text = a.substr(eq + 1);
-    auto it = std::find_if(info.params.begin(), info.params.end(),
-                           [&](const ParamSpec& p) { return p.name == name; });
-    if (it == info.params.end()) {
-      std::vector<std::string> names;
-      for (const auto& p : info.params) names.push_back(p.name);
-      throw InvalidInput(fmt::format("{} has no parameter '{}'; its parameters: {}", info.name, name,
-                                     names.empty() ? std::string("(none)") : fmt::format("{}", fmt::join(names, ", "))));
-    }
-    out.set(name, parse_value(info.name, *it, text));
-  }
-  return out;
 }
 
 }  // namespace ab

@@ -28,14 +28,14 @@
 #include <variant>
 #include <vector>
 
+#include "core/params.hpp"
 #include "core/rng.hpp"
 #include "core/tensor.hpp"
 
 namespace ab {
 
-// train exists at the model level only (forward, loss, backward and the optimizer step); a
-// mechanism is only ever set up for fwd, fwdbwd or decode.
-enum class Mode { fwd, fwdbwd, decode, train };
+// What a mechanism is set up for: the forward call, forward and backward, or decoding one token.
+enum class Mode { fwd, fwdbwd, decode };
 const char* to_string(Mode m);
 
 // The attention call being benchmarked: shapes, causality and the layout shared by Q, K, V, O
@@ -51,43 +51,6 @@ struct AttnProblem {
 struct AttnArgs {
   TensorView q, k, v, o;
   TensorView dout, dq, dk, dv;
-};
-
-// ---- typed parameters ----
-enum class ParamType { Int, Float, Bool, Choice };
-using ParamValue = std::variant<int64_t, double, bool, std::string>;
-
-struct ParamSpec {
-  std::string name;
-  ParamType type = ParamType::Int;
-  ParamValue def;
-  double min = 0, max = 0;            // Int and Float: inclusive range
-  std::vector<std::string> choices;   // Choice
-  std::string help;
-  std::string describe_range() const;
-};
-
-// Resolved values for every declared parameter (defaults included), in declaration order.
-class ParamValues {
- public:
-  ParamValues() = default;
-  int64_t get_int(const std::string& n) const { return std::get<int64_t>(at(n)); }
-  double get_float(const std::string& n) const { return std::get<double>(at(n)); }
-  bool get_bool(const std::string& n) const { return std::get<bool>(at(n)); }
-  const std::string& get_choice(const std::string& n) const { return std::get<std::string>(at(n)); }
-  const std::vector<std::pair<std::string, ParamValue>>& items() const { return items_; }
-  void set(const std::string& n, ParamValue v);
-  const ParamValue& at(const std::string& n) const;
-
- private:
-  std::vector<std::pair<std::string, ParamValue>> items_;
-};
-std::string format_param_value(const ParamValue& v);
-
-// Bad input: an unknown name, an impossible shape, a value out of range. The CLI prints the
-// message and exits 2.
-struct InvalidInput : std::runtime_error {
-  using std::runtime_error::runtime_error;
 };
 
 struct Capabilities {
@@ -155,7 +118,9 @@ struct MechanismInfo {
 
 // Parses "name=value" assignments against a mechanism's declared parameters; unknown names and
 // out-of-range or ill-typed values throw InvalidInput listing what is valid.
-ParamValues resolve_params(const MechanismInfo& info, const std::vector<std::string>& assignments);
+inline ParamValues resolve_params(const MechanismInfo& info, const std::vector<std::string>& assignments) {
+  return resolve_params(info.name, info.params, assignments);
+}
 
 // FLOPs of softmax attention restricted to `pairs` (query, key) pairs: QK^T and PV, two
 // multiply-adds per pair per head dimension each.

@@ -24,7 +24,6 @@
 namespace ab {
 namespace {
 
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int64_t kDecodeTile = 256;
 
 class Flash final : public Attention {

@@ -4,20 +4,20 @@
 // Complexity: O(N D^2) time, O(N D) memory per thread; decode O(D^2) time and memory per token,
 //   whatever the context length.
 // Optimises: phi(x) = elu(x) + 1 is one vectorised pass; the rest is the kernel-attention core
-//   (kernel_attention.cpp): every product a oneDNN matmul, causal chunk by chunk (`chunk`).
+//   (feature_map_attention.cpp): every product a oneDNN matmul, causal chunk by chunk (`chunk`).
 // Leaves out: feature maps other than elu + 1; numerator and denominator are not fused into one
 //   product (the normaliser is an O(N D) dot per row).
-#include "attention_impls/kernel_attention.hpp"
+#include "attention_impls/feature_map_attention.hpp"
 #include "attention_impls/registry.hpp"
 #include "core/vecmath.hpp"
 
 namespace ab {
 namespace {
 
-class Linear final : public KernelAttention {
+class Linear final : public FeatureMapAttention {
  public:
   Linear(const AttnProblem& p, const ParamValues& v)
-      : KernelAttention(p, p.shape.D, v.get_int("chunk")) {}
+      : FeatureMapAttention(p, p.shape.D, v.get_int("chunk")) {}
 
  protected:
   void map_features(int, const float* X, int64_t ldx, int64_t rows, float* phi,

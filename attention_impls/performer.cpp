@@ -14,17 +14,17 @@
 // Leaves out: redrawing Omega during training (drawn once per run), the ReLU kernel variant.
 #include <cmath>
 
-#include "attention_impls/kernel_attention.hpp"
+#include "attention_impls/feature_map_attention.hpp"
 #include "attention_impls/registry.hpp"
 #include "core/vecmath.hpp"
 
 namespace ab {
 namespace {
 
-class Performer final : public KernelAttention {
+class Performer final : public FeatureMapAttention {
  public:
   Performer(const AttnProblem& p, const ParamValues& v)
-      : KernelAttention(p, v.get_int("features"), v.get_int("chunk")) {}
+      : FeatureMapAttention(p, v.get_int("features"), v.get_int("chunk")) {}
 
   std::vector<DumpTensor> dump_tensors() const override {
     return {DumpTensor{"omega", {F_, p_.shape.D}, omega_.data(), nullptr}};

@@ -47,7 +47,6 @@
 namespace ab {
 namespace {
 
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // Rows a gather asks for ahead of the one it copies: enough to cover a miss to L3 at the rate
 // rows are copied.
 constexpr int64_t kGatherAhead = 16;

@@ -11,10 +11,6 @@
 #include "core/vecmath.hpp"
 
 namespace ab {
-namespace {
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-}
-
 TensorView RowSet::of(const TensorView& t) const {
   TensorView v = t;
   v.data = t.data + first * t.strides.sn;

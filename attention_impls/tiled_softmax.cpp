@@ -12,7 +12,6 @@
 
 namespace ab {
 namespace {
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 constexpr int kDiagRows = TiledSoftmax::kDiagonalRows;  // one query row per lane
 

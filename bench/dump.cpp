@@ -18,15 +18,15 @@ void dump_point(const PointId& id, uint64_t seed, const std::string& dir) {
   opts.seed = seed;
   PointId pid = id;
   const MechanismInfo& info = find_mechanism(id.mechanism);
-  pid.mode = info.caps.backward ? Mode::fwdbwd : Mode::fwd;
+  pid.mode = info.caps.backward ? RunMode::fwdbwd : RunMode::fwd;
   PreparedPoint pp = prepare_point(pid, opts);
   if (pp.status != Status::OK) throw InvalidInput(pp.message);
 
   const auto& s = id.shape;
-  const bool bwd = pid.mode == Mode::fwdbwd;
+  const bool bwd = pid.mode == RunMode::fwdbwd;
   AttnData data(s, seed, bwd);
   Rng rng(seed, kStreamParams);
-  pp.impl->setup(pid.mode, rng);
+  pp.impl->setup(attention_mode(pid.mode), rng);
   pp.impl->forward(data.args());
   if (bwd) pp.impl->backward(data.args());
 

@@ -2,7 +2,7 @@
 #pragma once
 #include <string>
 
-#include "bench/results.hpp"
+#include "bench/result.hpp"
 
 namespace ab {
 

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/results.hpp"
+#include "bench/result.hpp"
 
 namespace ab {
 

@@ -54,7 +54,6 @@ double nmse(const float* out, const float* ref, size_t n) {
 }
 
 namespace {
-std::string gib(size_t b) { return fmt::format("{:.2f} GiB", static_cast<double>(b) / (1ull << 30)); }
 
 AttnProblem problem_of(const PointId& id) {
   AttnProblem p;
@@ -68,13 +67,13 @@ AttnProblem problem_of(const PointId& id) {
 // Shape of the input tensors: decode holds the N context tokens and the new one.
 Shape4 input_shape(const PointId& id) {
   Shape4 s = id.shape;
-  if (id.mode == Mode::decode) s.N += 1;
+  if (id.mode == RunMode::decode) s.N += 1;
   return s;
 }
 
 size_t io_bytes(const PointId& id) {
   const size_t t = static_cast<size_t>(input_shape(id).numel()) * sizeof(float);
-  return (id.mode == Mode::fwdbwd ? 8 : 4) * t;
+  return (id.mode == RunMode::fwdbwd ? 8 : 4) * t;
 }
 
 // Views of token `pos` alone: (B, H, 1, D) windows into the full tensors.
@@ -104,8 +103,9 @@ namespace {
 void prepare_model_point(PreparedPoint& pp, const RunOptions& opts) {
   const PointId& id = pp.id;
   const ModelConfig c = model_config(id);
-  if (c.causal != (c.pooling == "lm"))
-    throw InvalidInput(c.pooling == "lm"
+  const bool next_token = find_task(id.task).next_token;
+  if (c.causal != next_token)
+    throw InvalidInput(next_token
                            ? fmt::format("task {} is a causal language model: its model is always causal", id.task)
                            : fmt::format("task {} is a bidirectional classifier: --causal does not apply to its model", id.task));
   // The task must accept the length (image tasks have a fixed one) before anything runs; made
@@ -115,7 +115,7 @@ void prepare_model_point(PreparedPoint& pp, const RunOptions& opts) {
   to.seed = opts.seed;
   to.data_dir = opts.data_dir;
   pp.task = make_task(id.task, to);
-  pp.model = std::make_unique<TransformerModel>(c, id.mode);
+  pp.model = std::make_unique<TransformerModel>(c, model_mode(id.mode));
   pp.flops = pp.model->flops();
   pp.working_bytes = pp.model->working_bytes();
   pp.predicted_bytes = pp.working_bytes;
@@ -131,44 +131,45 @@ PreparedPoint prepare_point(const PointId& id, const RunOptions& opts) {
     throw InvalidInput(fmt::format("sizes must be positive: batch={} heads={} seq={} dhead={}", s.B,
                                    s.H, s.N, s.D));
   if (id.threads <= 0) throw InvalidInput(fmt::format("--threads must be positive, got {}", id.threads));
-  if (id.level == "model" && id.mode == Mode::decode)
-    throw InvalidInput("the model level runs --mode fwd, fwdbwd or train (decode is an attention-level mode)");
+  // A mode the level does not have is bad input (these throw InvalidInput naming it).
+  if (id.level == Level::model) model_mode(id.mode);
+  else attention_mode(id.mode);
   const Capabilities& caps = pp.info->caps;
   if (id.causal && !caps.causal) {
     pp.status = Status::SKIPPED;
     pp.message = id.mechanism + " cannot be causal";
     return pp;
   }
-  if (id.mode == Mode::fwdbwd && !caps.backward) {
+  if (id.mode == RunMode::fwdbwd && !caps.backward) {
     pp.status = Status::SKIPPED;
     pp.message = id.mechanism + " has no backward pass";
     return pp;
   }
-  if (id.mode == Mode::decode && !caps.decode) {
+  if (id.mode == RunMode::decode && !caps.decode) {
     pp.status = Status::SKIPPED;
     pp.message = id.mechanism + " has no decode step (no key-value cache or recurrent state)";
     return pp;
   }
   omp_set_num_threads(id.threads);
-  if (id.level == "model") {
+  if (id.level == Level::model) {
     prepare_model_point(pp, opts);
     if (opts.mem_limit && pp.predicted_bytes > opts.mem_limit) {
       if (!opts.oom_as_status)
         throw InvalidInput(fmt::format("the {} model with {} at N={} needs {} (predicted), above --mem-limit {}", id.task,
-                                       id.mechanism, s.N, gib(pp.predicted_bytes), gib(opts.mem_limit)));
+                                       id.mechanism, s.N, format_gib(static_cast<double>(pp.predicted_bytes)), format_gib(static_cast<double>(opts.mem_limit))));
       pp.status = Status::OOM;
-      pp.message = fmt::format("predicted {}, above --mem-limit {}", gib(pp.predicted_bytes), gib(opts.mem_limit));
+      pp.message = fmt::format("predicted {}, above --mem-limit {}", format_gib(static_cast<double>(pp.predicted_bytes)), format_gib(static_cast<double>(opts.mem_limit)));
       pp.model.reset();
       pp.task.reset();
     }
     return pp;
   }
-  if (id.mode == Mode::train) throw InvalidInput("--mode train needs --level model");
   pp.impl = pp.info->make(problem_of(id), id.params);
   pp.impl->validate();
-  pp.flops = pp.impl->flops(id.mode);
-  if (id.mode != Mode::decode) pp.admissible_fraction = pp.impl->admissible_fraction();
-  pp.working_bytes = pp.impl->working_bytes(id.mode);
+  const Mode mode = attention_mode(id.mode);
+  pp.flops = pp.impl->flops(mode);
+  if (mode != Mode::decode) pp.admissible_fraction = pp.impl->admissible_fraction();
+  pp.working_bytes = pp.impl->working_bytes(mode);
   pp.predicted_bytes = pp.working_bytes + io_bytes(id);
   if (opts.error && id.mechanism != "flash") {
     // The reference: flash forward on the same inputs, plus its output tensor.
@@ -181,7 +182,7 @@ PreparedPoint prepare_point(const PointId& id, const RunOptions& opts) {
   }
   if (opts.mem_limit && pp.predicted_bytes > opts.mem_limit)
     throw InvalidInput(fmt::format("{} at N={} needs {} (predicted), above --mem-limit {}", id.mechanism,
-                                   s.N, gib(pp.predicted_bytes), gib(opts.mem_limit)));
+                                   s.N, format_gib(static_cast<double>(pp.predicted_bytes)), format_gib(static_cast<double>(opts.mem_limit))));
   return pp;
 }
 
@@ -281,11 +282,11 @@ PointResult run_model_point(PreparedPoint& pp, const RunOptions& opts, PointResu
 PointResult run_point_impl(PreparedPoint& pp, const RunOptions& opts, PointResult res) {
   const PointId& id = pp.id;
   if (pp.model) return run_model_point(pp, opts, res);
-  const bool bwd = id.mode == Mode::fwdbwd;
+  const bool bwd = id.mode == RunMode::fwdbwd;
   omp_set_num_threads(id.threads);
   const size_t rss_before = current_rss_bytes();
 
-  const bool decode = id.mode == Mode::decode;
+  const bool decode = id.mode == RunMode::decode;
   AttnData data(input_shape(id), opts.seed, bwd);
   const AttnArgs args = data.args();
   const int64_t pos = id.shape.N;  // decode: the new token follows N context tokens
@@ -295,7 +296,7 @@ PointResult run_point_impl(PreparedPoint& pp, const RunOptions& opts, PointResul
   const size_t baseline = MemoryMeter::current();
   MemoryMeter::reset_peak();
   Rng rng(opts.seed, kStreamParams);
-  pp.impl->setup(id.mode, rng);
+  pp.impl->setup(attention_mode(id.mode), rng);
   if (decode) pp.impl->decode_prefill(args, pos);
   auto call = [&]() {
     if (decode) pp.impl->decode_step(token, pos);

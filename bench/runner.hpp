@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "attention_impls/registry.hpp"
-#include "bench/results.hpp"
+#include "bench/result.hpp"
 #include "model/transformer.hpp"
 
 namespace ab {

@@ -11,9 +11,10 @@
 #include <iostream>
 #include <set>
 
-#include "bench/cli.hpp"
+#include "bench/grid.hpp"
 #include "bench/process.hpp"
-#include "bench/result_file.hpp"
+#include "bench/result_reader.hpp"
+#include "bench/result_writer.hpp"
 #include "core/matmul.hpp"
 
 namespace ab {
@@ -49,7 +50,6 @@ namespace {
 std::atomic<bool> g_interrupted{false};
 void on_interrupt(int) { g_interrupted = true; }
 
-std::string gib(double b) { return fmt::format("{:.2f} GiB", b / (1ull << 30)); }
 
 std::string duration(double s) {
   const long t = static_cast<long>(s + 0.5);
@@ -121,7 +121,7 @@ PointResult run_isolated(const PointId& id, const RunOptions& opts, double gemm,
       if (o.signal == SIGKILL)
         return error_result(id, opts, Status::OOM,
                             fmt::format("killed by SIGKILL, as the kernel's out-of-memory killer does (peak RSS {})",
-                                        gib(static_cast<double>(o.max_rss_kib) * 1024)));
+                                        format_gib(static_cast<double>(o.max_rss_kib) * 1024)));
       return error_result(id, opts, Status::CRASHED, with_last(o.describe()));
     case ChildOutcome::SpawnFailed:
       return error_result(id, opts, Status::FAILED, o.describe());
@@ -159,8 +159,8 @@ int run_sweep(const std::vector<PointId>& full_grid, const RunOptions& opts, con
     Planned p{id, pp.status, pp.message, pp.flops};
     if (p.status == Status::OK && opts.mem_limit && pp.predicted_bytes > opts.mem_limit) {
       p.status = Status::OOM;
-      p.message = fmt::format("predicted {}, above --mem-limit {}; not run", gib(static_cast<double>(pp.predicted_bytes)),
-                              gib(static_cast<double>(opts.mem_limit)));
+      p.message = fmt::format("predicted {}, above --mem-limit {}; not run", format_gib(static_cast<double>(pp.predicted_bytes)),
+                              format_gib(static_cast<double>(opts.mem_limit)));
     }
     plan.push_back(std::move(p));
   }

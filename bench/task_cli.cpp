@@ -33,7 +33,7 @@ int cmd_list_tasks(const TaskOptions& opts) {
     }
     out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", t.name, t.default_seq,
                        t.alphabet, t.vocab, t.classes ? std::to_string(t.classes) : "next token", t.model.layers,
-                       t.model.dmodel, t.model.heads, t.model.mlp, t.model.batch, t.model.pooling, data);
+                       t.model.dmodel, t.model.heads, t.model.mlp, t.model.batch, pooling_text(t), data);
   }
   std::cout << out;
   return 0;

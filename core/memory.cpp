@@ -1,5 +1,7 @@
 #include "core/memory.hpp"
 
+#include <fmt/format.h>
+
 #include <cstdlib>
 
 namespace ab {
@@ -9,6 +11,8 @@ std::atomic<size_t> g_peak{0};
 std::atomic<uint64_t> g_allocations{0};
 constexpr size_t kAlign = 64;
 }  // namespace
+
+std::string format_gib(double bytes) { return fmt::format("{:.2f} GiB", bytes / (1ull << 30)); }
 
 void MemoryMeter::on_alloc(size_t bytes) {
   size_t now = g_current.fetch_add(bytes) + bytes;

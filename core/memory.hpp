@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <new>
+#include <string>
 #include <utility>
 
 namespace ab {
@@ -22,6 +23,9 @@ class MemoryMeter {
   // Number of tracked allocations ever made (for tests of allocation complexity).
   static uint64_t allocations();
 };
+
+// "1.50 GiB": a byte count as the messages and tables print it.
+std::string format_gib(double bytes);
 
 void* tracked_alloc(size_t bytes);  // throws std::bad_alloc
 void tracked_free(void* p, size_t bytes) noexcept;

@@ -19,6 +19,9 @@
 
 namespace ab {
 
+// The mask value: exp_f32 maps it (and anything below -87.3) to exactly 0.
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
 // The constants of exp_f32 and its 16-lane twin: ln 2 in two parts for the reduction, the
 // clamping range, and the polynomial's coefficients from the highest degree down.
 namespace exp_consts {

@@ -18,6 +18,15 @@ const std::array<const char*, kLayerTypes>& layer_type_names() {
   return names;
 }
 
+const char* to_string(ModelMode m) {
+  switch (m) {
+    case ModelMode::fwd: return "fwd";
+    case ModelMode::fwdbwd: return "fwdbwd";
+    case ModelMode::train: return "train";
+  }
+  return "?";
+}
+
 ModelConfig model_config_for_task(const TaskInfo& task, int64_t seq) {
   ModelConfig c;
   c.vocab = task.vocab;
@@ -28,10 +37,9 @@ ModelConfig model_config_for_task(const TaskInfo& task, int64_t seq) {
   c.dmodel = task.model.dmodel;
   c.heads = task.model.heads;
   c.mlp = task.model.mlp;
-  const std::string& p = task.model.pooling;
-  c.pooling = p == "mean" ? "mean" : p == "causal LM" ? "lm" : "cls";
-  c.two_tower = task.name == "retrieval";
-  c.causal = c.pooling == "lm";
+  c.pooling = task.model.pooling;
+  c.two_tower = task.two_tower;
+  c.causal = task.next_token;
   return c;
 }
 
@@ -55,10 +63,8 @@ int64_t TransformerModel::act(int64_t count) {
   return off;
 }
 
-TransformerModel::TransformerModel(const ModelConfig& c, Mode mode) : c_(c), mode_(mode) {
-  if (mode != Mode::fwd && mode != Mode::fwdbwd && mode != Mode::train)
-    throw InvalidInput(fmt::format("the model level runs --mode fwd, fwdbwd or train, not {}", to_string(mode)));
-  backward_ = mode != Mode::fwd;
+TransformerModel::TransformerModel(const ModelConfig& c, ModelMode mode) : c_(c), mode_(mode) {
+  backward_ = mode != ModelMode::fwd;
   // The mechanisms and primitives are planned for this many threads (one execution slot each).
   if (c.threads < 1) throw InvalidInput(fmt::format("--threads must be positive, got {}", c.threads));
   omp_set_num_threads(c.threads);
@@ -67,14 +73,12 @@ TransformerModel::TransformerModel(const ModelConfig& c, Mode mode) : c_(c), mod
     throw InvalidInput(fmt::format("model sizes must be positive (layers={} dmodel={} heads={} mlp={} batch={}) and seq at least 2 (got {})",
                                    L, d, H, F, c.batch, N));
   if (d % H) throw InvalidInput(fmt::format("--dmodel {} is not a multiple of --heads {}", d, H));
-  if (c.pooling != "cls" && c.pooling != "mean" && c.pooling != "lm")
-    throw InvalidInput(fmt::format("unknown pooling '{}'; pooling: cls, mean, lm", c.pooling));
   if (c.vocab < 2) throw InvalidInput("the vocabulary needs at least 2 tokens");
-  if (c.pooling != "lm" && c.classes < 2) throw InvalidInput("a classifier needs at least 2 classes");
+  if (c.pooling != Pooling::lm && c.classes < 2) throw InvalidInput("a classifier needs at least 2 classes");
   Dh_ = d / H;
   Benc_ = c.two_tower ? 2 * c.batch : c.batch;
   T_ = Benc_ * N;
-  const bool lm = c.pooling == "lm";
+  const bool lm = c.pooling == Pooling::lm;
   rows_ = lm ? T_ : c.batch;
   C_ = lm ? c.vocab : c.classes;
   feat_ = c.two_tower ? 4 * d : d;
@@ -94,7 +98,7 @@ TransformerModel::TransformerModel(const ModelConfig& c, Mode mode) : c_(c), mod
   // 2. Parameters. Weights N(0, 1/fan_in), the embedding N(0, 1) (the scale of the positions).
   const float sd = 1.0f / std::sqrt(static_cast<float>(d)), sf = 1.0f / std::sqrt(static_cast<float>(F));
   emb_ = param("embedding", c.vocab * d, 1.0f);
-  if (c.pooling == "cls") cls_ = param("cls", d, 0.02f);
+  if (c.pooling == Pooling::cls) cls_ = param("cls", d, 0.02f);
   for (int64_t l = 0; l < L; ++l) {
     auto n = [&](const char* s) { return fmt::format("layer{}.{}", l, s); };
     LayerParams q;
@@ -180,7 +184,7 @@ TransformerModel::~TransformerModel() = default;
 // constructor, untracked and without touching data, so working_bytes() is exact before setup.
 void TransformerModel::create_primitives() {
   const int64_t d = c_.dmodel, F = c_.mlp, B = c_.batch;
-  const bool lm = c_.pooling == "lm";
+  const bool lm = c_.pooling == Pooling::lm;
   qkv_lin_ = Linear(T_, d, 3 * d, backward_);
   o_lin_ = Linear(T_, d, d, backward_);
   ff1_lin_ = Linear(T_, d, F, backward_);
@@ -206,7 +210,7 @@ void TransformerModel::create_primitives() {
 double TransformerModel::flops() const {
   const double T = static_cast<double>(T_), d = static_cast<double>(c_.dmodel), F = static_cast<double>(c_.mlp);
   double products = static_cast<double>(c_.layers) * (2 * T * d * 3 * d + 2 * T * d * d + 2 * 2 * T * d * F);
-  if (c_.pooling == "lm") products += 2 * T * d * static_cast<double>(C_);
+  if (c_.pooling == Pooling::lm) products += 2 * T * d * static_cast<double>(C_);
   else products += 2.0 * static_cast<double>(c_.batch) * (static_cast<double>(feat_) * F + F * static_cast<double>(C_));
   double attention = 0;
   for (const auto& a : attn_) attention += a->flops(backward_ ? Mode::fwdbwd : Mode::fwd);
@@ -220,7 +224,7 @@ std::vector<std::pair<std::string, size_t>> TransformerModel::memory_parts() con
   for (const auto& a : attn_) attention += a->working_bytes(backward_ ? Mode::fwdbwd : Mode::fwd);
   return {{"parameters", pbytes},
           {"gradients", backward_ ? pbytes : 0},
-          {"optimizer", mode_ == Mode::train ? 2 * pbytes : 0},
+          {"optimizer", mode_ == ModelMode::train ? 2 * pbytes : 0},
           {"activations", static_cast<size_t>(n_act_) * sizeof(float)},
           {"tokens", static_cast<size_t>(T_ + rows_) * sizeof(int32_t)},
           {"scratchpad", scratch_bytes_},
@@ -250,11 +254,11 @@ AttnArgs TransformerModel::attention_args(int64_t layer) const {
 
 void TransformerModel::setup(uint64_t seed) {
   const int64_t d = c_.dmodel;
-  const bool lm = c_.pooling == "lm";
+  const bool lm = c_.pooling == Pooling::lm;
   // Tracked storage.
   w_ = Buffer<float>(static_cast<size_t>(n_params_));
   if (backward_) g_ = Buffer<float>(static_cast<size_t>(n_params_));
-  if (mode_ == Mode::train) {
+  if (mode_ == ModelMode::train) {
     m_ = Buffer<float>(static_cast<size_t>(n_params_));
     v_ = Buffer<float>(static_cast<size_t>(n_params_));
     m_.zero();
@@ -310,7 +314,7 @@ void TransformerModel::load(const Batch& b) {
   for (int64_t t = 0; t < T_; ++t)
     if (tokens_[static_cast<size_t>(t)] < 0 || tokens_[static_cast<size_t>(t)] >= c_.vocab)
       throw std::logic_error(fmt::format("token {} outside the vocabulary of {}", tokens_[static_cast<size_t>(t)], c_.vocab));
-  if (c_.pooling == "lm") {
+  if (c_.pooling == Pooling::lm) {
     for (int64_t r = 0; r < T_; ++r) {
       const bool last = r % N == N - 1;
       const bool counted = !last && (b.loss_mask.empty() || b.loss_mask[static_cast<size_t>(r)]);
@@ -354,7 +358,7 @@ double TransformerModel::forward_and_loss(bool with_grad) {
   // 3. Pooling, head and loss.
   double loss = 0;
   timed(LayerType::head, [&] {
-    if (c_.pooling == "lm") {
+    if (c_.pooling == Pooling::lm) {
       head1_lin_.forward(A(hf_), W(wc1_), W(bc1_), A(logits_));
     } else {
       float* feat = A(feat_buf_);
@@ -362,7 +366,7 @@ double TransformerModel::forward_and_loss(bool with_grad) {
 #pragma omp parallel for schedule(static)
       for (int64_t b = 0; b < B; ++b) {
         float* f = feat + b * feat_;
-        if (c_.pooling == "mean") {
+        if (c_.pooling == Pooling::mean) {
           std::fill_n(f, d, 0.0f);
           for (int64_t n = 0; n < N; ++n)
             for (int64_t j = 0; j < d; ++j) f[j] += hf[(b * N + n) * d + j];
@@ -394,7 +398,7 @@ void TransformerModel::backward() {
   // 3'. Head and pooling: dlogits (in the logits buffer) -> d(final hidden) in dtmp.
   float* dhf = A(dtmp_);
   timed(LayerType::head, [&] {
-    if (c_.pooling == "lm") {
+    if (c_.pooling == Pooling::lm) {
       head1_lin_.backward(A(hf_), W(wc1_), A(logits_), dhf, G(wc1_), G(bc1_));
       return;
     }
@@ -406,7 +410,7 @@ void TransformerModel::backward() {
 #pragma omp parallel for schedule(static)
     for (int64_t b = 0; b < B; ++b) {
       const float* df = A(dfeat_) + b * feat_;
-      if (c_.pooling == "mean") {
+      if (c_.pooling == Pooling::mean) {
         for (int64_t n = 0; n < N; ++n)
           for (int64_t j = 0; j < d; ++j) dhf[(b * N + n) * d + j] = df[j] / static_cast<float>(N);
         continue;
@@ -468,7 +472,7 @@ double TransformerModel::step(const Batch& batch) {
   const double loss = forward_and_loss(backward_);
   if (!backward_) return loss;
   backward();
-  if (mode_ == Mode::train)
+  if (mode_ == ModelMode::train)
     timed(LayerType::optimizer, [&] { c_.optimizer.update(w_.data(), g_.data(), m_.data(), v_.data(), n_params_, ++steps_); });
   return loss;
 }

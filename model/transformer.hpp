@@ -37,10 +37,14 @@ enum class LayerType { embedding, layernorm, projections, attention, feedforward
 constexpr int kLayerTypes = 7;
 const std::array<const char*, kLayerTypes>& layer_type_names();
 
+// What one step does: forward and loss (inference), and the backward pass, and the AdamW update.
+enum class ModelMode { fwd, fwdbwd, train };
+const char* to_string(ModelMode m);  // fwd | fwdbwd | train
+
 struct ModelConfig {
   int64_t vocab = 0, classes = 0;  // classes 0: next-token head over the vocabulary (copy)
   int64_t seq = 0, batch = 0, layers = 0, dmodel = 0, heads = 0, mlp = 0;
-  std::string pooling;     // cls | mean | lm
+  Pooling pooling = Pooling::cls;
   bool two_tower = false;  // retrieval: two documents per example, shared encoder
   bool causal = false;
   std::string mechanism = "flash";
@@ -56,7 +60,7 @@ class TransformerModel {
  public:
   // mode: fwd (inference), fwdbwd (forward, loss, backward), train (and the AdamW step).
   // Throws InvalidInput for impossible shapes or mechanism parameters.
-  TransformerModel(const ModelConfig& c, Mode mode);
+  TransformerModel(const ModelConfig& c, ModelMode mode);
   ~TransformerModel();
 
   double flops() const;           // analytic, per step: products, attention, forward (+ backward)
@@ -104,7 +108,7 @@ class TransformerModel {
   template <class F> void timed(LayerType t, F&& f);
 
   ModelConfig c_;
-  Mode mode_;
+  ModelMode mode_;
   bool backward_ = false;
   int64_t Benc_ = 0, T_ = 0, Dh_ = 0, rows_ = 0, C_ = 0, feat_ = 0;  // rows_: loss rows; feat_: head input width
   // Parameter layout.

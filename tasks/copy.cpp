@@ -4,7 +4,7 @@
 // only positions the loss and the accuracy count.
 #include <fmt/format.h>
 
-#include "attention_impls/attention.hpp"
+#include "core/params.hpp"  // InvalidInput
 #include "core/rng.hpp"
 #include "tasks/task.hpp"
 
@@ -60,7 +60,8 @@ TaskInfo copy_task_info() {
   t.default_seq = 128;
   t.vocab = 12;
   t.classes = 0;
-  t.model = ModelShape{4, 256, 8, 1024, 64, "causal LM"};
+  t.model = ModelShape{4, 256, 8, 1024, 64, Pooling::lm};
+  t.next_token = true;
   t.make = [](const TaskOptions& o) { return std::make_unique<CopyTask>(o); };
   return t;
 }

@@ -13,7 +13,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "attention_impls/attention.hpp"
+#include "core/params.hpp"  // InvalidInput
 #include "core/rng.hpp"
 #include "tasks/task.hpp"
 
@@ -121,7 +121,7 @@ TaskInfo image_task_info() {
   t.default_seq = 1024;
   t.vocab = 256;
   t.classes = 10;
-  t.model = ModelShape{1, 32, 1, 64, 256, "mean"};
+  t.model = ModelShape{1, 32, 1, 64, 256, Pooling::mean};
   t.real_data = "DIR/data_batch_*.bin: CIFAR-10 binary batches";
   t.make = [](const TaskOptions& o) { return std::make_unique<ImageTask>(o); };
   return t;

@@ -7,7 +7,7 @@
 
 #include <algorithm>
 
-#include "attention_impls/attention.hpp"
+#include "core/params.hpp"  // InvalidInput
 #include "core/rng.hpp"
 #include "tasks/task.hpp"
 
@@ -151,7 +151,7 @@ TaskInfo listops_task_info() {
   t.default_seq = 2000;
   t.vocab = 16;
   t.classes = 10;
-  t.model = ModelShape{4, 512, 8, 1024, 32, "CLS"};
+  t.model = ModelShape{4, 512, 8, 1024, 32, Pooling::cls};
   t.make = [](const TaskOptions& o) { return std::make_unique<ListOpsTask>(o); };
   return t;
 }

@@ -15,7 +15,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "attention_impls/attention.hpp"
+#include "core/params.hpp"  // InvalidInput
 #include "core/rng.hpp"
 #include "tasks/task.hpp"
 
@@ -161,7 +161,7 @@ TaskInfo pathfinder_like(const std::string& name, int64_t side, int64_t batch) {
   t.default_seq = side * side;
   t.vocab = 256;
   t.classes = 2;
-  t.model = ModelShape{1, 32, 2, 32, batch, "mean"};
+  t.model = ModelShape{1, 32, 2, 32, batch, Pooling::mean};
   t.make = [name, side](const TaskOptions& o) { return std::make_unique<PathfinderTask>(o, name, side); };
   return t;
 }

@@ -10,9 +10,27 @@
 #include <cstdio>
 #include <stdexcept>
 
-#include "attention_impls/attention.hpp"  // InvalidInput
+#include "core/params.hpp"  // InvalidInput
 
 namespace ab {
+
+const char* to_string(Pooling p) {
+  switch (p) {
+    case Pooling::cls: return "cls";
+    case Pooling::mean: return "mean";
+    case Pooling::lm: return "lm";
+  }
+  return "?";
+}
+
+std::string pooling_text(const TaskInfo& t) {
+  switch (t.model.pooling) {
+    case Pooling::lm: return "causal LM";
+    case Pooling::mean: return "mean";
+    case Pooling::cls: break;
+  }
+  return t.two_tower ? "CLS per document, MLP on [e1, e2, e1*e2, e1-e2]" : "CLS";
+}
 
 const std::vector<TaskInfo>& tasks() {
   static const std::vector<TaskInfo> all = {copy_task_info(),  listops_task_info(),    text_task_info(),

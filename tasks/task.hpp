@@ -17,10 +17,16 @@
 
 namespace ab {
 
+// How the model turns the encoder's rows into the task's prediction: the first row (a learned CLS
+// vector's position), the mean of the rows, or a next-token prediction at every row (a causal
+// language model).
+enum class Pooling { cls, mean, lm };
+const char* to_string(Pooling p);  // cls | mean | lm
+
 // The model a task is benchmarked with (LRA's base configs, tasks.md).
 struct ModelShape {
   int64_t layers = 0, dmodel = 0, heads = 0, mlp = 0, batch = 0;
-  std::string pooling;
+  Pooling pooling = Pooling::cls;
 };
 
 struct TaskOptions {
@@ -72,11 +78,18 @@ struct TaskInfo {
   std::string name, summary, alphabet;
   int64_t default_seq = 0, vocab = 0, classes = 0;  // classes 0: next-token
   ModelShape model;
+  // A causal language model over the tokens (copy): the model is a decoder, `classes` is 0.
+  bool next_token = false;
+  // Two documents per example through one shared encoder (retrieval), the head on
+  // [e1, e2, e1*e2, e1-e2].
+  bool two_tower = false;
   std::string real_data;  // what --data-dir is read for ("" when the task has no real source)
   std::function<std::unique_ptr<Task>(const TaskOptions&)> make;
 };
 
 const std::vector<TaskInfo>& tasks();
+// The pooling in words, for `list tasks`: "CLS", "mean", "causal LM", "CLS per document, ...".
+std::string pooling_text(const TaskInfo& t);
 // Throws InvalidInput naming the known tasks.
 const TaskInfo& find_task(const std::string& name);
 std::unique_ptr<Task> make_task(const std::string& name, const TaskOptions& opts);

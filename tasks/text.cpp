@@ -17,7 +17,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "attention_impls/attention.hpp"
+#include "core/params.hpp"  // InvalidInput
 #include "core/rng.hpp"
 #include "tasks/task.hpp"
 
@@ -207,7 +207,7 @@ TaskInfo text_task_info() {
   t.default_seq = 4000;
   t.vocab = 257;
   t.classes = 2;
-  t.model = ModelShape{4, 256, 4, 1024, 32, "CLS"};
+  t.model = ModelShape{4, 256, 4, 1024, 32, Pooling::cls};
   t.real_data = "DIR/text.tsv: label<TAB>text";
   t.make = [](const TaskOptions& o) { return std::make_unique<TextTask>(o); };
   return t;
@@ -221,7 +221,8 @@ TaskInfo retrieval_task_info() {
   t.default_seq = 4000;
   t.vocab = 257;
   t.classes = 2;
-  t.model = ModelShape{4, 128, 4, 512, 32, "CLS per document, MLP on [e1, e2, e1*e2, e1-e2]"};
+  t.model = ModelShape{4, 128, 4, 512, 32, Pooling::cls};
+  t.two_tower = true;
   t.real_data = "DIR/retrieval.tsv or DIR/new_aan_pairs.train.tsv: label<TAB>id1<TAB>id2<TAB>text1<TAB>text2";
   t.make = [](const TaskOptions& o) { return std::make_unique<RetrievalTask>(o); };
   return t;

@@ -31,7 +31,7 @@ def grads(q, k, v, dout, causal):
     return np.einsum("bhij,bhjd->bhid", ds, k), np.einsum("bhij,bhid->bhjd", ds, q), dv
 
 
-def kernel_attention(fq, fk, v, causal):
+def feature_map_attention(fq, fk, v, causal):
     """O_i = sum_j (fq_i . fk_j) v_j / (sum_j fq_i . fk_j + 1e-6), j <= i when causal."""
     w = np.einsum("bhif,bhjf->bhij", fq, fk)
     if causal:
@@ -50,7 +50,7 @@ def favor(q, k, v, omega, causal):
     kmax = uk.max(-1)  # (B, H, N)
     if not causal:
         fk = np.exp(uk - kmax.max(-1)[..., None, None]) / np.sqrt(m)
-        return kernel_attention(fq, fk, v, False)
+        return feature_map_attention(fq, fk, v, False)
     # Causal: query i's keys share the prefix maximum over j <= i.
     out = np.zeros_like(q)
     prefix = np.maximum.accumulate(kmax, axis=-1)
@@ -212,7 +212,7 @@ def expected_output(mech, t, causal, params):
         return softmax_attention(t["q"], t["k"], t["v"], causal)[1]
     if mech == "linear":
         elu1 = lambda x: np.where(x > 0, x + 1, np.exp(np.minimum(x, 0)))
-        return kernel_attention(elu1(t["q"]), elu1(t["k"]), t["v"], causal)
+        return feature_map_attention(elu1(t["q"]), elu1(t["k"]), t["v"], causal)
     if mech == "performer":
         return favor(t["q"], t["k"], t["v"], t["omega"], causal)
     scale = 1 / np.sqrt(t["q"].shape[-1])

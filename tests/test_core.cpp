@@ -7,9 +7,9 @@
 #include <limits>
 
 #include "attention_impls/attention.hpp"
-#include "bench/cli.hpp"
-#include "bench/result_file.hpp"
-#include "bench/results.hpp"
+#include "bench/grid.hpp"
+#include "bench/result_reader.hpp"
+#include "bench/result_writer.hpp"
 #include "bench/runner.hpp"
 #include "core/matmul.hpp"
 #include "core/memory.hpp"
@@ -266,7 +266,7 @@ TEST(Results, NameIsTheFullJoinKey) {
   id.mechanism = "toy";
   id.params.set("block", int64_t{64});
   id.params.set("share", true);
-  id.mode = Mode::fwdbwd;
+  id.mode = RunMode::fwdbwd;
   id.shape = Shape4{1, 8, 4096, 64};
   id.causal = true;
   id.threads = 2;
@@ -296,8 +296,8 @@ TEST(Results, JsonHasRepetitionsAndAggregates) {
 // A model-level point: the same fixture with a loss per repetition and a time breakdown.
 PointResult model_fixture_point() {
   PointResult r = fixture_point(Status::OK);
-  r.id.level = "model";
-  r.id.mode = Mode::train;
+  r.id.level = Level::model;
+  r.id.mode = RunMode::train;
   r.id.task = "text";
   r.id.model = ModelDims{4, 256, 1024};
   r.id.shape = Shape4{4, 4, 1024, 64};

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <set>
 
+#include "bench/point.hpp"
 #include "attention_impls/registry.hpp"
 #include "core/memory.hpp"
 #include "helpers.hpp"
@@ -75,7 +76,7 @@ class ModelGradients : public ::testing::TestWithParam<GradCase> {};
 TEST_P(ModelGradients, EveryParameterMatchesFiniteDifferences) {
   const GradCase& g = GetParam();
   ModelConfig c = tiny(g.task, g.mech, g.params, g.seq);
-  TransformerModel m(c, Mode::fwdbwd);
+  TransformerModel m(c, ModelMode::fwdbwd);
   m.setup(3);
   const Batch b = batch_of(g.task, g.seq, 0, c.batch);
   const int checked = check_model_gradients(m, b, 4, 2e-3, 3e-2);
@@ -108,7 +109,7 @@ TEST(ModelTraining, CopyLossFallsClearly) {
   c.mlp = 64;
   c.batch = 16;
   c.optimizer.lr = 3e-3f;
-  TransformerModel m(c, Mode::train);
+  TransformerModel m(c, ModelMode::train);
   m.setup(11);
   TaskOptions o;
   o.seq = c.seq;
@@ -129,7 +130,7 @@ TEST(ModelTraining, CopyLossFallsClearly) {
 // The arena and every other buffer are planned before setup: the tracked peak of setup plus a
 // step equals the declared sum, in every mode, whatever the mechanism holds.
 TEST(ModelMemory, TrackedPeakEqualsDeclared) {
-  for (Mode mode : {Mode::fwd, Mode::fwdbwd, Mode::train})
+  for (ModelMode mode : {ModelMode::fwd, ModelMode::fwdbwd, ModelMode::train})
     for (const char* mech : {"flash", "vanilla", "reformer", "linformer"}) {
       ModelConfig c = tiny("listops", mech, {}, 128);
       const size_t before = MemoryMeter::current();
@@ -149,7 +150,7 @@ TEST(ModelMemory, TrackedPeakEqualsDeclared) {
 
 // Inference keeps one layer's activations; training keeps every layer's.
 TEST(ModelMemory, ActivationsGrowWithLayersOnlyWhenKeptForBackward) {
-  auto activations = [](Mode mode, int64_t layers) {
+  auto activations = [](ModelMode mode, int64_t layers) {
     ModelConfig c = tiny("listops", "flash", {}, 64);
     c.layers = layers;
     TransformerModel m(c, mode);
@@ -158,8 +159,8 @@ TEST(ModelMemory, ActivationsGrowWithLayersOnlyWhenKeptForBackward) {
     return size_t{0};
   };
   const size_t per_token_stream = 64 * 2 * 16 * sizeof(float);  // one residual-stream slot: T x d
-  EXPECT_EQ(activations(Mode::fwd, 4) - activations(Mode::fwd, 2), 2 * per_token_stream);
-  EXPECT_GT(activations(Mode::train, 4) - activations(Mode::train, 2), 10 * per_token_stream);
+  EXPECT_EQ(activations(ModelMode::fwd, 4) - activations(ModelMode::fwd, 2), 2 * per_token_stream);
+  EXPECT_GT(activations(ModelMode::train, 4) - activations(ModelMode::train, 2), 10 * per_token_stream);
 }
 
 // Every registered mechanism runs a training step of the listops model scaled down, with its
@@ -174,7 +175,7 @@ TEST(ModelTraining, EveryMechanismTrainsOneStepAtListopsScaledDown) {
     c.batch = 2;
     c.mechanism = info.name;
     c.params = resolve_params(info, {});
-    TransformerModel m(c, Mode::train);
+    TransformerModel m(c, ModelMode::train);
     m.setup(2);
     const Batch b = batch_of("listops", 256, 0, c.batch);
     const double l0 = m.step(b);
@@ -188,7 +189,7 @@ TEST(ModelTraining, EveryMechanismTrainsOneStepAtListopsScaledDown) {
 // Analytic FLOPs: the products by formula, plus each layer's mechanism count.
 TEST(ModelFlops, ProductsPlusMechanism) {
   ModelConfig c = tiny("text", "flash", {}, 64);
-  TransformerModel fwd(c, Mode::fwd), train(c, Mode::train);
+  TransformerModel fwd(c, ModelMode::fwd), train(c, ModelMode::train);
   const double T = 2 * 64, d = 16, F = 24, B = 2;
   const double products = 2 * (2 * T * d * 3 * d + 2 * T * d * d + 4 * T * d * F) + 2 * B * (d * F + F * 2);
   AttnProblem p{Shape4{2, 2, 64, 8}, false, Strides3::contiguous(Shape4{2, 2, 64, 8}), 1};
@@ -201,11 +202,12 @@ TEST(ModelConfigErrors, ImpossibleShapesAreInvalidInput) {
   ModelConfig c = tiny("listops", "flash", {}, 64);
   c.dmodel = 18;
   c.heads = 4;
-  EXPECT_THROW(TransformerModel(c, Mode::train), InvalidInput);
+  EXPECT_THROW(TransformerModel(c, ModelMode::train), InvalidInput);
   c = tiny("listops", "bigbird", {}, 100);  // N not a multiple of the block
-  EXPECT_THROW(TransformerModel(c, Mode::train), InvalidInput);
+  EXPECT_THROW(TransformerModel(c, ModelMode::train), InvalidInput);
   c = tiny("listops", "flash", {}, 64);
-  EXPECT_THROW(TransformerModel(c, Mode::decode), InvalidInput);
+  // Decoding is an attention-level mode: a model point asking for it is refused.
+  EXPECT_THROW(model_mode(RunMode::decode), InvalidInput);
 }
 
 }  // namespace

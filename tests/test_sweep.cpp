@@ -15,9 +15,11 @@
 #include <sstream>
 #include <thread>
 
-#include "bench/analysis.hpp"
-#include "bench/cli.hpp"
-#include "bench/result_file.hpp"
+#include "bench/table.hpp"
+#include "bench/compare.hpp"
+#include "bench/merge.hpp"
+#include "bench/grid.hpp"
+#include "bench/result_reader.hpp"
 #include "bench/stats.hpp"
 #include "bench/sweep.hpp"
 #include "tests/helpers.hpp"

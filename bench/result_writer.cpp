@@ -1,153 +1,15 @@
-#include "bench/results.hpp"
-
-#include "model/transformer.hpp"  // layer_type_names
+#include "bench/result_writer.hpp"
 
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <numeric>
 #include <stdexcept>
 #include <unistd.h>
 
 namespace ab {
 
-const char* to_string(Status s) {
-  switch (s) {
-    case Status::OK: return "OK";
-    case Status::SKIPPED: return "SKIPPED";
-    case Status::OOM: return "OOM";
-    case Status::TIMEOUT: return "TIMEOUT";
-    case Status::CRASHED: return "CRASHED";
-    case Status::FAILED: return "FAILED";
-  }
-  return "?";
-}
-
-std::string PointId::name() const {
-  std::string n = "attn:" + mechanism;
-  for (const auto& [k, v] : params.items()) n += "/" + k + ":" + format_param_value(v);
-  n += fmt::format("/level:{}/mode:{}/task:{}", level, to_string(mode), task);
-  if (level == "model") n += fmt::format("/L:{}/dmodel:{}/mlp:{}", model.layers, model.dmodel, model.mlp);
-  n += fmt::format("/B:{}/H:{}/N:{}/D:{}/causal:{}/threads:{}", shape.B, shape.H, shape.N, shape.D, causal ? 1 : 0,
-                   threads);
-  return n;
-}
-
 namespace {
-TimeStats stats_of(std::vector<double> v) {
-  TimeStats s;
-  if (v.empty()) return s;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  s.median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-  s.mean = std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(n);
-  double ss = 0;
-  for (double x : v) ss += (x - s.mean) * (x - s.mean);
-  s.stddev = n > 1 ? std::sqrt(ss / static_cast<double>(n - 1)) : 0.0;
-  s.min = v.front();
-  s.max = v.back();
-  return s;
-}
-}  // namespace
-
-TimeStats real_stats(const PointResult& r) {
-  std::vector<double> v;
-  for (const auto& rep : r.reps) v.push_back(rep.real_s);
-  return stats_of(v);
-}
-TimeStats cpu_stats(const PointResult& r) {
-  std::vector<double> v;
-  for (const auto& rep : r.reps) v.push_back(rep.cpu_s);
-  return stats_of(v);
-}
-
-const std::vector<Field>& result_fields() {
-  using R = const PointResult&;
-  using O = std::optional<double>;
-  using P = const Repetition*;
-  constexpr double MiB = 1 << 20;
-  static const std::vector<Field> fields = [] {
-  std::vector<Field> f = {
-      {"flops", "GFLOP/call", 3, Better::Neither, 1e9, [](R r, double, P) -> O { return r.flops; }},
-      {"gflops_per_s", "GFLOP/s", 1, Better::Higher, 1,
-       [](R r, double t, P) -> O { return t > 0 ? O(r.flops / t / 1e9) : std::nullopt; }},
-      {"peak_fraction", "of GEMM", 2, Better::Higher, 1,
-       [](R r, double t, P) -> O {
-         if (t <= 0 || r.gemm_gflops <= 0) return std::nullopt;
-         return r.flops / t / 1e9 / (r.gemm_gflops * r.id.threads);
-       }},
-      {"admissible_fraction", "admissible", 2, Better::Higher, 1,
-       [](R r, double, P) -> O { return r.admissible_fraction; }},
-      {"tokens_per_s", "tokens/s", 0, Better::Higher, 1,
-       [](R r, double t, P) -> O { return t > 0 ? O(static_cast<double>(r.tokens()) / t) : std::nullopt; }},
-      {"peak_bytes", "peak MiB", 1, Better::Lower, MiB,
-       [](R r, double, P) -> O { return static_cast<double>(r.peak_bytes); }},
-      {"peak_rss_bytes", "RSS MiB", 1, Better::Lower, MiB,
-       [](R r, double, P) -> O { return static_cast<double>(r.peak_rss_bytes); }},
-      {"rss_delta_bytes", "RSS +MiB", 1, Better::Lower, MiB,
-       [](R r, double, P) -> O { return static_cast<double>(r.rss_delta_bytes); }},
-      {"nmse", "nmse", -1, Better::Lower, 1, [](R r, double, P) -> O { return r.nmse; }},
-      {"instructions", "instructions", 0, Better::Lower, 1, [](R r, double, P) -> O { return r.instructions; }},
-      // Model level.
-      {"steps_per_s", "steps/s", 2, Better::Higher, 1,
-       [](R r, double t, P) -> O { return r.id.level == "model" && t > 0 ? O(1.0 / t) : std::nullopt; }},
-      {"loss", "loss", 4, Better::Neither, 1,
-       [](R r, double, P rep) -> O {
-         if (rep) return rep->loss;
-         // Aggregates and tables: the mean over the repetitions.
-         double s = 0;
-         int n = 0;
-         for (const auto& x : r.reps)
-           if (x.loss) s += *x.loss, ++n;
-         return n ? O(s / n) : std::nullopt;
-       }},
-  };
-  // One column per layer type of the model's time breakdown.
-  // (Field holds C strings: the names live in fixed static arrays.)
-  static std::array<std::string, kLayerTypes> keys, headers;
-  for (size_t i = 0; i < kLayerTypes; ++i) {
-    keys[i] = fmt::format("{}_ms", layer_type_names()[i]);
-    headers[i] = fmt::format("{} ms", layer_type_names()[i]);
-  }
-  for (size_t i = 0; i < kLayerTypes; ++i)
-    f.push_back({keys[i].c_str(), headers[i].c_str(), 2, Better::Lower, 1,
-                 [i](R r, double, P) -> O { return i < r.layer_ms.size() ? O(r.layer_ms[i]) : std::nullopt; }});
-  return f;
-  }();
-  return fields;
-}
-
-const Field* find_field(const std::string& key) {
-  for (const auto& f : result_fields())
-    if (key == f.key) return &f;
-  return nullptr;
-}
-
-// precision -1: scientific notation (errors span many decades).
-std::string Field::format(double v) const {
-  if (precision < 0) return fmt::format("{:.3e}", v / display_scale);
-  return fmt::format("{:.{}f}", v / display_scale, precision);
-}
-
-namespace {
-nlohmann::json identity(const PointResult& r) {
-  nlohmann::json p = nlohmann::json::object();
-  for (const auto& [k, v] : r.id.params.items()) p[k] = format_param_value(v);
-  nlohmann::json id = {{"attn", r.id.mechanism}, {"params", p},           {"level", r.id.level},
-                       {"mode", to_string(r.id.mode)}, {"task", r.id.task}, {"batch", r.id.shape.B},
-                       {"heads", r.id.shape.H},        {"seq", r.id.shape.N}, {"dhead", r.id.shape.D},
-                       {"causal", r.id.causal}};
-  if (r.id.level == "model") {
-    id["layers"] = r.id.model.layers;
-    id["dmodel"] = r.id.model.dmodel;
-    id["mlp"] = r.id.model.mlp;
-  }
-  return id;
-}
-
 void add_counters(nlohmann::json& e, const PointResult& r, double seconds, const Repetition* rep) {
   for (const auto& f : result_fields())
     if (auto v = f.value(r, seconds, rep)) e[f.key] = *v;
@@ -162,10 +24,9 @@ nlohmann::json to_json_entries(const PointResult& r, int family_index) {
                         {"family_index", family_index},
                         {"per_family_instance_index", 0},
                         {"run_name", name},
-                        {"threads", r.id.threads},
                         {"time_unit", "ms"},
-                        {"label", r.label},
-                        {"point", identity(r)}};
+                        {"label", r.label}};
+    write_point(r.id, e);
     return e;
   };
   if (r.status != Status::OK) {
@@ -236,29 +97,13 @@ struct Column {
   std::function<std::string(const PointResult&)> cell;
 };
 
-std::string params_text(const PointResult& r) {
-  std::string s;
-  for (const auto& [k, v] : r.id.params.items()) s += (s.empty() ? "" : " ") + k + "=" + format_param_value(v);
-  return s;
-}
-
 std::vector<Column> columns(bool for_csv) {
-  std::vector<Column> c = {
-      {"mechanism", [](const PointResult& r) { return r.id.mechanism; }},
-      {"params", params_text},
-      {"level", [](const PointResult& r) { return r.id.level; }},
-      {"task", [](const PointResult& r) { return r.id.task; }},
-      {"model", [](const PointResult& r) {
-         return r.id.level == "model" ? fmt::format("L={} d={} mlp={}", r.id.model.layers, r.id.model.dmodel, r.id.model.mlp)
-                                      : std::string();
-       }},
-      {"mode", [](const PointResult& r) { return std::string(to_string(r.id.mode)); }},
-      {"causal", [](const PointResult& r) { return std::string(r.id.causal ? "1" : "0"); }},
-      {"B", [](const PointResult& r) { return std::to_string(r.id.shape.B); }},
-      {"H", [](const PointResult& r) { return std::to_string(r.id.shape.H); }},
-      {"N", [](const PointResult& r) { return std::to_string(r.id.shape.N); }},
-      {"D", [](const PointResult& r) { return std::to_string(r.id.shape.D); }},
-      {"threads", [](const PointResult& r) { return std::to_string(r.id.threads); }},
+  std::vector<Column> c;
+  // The identity, column by column as the point schema orders them.
+  const auto titles = point_columns(PointId{});
+  for (size_t i = 0; i < titles.size(); ++i)
+    c.push_back({titles[i].first, [i](const PointResult& r) { return point_columns(r.id)[i].second; }});
+  const std::vector<Column> rest = {
       {"status",
        [for_csv](const PointResult& r) {
          std::string s = to_string(r.status);
@@ -280,6 +125,7 @@ std::vector<Column> columns(bool for_csv) {
          return r.status == Status::OK ? fmt::format("{:.4g}", cpu_stats(r).median * 1e3) : "";
        }},
   };
+  c.insert(c.end(), rest.begin(), rest.end());
   for (const auto& f : result_fields()) {
     c.push_back({for_csv ? f.key : f.header, [&f, for_csv](const PointResult& r) -> std::string {
                    if (r.status != Status::OK) return "";

@@ -1,4 +1,4 @@
-#include "attention_impls/kernel_attention.hpp"
+#include "attention_impls/feature_map_attention.hpp"
 
 #include <omp.h>
 
@@ -11,7 +11,6 @@
 namespace ab {
 
 namespace {
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // The non-causal forward streams keys, then queries, in blocks of this many rows, so features
 // live in L2 and never go to memory.
 constexpr int64_t kStreamRows = 1024;
@@ -36,17 +35,17 @@ void mask_upper(float* A, int64_t len, int64_t ld) {
 }  // namespace
 
 // Per-thread workspace, in floats.
-struct KernelAttention::Layout {
+struct FeatureMapAttention::Layout {
   size_t phiQ = 0, phiK = 0, lsQ = 0, lsK = 0, S = 0, z = 0, A = 0, den = 0, pmax = 0;
   size_t dphiQ = 0, dphiK = 0, dNum = 0, dden = 0, G = 0, R = 0, r = 0;
   size_t phiq1 = 0, phik1 = 0, ls2 = 0;  // decode
   size_t total = 0;
 };
 
-KernelAttention::KernelAttention(const AttnProblem& p, int64_t features, int64_t chunk)
+FeatureMapAttention::FeatureMapAttention(const AttnProblem& p, int64_t features, int64_t chunk)
     : p_(p), F_(features), C_(chunk) {}
 
-KernelAttention::Layout KernelAttention::layout(Mode mode) const {
+FeatureMapAttention::Layout FeatureMapAttention::layout(Mode mode) const {
   Layout L;
   const size_t N = static_cast<size_t>(p_.shape.N), F = static_cast<size_t>(F_),
                D = static_cast<size_t>(p_.shape.D), C = static_cast<size_t>(C_);
@@ -99,9 +98,9 @@ KernelAttention::Layout KernelAttention::layout(Mode mode) const {
   return L;
 }
 
-std::vector<int64_t> KernelAttention::chunk_lengths(int64_t n) const { return block_lengths(n, C_); }
+std::vector<int64_t> FeatureMapAttention::chunk_lengths(int64_t n) const { return block_lengths(n, C_); }
 
-std::vector<int64_t> KernelAttention::block_lengths(int64_t n, int64_t block) {
+std::vector<int64_t> FeatureMapAttention::block_lengths(int64_t n, int64_t block) {
   std::vector<int64_t> v;
   if (n >= block) v.push_back(block);
   if (n % block) v.push_back(n % block);
@@ -109,50 +108,50 @@ std::vector<int64_t> KernelAttention::block_lengths(int64_t n, int64_t block) {
 }
 
 // ---- the products ----
-MatmulSpec KernelAttention::spec_QKt(int64_t len) const {
+MatmulSpec FeatureMapAttention::spec_QKt(int64_t len) const {
   return MatmulSpec::tile(len, len, F_, F_, false, F_, true, C_);
 }
-MatmulSpec KernelAttention::spec_AV(int64_t len) const {
+MatmulSpec FeatureMapAttention::spec_AV(int64_t len) const {
   return MatmulSpec::tile(len, p_.shape.D, len, C_, false, p_.strides.sn, false, p_.strides.sn);
 }
-MatmulSpec KernelAttention::spec_QS(int64_t len, bool acc) const {
+MatmulSpec FeatureMapAttention::spec_QS(int64_t len, bool acc) const {
   return MatmulSpec::tile(len, p_.shape.D, F_, F_, false, p_.shape.D, false, p_.strides.sn, 1.0f, acc);
 }
-MatmulSpec KernelAttention::spec_KtV(int64_t len, bool acc) const {
+MatmulSpec FeatureMapAttention::spec_KtV(int64_t len, bool acc) const {
   return MatmulSpec::tile(F_, p_.shape.D, len, F_, true, p_.strides.sn, false, p_.shape.D, 1.0f, acc);
 }
-MatmulSpec KernelAttention::spec_dNumSt(int64_t len, bool acc) const {
+MatmulSpec FeatureMapAttention::spec_dNumSt(int64_t len, bool acc) const {
   const int64_t D = p_.shape.D;
   return MatmulSpec::tile(len, F_, D, D, false, D, true, F_, 1.0f, acc);
 }
-MatmulSpec KernelAttention::spec_QtdNum(int64_t len, bool acc) const {
+MatmulSpec FeatureMapAttention::spec_QtdNum(int64_t len, bool acc) const {
   const int64_t D = p_.shape.D;
   return MatmulSpec::tile(F_, D, len, F_, true, D, false, D, 1.0f, acc);
 }
-MatmulSpec KernelAttention::spec_VdSt(int64_t len, bool acc) const {
+MatmulSpec FeatureMapAttention::spec_VdSt(int64_t len, bool acc) const {
   const int64_t D = p_.shape.D;
   return MatmulSpec::tile(len, F_, D, p_.strides.sn, false, D, true, F_, 1.0f, acc);
 }
-MatmulSpec KernelAttention::spec_KdS(int64_t len, bool acc) const {
+MatmulSpec FeatureMapAttention::spec_KdS(int64_t len, bool acc) const {
   const int64_t D = p_.shape.D;
   return MatmulSpec::tile(len, D, F_, F_, false, D, false, p_.strides.sn, 1.0f, acc);
 }
-MatmulSpec KernelAttention::spec_dNumVt(int64_t len) const {
+MatmulSpec FeatureMapAttention::spec_dNumVt(int64_t len) const {
   const int64_t D = p_.shape.D;
   return MatmulSpec::tile(len, len, D, D, false, p_.strides.sn, true, C_);
 }
-MatmulSpec KernelAttention::spec_GK(int64_t len) const {
+MatmulSpec FeatureMapAttention::spec_GK(int64_t len) const {
   return MatmulSpec::tile(len, F_, len, C_, false, F_, false, F_);
 }
-MatmulSpec KernelAttention::spec_GtQ(int64_t len) const {
+MatmulSpec FeatureMapAttention::spec_GtQ(int64_t len) const {
   return MatmulSpec::tile(len, F_, len, C_, true, F_, false, F_);
 }
-MatmulSpec KernelAttention::spec_AtdNum(int64_t len) const {
+MatmulSpec FeatureMapAttention::spec_AtdNum(int64_t len) const {
   const int64_t D = p_.shape.D;
   return MatmulSpec::tile(len, D, len, C_, true, D, false, p_.strides.sn);
 }
 
-void KernelAttention::plan(Mode mode) const {
+void FeatureMapAttention::plan(Mode mode) const {
   if (planned_ && planned_mode_ == mode) return;
   mm_.clear();
   const int64_t N = p_.shape.N;
@@ -205,7 +204,7 @@ void KernelAttention::plan(Mode mode) const {
   planned_mode_ = mode;
 }
 
-double KernelAttention::flops(Mode mode) const {
+double FeatureMapAttention::flops(Mode mode) const {
   const auto& s = p_.shape;
   const double N = static_cast<double>(s.N), F = static_cast<double>(F_), D = static_cast<double>(s.D);
   const double BH = static_cast<double>(s.B * s.H);
@@ -231,7 +230,7 @@ double KernelAttention::flops(Mode mode) const {
   return BH * (mode == Mode::fwd ? f + maps : 3.5 * f + 3 * maps);
 }
 
-size_t KernelAttention::working_bytes(Mode mode) const {
+size_t FeatureMapAttention::working_bytes(Mode mode) const {
   plan(mode);
   const size_t T = static_cast<size_t>(p_.threads);
   size_t b = T * mm_.scratch_per_slot() + T * layout(mode).total * sizeof(float);
@@ -242,7 +241,7 @@ size_t KernelAttention::working_bytes(Mode mode) const {
   return b + feature_param_bytes();
 }
 
-void KernelAttention::setup(Mode mode, Rng& rng) {
+void FeatureMapAttention::setup(Mode mode, Rng& rng) {
   plan(mode);
   mode_ = mode;
   const int T = p_.threads;
@@ -256,12 +255,12 @@ void KernelAttention::setup(Mode mode, Rng& rng) {
   setup_features(rng);
 }
 
-float* KernelAttention::thread_ws(int tid) const {
+float* FeatureMapAttention::thread_ws(int tid) const {
   return ws_.data() + static_cast<size_t>(tid) * layout(mode_).total;
 }
 
 // Key features with one common factor: rows are multiplied by exp(logscale_j - max logscale).
-void KernelAttention::features_of_keys(int tid, const float* K, int64_t rows, float* phi, float* ls) const {
+void FeatureMapAttention::features_of_keys(int tid, const float* K, int64_t rows, float* phi, float* ls) const {
   map_features(tid, K, p_.strides.sn, rows, phi, ls);
   if (!stabilised()) return;
   const float c = max_of(ls, rows);
@@ -274,23 +273,23 @@ void KernelAttention::features_of_keys(int tid, const float* K, int64_t rows, fl
 // through eps. A chunk is computed at its last row's factor C_c = P_end: its keys are scaled by
 // exp(ls_j - C_c), the running state is rescaled by exp(C_prev - C_c) when C_c grows, and row
 // i's eps becomes eps * exp(P_i - C_c), which is the same ratio as scaling everything by P_i.
-void KernelAttention::prefix_max(const float* ls, int64_t n, float* pmax) const {
+void FeatureMapAttention::prefix_max(const float* ls, int64_t n, float* pmax) const {
   float m = kNegInf;
   for (int64_t i = 0; i < n; ++i) pmax[i] = m = std::max(m, ls[i]);
 }
 
-float KernelAttention::chunk_factor(const float* pmax, int64_t c0, int64_t len) const {
+float FeatureMapAttention::chunk_factor(const float* pmax, int64_t c0, int64_t len) const {
   return stabilised() ? pmax[c0 + len - 1] : 0.0f;
 }
 
-void KernelAttention::scale_chunk_keys(float* Kc, const float* ls, int64_t len, float c) const {
+void FeatureMapAttention::scale_chunk_keys(float* Kc, const float* ls, int64_t len, float c) const {
   if (!stabilised()) return;
   for (int64_t j = 0; j < len; ++j) scale_inplace(Kc + j * F_, F_, exp_f32(ls[j] - c));
 }
 
 // Moves the running state S, z from the previous chunk's factor c_prev to this chunk's and
 // scales this chunk's key rows to it; returns the chunk's factor.
-float KernelAttention::enter_chunk(const float* pmax, const float* ls, float* phiK, int64_t c0, int64_t len,
+float FeatureMapAttention::enter_chunk(const float* pmax, const float* ls, float* phiK, int64_t c0, int64_t len,
                                    float c_prev, float* S, float* z) const {
   const float c = chunk_factor(pmax, c0, len);
   if (c0 > 0 && c != c_prev) scale_state(S, z, exp_f32(c_prev - c));
@@ -298,20 +297,20 @@ float KernelAttention::enter_chunk(const float* pmax, const float* ls, float* ph
   return c;
 }
 
-void KernelAttention::scale_state(float* S, float* z, float f) const {
+void FeatureMapAttention::scale_state(float* S, float* z, float f) const {
   scale_inplace(S, F_ * p_.shape.D, f);
   scale_inplace(z, F_, f);
 }
 
-float KernelAttention::row_eps(const float* pmax, int64_t i, float c) const {
+float FeatureMapAttention::row_eps(const float* pmax, int64_t i, float c) const {
   return stabilised() ? kEps * exp_f32(pmax[i] - c) : kEps;
 }
 
-void KernelAttention::forward(const AttnArgs& a) {
+void FeatureMapAttention::forward(const AttnArgs& a) {
   for_each_head(p_.shape, [&](int tid, int64_t b, int64_t h) { forward_head(tid, a, b, h); });
 }
 
-void KernelAttention::backward(const AttnArgs& a) {
+void FeatureMapAttention::backward(const AttnArgs& a) {
   for_each_head(p_.shape, [&](int tid, int64_t b, int64_t h) { backward_head(tid, a, b, h); });
 }
 
@@ -322,7 +321,7 @@ void KernelAttention::backward(const AttnArgs& a) {
 //     pass 2  per query block: O_b = phiQ_b S; O_i /= phiQ_i . z + eps
 //   causal, per chunk c:  A = phiQ_c phiK_c^T masked (j <= i);  O_c = A V_c + phiQ_c S;
 //           den_i = rowsum A_i + phiQ_i . z + eps;  O_c /= den;  S += phiK_c^T V_c;  z += colsum
-void KernelAttention::forward_head(int tid, const AttnArgs& a, int64_t b, int64_t h) const {
+void FeatureMapAttention::forward_head(int tid, const AttnArgs& a, int64_t b, int64_t h) const {
   const Layout L = layout(mode_);
   float* w = thread_ws(tid);
   float *phiQ = w + L.phiQ, *phiK = w + L.phiK, *S = w + L.S, *z = w + L.z, *den = w + L.den;
@@ -397,7 +396,7 @@ void KernelAttention::forward_head(int tid, const AttnArgs& a, int64_t b, int64_
 //   causal, backward over chunks (suffix R = sum phiQ^T dNum, r = sum phiQ^T dden):
 //               dphiK_c = G^T phiQ_c + V_c R^T + 1 r^T;  dV_c = A^T dNum_c + phiK_c R
 //   then the feature maps' backward gives dQ and dK.
-void KernelAttention::backward_head(int tid, const AttnArgs& a, int64_t b, int64_t h) const {
+void FeatureMapAttention::backward_head(int tid, const AttnArgs& a, int64_t b, int64_t h) const {
   const Layout L = layout(mode_);
   float* w = thread_ws(tid);
   float *phiQ = w + L.phiQ, *phiK = w + L.phiK, *S = w + L.S, *z = w + L.z, *den = w + L.den;
@@ -517,7 +516,7 @@ void KernelAttention::backward_head(int tid, const AttnArgs& a, int64_t b, int64
 // State per (b, h): two sets of (S (F x D), z (F), c), the key factor c being the running
 // maximum log-scale of the keys folded in. Set `decode_cur_` holds tokens [0, decode_committed_).
 
-void KernelAttention::decode_prefill(const AttnArgs& a, int64_t n) {
+void FeatureMapAttention::decode_prefill(const AttnArgs& a, int64_t n) {
   const auto& s = p_.shape;
   const int64_t D = s.D, F = F_, ld = p_.strides.sn, BH = s.B * s.H;
   const size_t set = static_cast<size_t>(F * D + F + 1);
@@ -561,7 +560,7 @@ void KernelAttention::decode_prefill(const AttnArgs& a, int64_t n) {
 
 // One step: S' = a S + phi(k) v^T, z' = a z + phi(k) (a rescales to a new key maximum);
 // o = phi(q)^T S' / (phi(q) . z' + eps). S', z' go to the other set; the next position keeps them.
-void KernelAttention::decode_step(const AttnArgs& t, int64_t pos) {
+void FeatureMapAttention::decode_step(const AttnArgs& t, int64_t pos) {
   if (pos == decode_committed_ + 1) {
     decode_cur_ ^= 1;
     decode_committed_ = pos;

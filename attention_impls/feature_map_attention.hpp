@@ -1,4 +1,5 @@
-// The shared core of the kernel (linear-time) family, `linear` and `performer`:
+// The shared core of the feature-map ("kernel trick", linear-time) family, `linear` and
+// `performer`:
 //   O_i = phi(q_i)^T S / (phi(q_i)^T z + eps),  S = sum_j phi(k_j) v_j^T (F x D),  z = sum_j phi(k_j)
 // over all j (non-causal) or j <= i (causal), forward, backward and recurrent decode. A mechanism
 // supplies only its feature map phi and that map's backward.
@@ -9,14 +10,14 @@
 // way in both directions (dQ with the prefix state, dK and dV with a suffix state), storing no
 // (F, D) state per position. A stabilised map (Performer) brings keys to one common factor: the
 // maximum over the sequence without causality, the prefix maximum with it (see
-// kernel_attention.cpp), so that causal outputs never depend on later keys.
+// feature_map_attention.cpp), so that causal outputs never depend on later keys.
 #pragma once
 #include "attention_impls/attention.hpp"
 #include "core/matmul.hpp"
 
 namespace ab {
 
-class KernelAttention : public Attention {
+class FeatureMapAttention : public Attention {
  public:
   double flops(Mode mode) const override;
   size_t working_bytes(Mode mode) const override;
@@ -29,7 +30,7 @@ class KernelAttention : public Attention {
   static constexpr float kEps = 1e-6f;
 
  protected:
-  KernelAttention(const AttnProblem& p, int64_t features, int64_t chunk);
+  FeatureMapAttention(const AttnProblem& p, int64_t features, int64_t chunk);
 
   // Features of `rows` rows of X (row stride ldx) into phi (rows x F, row stride F), up to a
   // per-row factor: the map's value is phi_i * exp(logscale_i). A map without a stabiliser

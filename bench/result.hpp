@@ -1,5 +1,5 @@
-// Benchmark points, their statuses, and the one definition of the result fields that every
-// output format (JSON, markdown, CSV) is generated from.
+// A point's result, its status, and the one definition of the result fields that every output
+// format (JSON, markdown, CSV) is generated from and every reader reads back.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -8,7 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "attention_impls/attention.hpp"
+#include "bench/point.hpp"
+#include "tasks/task.hpp"
 
 namespace ab {
 
@@ -21,26 +22,6 @@ struct Repetition {
   double cpu_s = 0;   // process CPU time per iteration
   int64_t iterations = 0;
   std::optional<double> loss;  // model level: mean loss of this repetition's steps
-};
-
-// The model's sizes beyond Shape4 (level model only; zero at the attention level).
-struct ModelDims {
-  int64_t layers = 0, dmodel = 0, mlp = 0;
-  bool operator==(const ModelDims&) const = default;
-};
-
-// Everything that identifies a point; `name()` is the join key between result files.
-struct PointId {
-  std::string mechanism;
-  ParamValues params;
-  std::string level = "attention";
-  Mode mode = Mode::fwd;
-  std::string task = "none";
-  Shape4 shape;  // model level: B batch, H heads, N seq, D = dmodel / heads
-  ModelDims model;
-  bool causal = false;
-  int threads = 1;
-  std::string name() const;
 };
 
 struct PointResult {
@@ -65,8 +46,8 @@ struct PointResult {
   // Tokens processed per call: the whole sequence, or one new token per sequence in decode; the
   // retrieval model encodes two documents per example.
   int64_t tokens() const {
-    if (id.mode == Mode::decode) return id.shape.B;
-    return id.shape.B * id.shape.N * (id.level == "model" && id.task == "retrieval" ? 2 : 1);
+    if (id.mode == RunMode::decode) return id.shape.B;
+    return id.shape.B * id.shape.N * (id.level == Level::model && find_task(id.task).two_tower ? 2 : 1);
   }
 };
 
@@ -88,19 +69,12 @@ struct Field {
   Better better;       // which direction is an improvement (`table` ratios, `compare` gates)
   double display_scale;  // value / display_scale is shown (bytes as MiB, FLOPs as GFLOP)
   std::function<std::optional<double>(const PointResult&, double seconds, const Repetition* rep)> value;
+  // How a reader stores the value back: into the result, or into the repetition for a value of
+  // each repetition (`rep` is that entry's). Empty for a value derived from others (a rate).
+  std::function<void(PointResult&, Repetition* rep, double v)> store;
   std::string format(double v) const;  // in the display unit, for tables
 };
 const std::vector<Field>& result_fields();
 const Field* find_field(const std::string& key);  // nullptr when unknown
-
-// Google Benchmark's JSON format: one entry per repetition plus median/mean/stddev/cv aggregates.
-nlohmann::json to_json_entries(const PointResult& r, int family_index);
-nlohmann::json results_document(const nlohmann::json& context, const std::vector<PointResult>& rs);
-
-std::string to_markdown(const std::vector<PointResult>& rs);
-std::string to_csv(const std::vector<PointResult>& rs);
-
-// Writes through a temporary file and a rename, so the destination is never partial.
-void write_file_atomic(const std::string& path, const std::string& content);
 
 }  // namespace ab

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/results.hpp"
+#include "bench/result.hpp"
 
 namespace ab {
 
@@ -18,6 +18,7 @@ struct ResultFile {
 // file, or an entry without the fields of a point, throws InvalidInput naming the file and the
 // entry; nothing is returned partially.
 ResultFile read_result_file(const std::string& path);
+std::vector<ResultFile> read_result_files(const std::vector<std::string>& paths);
 ResultFile parse_result_document(const nlohmann::json& doc, const std::string& path);
 
 // The error message of a failed point begins with its status word.

@@ -1,0 +1,150 @@
+#include "bench/compare.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <iostream>
+#include <map>
+#include <set>
+
+#include "bench/stats.hpp"
+
+namespace ab {
+
+CompareOutcome compare_files(const ResultFile& base, const ResultFile& next, const CompareOptions& o) {
+  if (o.metric != "time" && o.metric != "instructions" && o.metric != "memory")
+    throw InvalidInput(fmt::format("unknown --metric '{}' for compare; metrics: time, instructions, memory", o.metric));
+  if (!(o.max_regress >= 0)) throw InvalidInput("--max-regress must be >= 0");
+  if (!(o.alpha > 0 && o.alpha < 1)) throw InvalidInput("--alpha must be in (0, 1)");
+  if (o.format != "md" && o.format != "csv") throw InvalidInput(fmt::format("unknown format '{}'; formats: md, csv", o.format));
+  std::map<std::string, const PointResult*> in_next;
+  for (const auto& r : next.points) in_next[r.id.name()] = &r;
+  struct Row {
+    std::string name, base, next, change, p, verdict;
+  };
+  std::vector<Row> rows;
+  CompareOutcome out;
+  size_t common = 0;
+  auto pct = [](double c) { return fmt::format("{:+.1f}%", 100 * c); };
+  std::set<std::string> base_names;
+  for (const auto& b : base.points) {
+    const std::string name = b.id.name();
+    base_names.insert(name);
+    const auto it = in_next.find(name);
+    Row row{name, "", "", "", "", ""};
+    if (it == in_next.end()) {
+      row.verdict = "missing in new";
+      rows.push_back(row);
+      continue;
+    }
+    ++common;
+    const PointResult& n = *it->second;
+    bool regression = false;
+    if (b.status != Status::OK || n.status != Status::OK) {
+      row.base = to_string(b.status);
+      row.next = to_string(n.status);
+      if (b.status == Status::OK) {
+        regression = true;
+        row.verdict = fmt::format("REGRESSION: now {}", to_string(n.status));
+      } else {
+        row.verdict = n.status == Status::OK ? "fixed" : "both failed";
+      }
+    } else if (o.metric == "instructions") {
+      if (!b.instructions) {
+        row.verdict = "not counted in base";
+      } else if (!n.instructions) {
+        regression = true;
+        row.verdict = "REGRESSION: no instruction count";
+      } else {
+        const double c = *n.instructions / *b.instructions - 1;
+        row.base = fmt::format("{:.0f}", *b.instructions);
+        row.next = fmt::format("{:.0f}", *n.instructions);
+        row.change = pct(c);
+        regression = c > o.max_regress;
+        row.verdict = regression ? "REGRESSION: more instructions" : c < -o.max_regress ? "fewer" : "same";
+      }
+    } else {
+      std::vector<std::string> verdicts;
+      if (o.metric == "time") {
+        std::vector<double> a, bb;
+        for (const auto& rep : b.reps) a.push_back(rep.real_s);
+        for (const auto& rep : n.reps) bb.push_back(rep.real_s);
+        const MannWhitney mw = mann_whitney(a, bb);
+        const double mb = real_stats(b).median, mn = real_stats(n).median;
+        const double c = mn / mb - 1;
+        row.base = fmt::format("{:.4g} ms", mb * 1e3);
+        row.next = fmt::format("{:.4g} ms", mn * 1e3);
+        row.change = pct(c);
+        row.p = fmt::format("{:.3g}", std::min(mw.p_greater, mw.p_less));
+        if (mw.min_p >= o.alpha) {
+          verdicts.push_back(fmt::format("untestable: {} and {} repetitions cannot reach p < {}", a.size(), bb.size(), o.alpha));
+          ++out.untestable;
+        } else if (c > o.max_regress && mw.p_greater < o.alpha) {
+          regression = true;
+          verdicts.push_back("REGRESSION: slower");
+        } else if (c < -o.max_regress && mw.p_less < o.alpha) {
+          verdicts.push_back("faster");
+        }
+      }
+      // Tracked memory is deterministic: a plain threshold, no test.
+      const double pb = static_cast<double>(b.peak_bytes), pn = static_cast<double>(n.peak_bytes);
+      const double cm = pb > 0 ? pn / pb - 1 : (pn > 0 ? 1.0 : 0.0);
+      if (o.metric == "memory") {
+        row.base = fmt::format("{:.1f} MiB", pb / (1 << 20));
+        row.next = fmt::format("{:.1f} MiB", pn / (1 << 20));
+        row.change = pct(cm);
+      }
+      if (cm > o.max_regress) {
+        regression = true;
+        verdicts.push_back(fmt::format("REGRESSION: memory {}", pct(cm)));
+      } else if (o.metric == "memory" && cm < -o.max_regress) {
+        verdicts.push_back("smaller");
+      }
+      if (verdicts.empty()) verdicts.push_back("same");
+      for (size_t i = 0; i < verdicts.size(); ++i) row.verdict += (i ? "; " : "") + verdicts[i];
+    }
+    out.regressions += regression ? 1 : 0;
+    rows.push_back(row);
+  }
+  for (const auto& r : next.points)
+    if (!base_names.count(r.id.name())) rows.push_back(Row{r.id.name(), "", to_string(r.status), "", "", "new"});
+  if (common == 0)
+    throw InvalidInput(fmt::format("{} and {} have no point in common (points are joined by name)", base.path, next.path));
+
+  const std::string base_h = o.metric == "instructions" ? "base instructions" : "base", new_h = o.metric == "instructions" ? "new instructions" : "new";
+  if (o.format == "csv") {
+    out.table = fmt::format("point,{},{},change,p,verdict\n", base_h, new_h);
+    for (const auto& r : rows)
+      out.table += fmt::format("{},{},{},{},{},{}\n", r.name, r.base, r.next, r.change, r.p, r.verdict);
+  } else {
+    out.table = fmt::format("| point | {} | {} | change | p | verdict |\n|---|---:|---:|---:|---:|---|\n", base_h, new_h);
+    for (const auto& r : rows)
+      out.table += fmt::format("| {} | {} | {} | {} | {} | {} |\n", r.name, r.base, r.next, r.change, r.p, r.verdict);
+  }
+  return out;
+}
+
+int cmd_compare(const std::string& base, const std::string& next, const CompareOptions& o) {
+  const ResultFile bf = read_result_file(base), nf = read_result_file(next);
+  // Wall times from two machines measure the machines: such a pair is refused (exit 3, so a gate
+  // can look for the baseline of its own machine). Files older than machine_id are compared.
+  const std::string bm = bf.context.value("machine_id", ""), nm = nf.context.value("machine_id", "");
+  if (o.metric == "time" && !o.any_machine && !bm.empty() && !nm.empty() && bm != nm) {
+    std::cerr << fmt::format("compare: {} was measured on {} and {} on {}: wall times from different machines are not "
+                             "comparable (--any-machine compares them anyway; instructions and memory do not depend "
+                             "on the machine)\n",
+                             base, bm, next, nm);
+    return 3;
+  }
+  const CompareOutcome c = compare_files(bf, nf, o);
+  std::cout << c.table;
+  std::cerr << fmt::format("compare ({}, max regression {:.0f}%{}): {}\n", o.metric, 100 * o.max_regress,
+                           o.metric == "time" ? fmt::format(", alpha {}", o.alpha) : "",
+                           c.regressions ? fmt::format("{} regression(s)", c.regressions) : "no regression");
+  if (c.untestable)
+    std::cerr << fmt::format("compare: warning: {} point(s) have too few repetitions for the test to detect anything; "
+                             "run them with more --reps (5 against 5 reach p = 0.004)\n", c.untestable);
+  return c.regressions ? 1 : 0;
+}
+
+}  // namespace ab

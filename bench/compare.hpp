@@ -1,0 +1,26 @@
+// `attnbench compare`: the regression gate. Two result files joined point by point by name;
+// wall times judged with a Mann-Whitney U test, instruction counts and tracked memory with a
+// plain threshold.
+#pragma once
+#include <string>
+
+#include "bench/result_reader.hpp"
+
+namespace ab {
+
+struct CompareOptions {
+  std::string metric = "time";  // time | instructions | memory
+  double max_regress = 0.05;
+  double alpha = 0.05;
+  std::string format = "md";
+  bool any_machine = false;  // time: compare files measured on different machines anyway
+};
+struct CompareOutcome {
+  std::string table;
+  int regressions = 0;
+  int untestable = 0;  // points whose repetitions are too few to ever reach p < alpha
+};
+CompareOutcome compare_files(const ResultFile& base, const ResultFile& next, const CompareOptions& o);
+int cmd_compare(const std::string& base, const std::string& next, const CompareOptions& o);
+
+}  // namespace ab

@@ -1,0 +1,306 @@
+#include "bench/grid.hpp"
+
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <functional>
+
+#include "attention_impls/registry.hpp"
+
+namespace ab {
+
+namespace {
+int64_t parse_positive(const std::string& s, const std::string& whole) {
+  char* end = nullptr;
+  errno = 0;
+  long long v = std::strtoll(s.c_str(), &end, 10);
+  if (s.empty() || *end != '\0' || errno || v <= 0)
+    throw InvalidInput(fmt::format("'{}' in '{}' is not a positive integer", s, whole));
+  return v;
+}
+}  // namespace
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (true) {
+    size_t pos = s.find(sep, start);
+    out.push_back(s.substr(start, pos - start));
+    if (pos == std::string::npos) break;
+    start = pos + 1;
+  }
+  return out;
+}
+
+std::vector<int64_t> parse_int_list(const std::string& text) {
+  std::vector<int64_t> out;
+  if (text.empty()) throw InvalidInput("empty list");
+  for (const auto& item : split(text, ',')) {
+    auto parts = split(item, ':');
+    if (parts.size() == 1) {
+      out.push_back(parse_positive(item, text));
+    } else if (parts.size() == 3 && parts[2].size() > 1 && (parts[2][0] == 'x' || parts[2][0] == '+')) {
+      const int64_t lo = parse_positive(parts[0], text), hi = parse_positive(parts[1], text);
+      const int64_t step = parse_positive(parts[2].substr(1), text);
+      if (hi < lo) throw InvalidInput(fmt::format("range '{}' ends below its start", item));
+      if (parts[2][0] == 'x' && step < 2) throw InvalidInput(fmt::format("range '{}' needs a factor >= 2", item));
+      for (int64_t v = lo; v <= hi; v = parts[2][0] == 'x' ? v * step : v + step) out.push_back(v);
+    } else {
+      throw InvalidInput(fmt::format("'{}' is not a number or a range like 256:16384:x2 or 1024:4096:+1024", item));
+    }
+  }
+  return out;
+}
+
+size_t parse_bytes(const std::string& text) {
+  char* end = nullptr;
+  errno = 0;
+  double v = std::strtod(text.c_str(), &end);
+  std::string unit = end ? end : "";
+  double mult = 1;
+  if (unit == "K" || unit == "KiB") mult = 1024.0;
+  else if (unit == "M" || unit == "MiB") mult = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GiB") mult = 1024.0 * 1024 * 1024;
+  else if (!unit.empty()) mult = -1;
+  if (text.empty() || errno || mult < 0 || !(v > 0))
+    throw InvalidInput(fmt::format("'{}' is not a memory size (examples: 16G, 512M, 1048576)", text));
+  return static_cast<size_t>(v * mult);
+}
+
+void GridOptions::add_to(CLI::App* app, bool multi) {
+  const std::string list = " (list: 1,2 or a range like 256:16384:x2 or 64:256:+64)";
+  for (const auto& f : point_fields()) {
+    const std::string key = f.key, help = f.help;
+    switch (f.type) {
+      case PointFieldType::Mechanism:
+        options_[key] = app->add_option(f.option, attn, multi ? help : "the mechanism")->delimiter(',')->capture_default_str();
+        break;
+      case PointFieldType::Params:
+        options_[key] = app->add_option(f.option, params, multi ? help : "mechanism parameter name=value (repeatable)");
+        break;
+      case PointFieldType::Flag:
+        options_[key] = app->add_flag(f.option, causal, help);
+        break;
+      case PointFieldType::Text:
+        if (multi) options_[key] = app->add_option(f.option, text[key], help)->capture_default_str();
+        break;
+      case PointFieldType::Int:
+        if (!multi && f.model_only) break;
+        options_[key] = app->add_option(f.option, text[key],
+                                        help + (multi ? list : "") + (multi && f.task_default ? " (default with --task: the task's)" : ""))
+                            ->capture_default_str();
+        break;
+    }
+  }
+  app->add_option("--seed", seed, "seed of every random draw")->capture_default_str();
+  if (multi) app->add_option("--data-dir", data_dir, "model level: read the task's real data from here");
+}
+
+bool GridOptions::given(const std::string& key) const {
+  const auto it = options_.find(key);
+  return preset_.count(key) || (it != options_.end() && it->second->count() > 0);
+}
+
+void GridOptions::set_by_preset(const std::string& key, const std::string& value) {
+  text[key] = value;
+  preset_.insert(key);
+}
+
+std::vector<std::string> GridOptions::mechanism_list() const {
+  std::vector<std::string> out;
+  for (const auto& a : attn) {
+    if (a == "all") {
+      for (const auto& n : mechanism_names()) out.push_back(n);
+    } else {
+      find_mechanism(a);  // throws with the list of known names
+      out.push_back(a);
+    }
+  }
+  if (out.empty()) throw InvalidInput("--attn names no mechanism");
+  return out;
+}
+
+// The --param assignments that apply to one mechanism (prefix stripped).
+std::vector<std::string> GridOptions::params_for(const std::string& mech, const std::vector<std::string>& all_mechs) const {
+  std::vector<std::string> out;
+  for (const auto& p : params) {
+    const auto eq = p.find('='), dot = p.find('.');
+    if (dot != std::string::npos && dot < eq) {
+      const std::string target = p.substr(0, dot);
+      find_mechanism(target);
+      if (target == mech) out.push_back(p.substr(dot + 1));
+      continue;
+    }
+    if (all_mechs.size() == 1) {
+      out.push_back(p);
+      continue;
+    }
+    // Unprefixed in a multi-mechanism run: applies to the mechanisms that declare it, and must be
+    // declared by at least one.
+    const std::string name = p.substr(0, eq);
+    bool anyone = false;
+    for (const auto& m : all_mechs)
+      for (const auto& spec : find_mechanism(m).params) anyone |= spec.name == name;
+    if (!anyone)
+      throw InvalidInput(fmt::format("no selected mechanism has a parameter '{}' (see attnbench list params NAME)", name));
+    for (const auto& spec : find_mechanism(mech).params)
+      if (spec.name == name) out.push_back(p);
+  }
+  return out;
+}
+
+// Every combination of one mechanism's list-valued parameters ("window=64,128").
+std::vector<ParamValues> GridOptions::param_grid(const std::string& mech, const std::vector<std::string>& all_mechs) const {
+  std::vector<std::vector<std::string>> combos{{}};
+  for (const auto& a : params_for(mech, all_mechs)) {
+    const auto eq = a.find('=');
+    const auto values = eq == std::string::npos ? std::vector<std::string>{""} : split(a.substr(eq + 1), ',');
+    std::vector<std::vector<std::string>> next;
+    for (const auto& c : combos)
+      for (const auto& v : values) {
+        auto c2 = c;
+        c2.push_back(eq == std::string::npos ? a : a.substr(0, eq + 1) + v);
+        next.push_back(std::move(c2));
+      }
+    combos = std::move(next);
+  }
+  std::vector<ParamValues> out;
+  for (const auto& c : combos) out.push_back(resolve_params(find_mechanism(mech), c));
+  return out;
+}
+
+std::vector<PointId> GridOptions::grid() const {
+  const auto mechs = mechanism_list();
+  const auto task_it = text.find("task");
+  const std::string task_name = task_it == text.end() ? "" : task_it->second;
+  const TaskInfo* ti = task_name.empty() ? nullptr : &find_task(task_name);
+  auto text_of = [&](const std::string& key) {
+    const auto it = text.find(key);
+    return it == text.end() ? std::string() : it->second;
+  };
+
+  // 1. Every option's values, parsed and checked before any point is made.
+  std::map<std::string, std::vector<PointValue>> values;
+  for (const auto& f : point_fields()) {
+    const std::string key = f.key;
+    std::vector<PointValue>& v = values[key];
+    switch (f.type) {
+      case PointFieldType::Mechanism:
+        for (const auto& m : mechs) v.push_back(m);
+        break;
+      case PointFieldType::Params:
+        break;  // per mechanism, below
+      case PointFieldType::Flag:
+        v.push_back(causal);
+        break;
+      case PointFieldType::Text:
+        if (key == "task") {
+          v.push_back(ti ? ti->name : std::string("none"));
+          break;
+        }
+        for (const auto& word : split(text_of(key), ',')) {
+          PointId probe;
+          f.set(probe, word);  // parses: an unknown word throws InvalidInput naming the allowed ones
+          v.push_back(f.get(probe));
+        }
+        break;
+      case PointFieldType::Int: {
+        std::vector<int64_t> ints;
+        if (ti && f.task_default && !given(key)) {
+          ints = {f.task_default(*ti)};
+        } else if (f.model_only && !given(key)) {
+          ints = {0};  // no task: no model point (refused below), and 0 at the attention level
+        } else {
+          try {
+            ints = parse_int_list(text_of(key));
+          } catch (const InvalidInput& e) {
+            throw InvalidInput(fmt::format("{}: {}", f.option, e.what()));
+          }
+        }
+        for (int64_t x : ints) {
+          if (key == "threads" && x > 1024) throw InvalidInput(fmt::format("--threads {} is more than 1024", x));
+          v.push_back(x);
+        }
+        break;
+      }
+    }
+  }
+  bool model_level = false;
+  for (const auto& l : values["level"]) model_level |= std::get<std::string>(l) == to_string(Level::model);
+  if (model_level && !ti) throw InvalidInput("--level model needs --task (attnbench list tasks)");
+  if (model_level && given("dhead")) throw InvalidInput("--level model takes --dmodel and --heads; the head size is dmodel / heads");
+
+  // 2. The product, in grid order. A field whose values depend on the fields before it: the
+  // mechanism's parameters, the model's sizes (model level only), and the head size (the
+  // model's dmodel / heads; at the attention level with a task, the task's dmodel / heads).
+  std::vector<const PointField*> order;
+  for (const auto& f : point_fields()) order.push_back(&f);
+  std::stable_sort(order.begin(), order.end(), [](const PointField* a, const PointField* b) { return a->grid_rank < b->grid_rank; });
+  std::vector<PointId> out;
+  std::function<void(size_t, PointId&)> expand = [&](size_t k, PointId& p) {
+    if (k == order.size()) {
+      PointId q = p;
+      // Decoding is causal by definition; so is a next-token task's model.
+      q.causal = q.causal || q.mode == RunMode::decode || (ti && ti->next_token);
+      out.push_back(std::move(q));
+      return;
+    }
+    const PointField& f = *order[k];
+    const std::string key = f.key;
+    if (f.type == PointFieldType::Params) {
+      for (const auto& pv : param_grid(p.mechanism, mechs)) {
+        p.params = pv;
+        expand(k + 1, p);
+      }
+      return;
+    }
+    std::vector<PointValue> vs = values[key];
+    const bool model = p.level == Level::model;
+    if (f.model_only && !model) {
+      vs = {int64_t{0}};
+    } else if (key == "dhead" && model) {
+      if (p.model.dmodel % p.shape.H)
+        throw InvalidInput(fmt::format("--dmodel {} is not a multiple of --heads {}", p.model.dmodel, p.shape.H));
+      vs = {p.model.dmodel / p.shape.H};
+    } else if (key == "dhead" && ti && !given("dhead")) {
+      vs.clear();
+      for (const auto& dm : values["dmodel"]) vs.push_back(std::max<int64_t>(1, std::get<int64_t>(dm) / p.shape.H));
+    }
+    for (const auto& v : vs) {
+      f.set(p, v);
+      expand(k + 1, p);
+    }
+  };
+  PointId p;
+  expand(0, p);
+  return out;
+}
+
+std::vector<std::string> point_args(const PointId& id, const RunOptions& o) {
+  std::vector<std::string> a = {"run"};
+  for (auto& x : point_identity_args(id)) a.push_back(std::move(x));
+  auto add = [&](const char* flag, const std::string& value) {
+    a.push_back(flag);
+    a.push_back(value);
+  };
+  if (id.level == Level::model && !o.data_dir.empty()) add("--data-dir", o.data_dir);
+  add("--seed", std::to_string(o.seed));
+  add("--reps", std::to_string(o.reps));
+  if (o.rounds > 1) add("--rounds", std::to_string(o.rounds));
+  add("--min-time", fmt::format("{:g}", o.min_time));
+  add("--warmup", std::to_string(o.warmup));
+  if (o.error) a.push_back("--error");
+  if (o.count_instructions) add("--count", "instructions");
+  return a;
+}
+
+std::string point_label(const PointId& id, const RunOptions& o) {
+  std::string s = "attnbench";
+  for (const auto& a : point_args(id, o)) s += " " + a;
+  return s;
+}
+
+}  // namespace ab

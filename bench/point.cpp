@@ -1,0 +1,310 @@
+#include "bench/point.hpp"
+
+#include <fmt/format.h>
+
+#include <map>
+#include <stdexcept>
+
+#include "tasks/task.hpp"
+
+namespace ab {
+
+const char* to_string(Level l) { return l == Level::model ? "model" : "attention"; }
+
+const char* to_string(RunMode m) {
+  switch (m) {
+    case RunMode::fwd: return "fwd";
+    case RunMode::fwdbwd: return "fwdbwd";
+    case RunMode::decode: return "decode";
+    case RunMode::train: return "train";
+  }
+  return "?";
+}
+
+Level parse_level(const std::string& text) {
+  for (Level l : {Level::attention, Level::model})
+    if (text == to_string(l)) return l;
+  throw InvalidInput(fmt::format("unknown level '{}'; levels: attention, model", text));
+}
+
+RunMode parse_run_mode(const std::string& text) {
+  for (RunMode m : {RunMode::fwd, RunMode::fwdbwd, RunMode::decode, RunMode::train})
+    if (text == to_string(m)) return m;
+  throw InvalidInput(fmt::format("unknown mode '{}'; modes: fwd, fwdbwd, decode, train (model level)", text));
+}
+
+Mode attention_mode(RunMode m) {
+  switch (m) {
+    case RunMode::fwd: return Mode::fwd;
+    case RunMode::fwdbwd: return Mode::fwdbwd;
+    case RunMode::decode: return Mode::decode;
+    case RunMode::train: break;
+  }
+  throw InvalidInput("--mode train needs --level model");
+}
+
+ModelMode model_mode(RunMode m) {
+  switch (m) {
+    case RunMode::fwd: return ModelMode::fwd;
+    case RunMode::fwdbwd: return ModelMode::fwdbwd;
+    case RunMode::train: return ModelMode::train;
+    case RunMode::decode: break;
+  }
+  throw InvalidInput("the model level runs --mode fwd, fwdbwd or train (decode is an attention-level mode)");
+}
+
+std::string value_text(const PointValue& v) {
+  if (const auto* i = std::get_if<int64_t>(&v)) return std::to_string(*i);
+  if (const auto* b = std::get_if<bool>(&v)) return *b ? "1" : "0";
+  return std::get<std::string>(v);
+}
+
+namespace {
+int64_t as_int(const PointValue& v) { return std::get<int64_t>(v); }
+const std::string& as_text(const PointValue& v) { return std::get<std::string>(v); }
+bool is_model(const PointId& id) { return id.level == Level::model; }
+
+// The fields, in name order. Accessors are captureless lambdas (plain function pointers).
+std::vector<PointField> make_fields() {
+  using T = PointFieldType;
+  using V = PointValue;
+  using P = const PointId&;
+  return {
+      {"attn", "attn", "--attn", "mechanism", 0, T::Mechanism, false, 0,
+       [](P p) -> V { return p.mechanism; }, [](PointId& p, const V& v) { p.mechanism = as_text(v); },
+       [](P p) { return p.mechanism; }, nullptr,
+       "mechanisms, comma-separated, or 'all'",
+       nullptr, 0},
+      {"params", "", "--param", "params", 1, T::Params, false, 0,
+       [](P) -> V { return std::string(); }, [](PointId&, const V&) {},  // read and written by items
+       [](P p) { return params_text(p.params); }, nullptr,
+       "mechanism parameter name=value (repeatable; mech.name=value targets one mechanism; name=v1,v2 makes a grid of the values)",
+       nullptr, 1},
+      {"level", "level", "--level", "level", 2, T::Text, false, 1,
+       [](P p) -> V { return std::string(to_string(p.level)); }, [](PointId& p, const V& v) { p.level = parse_level(as_text(v)); },
+       [](P p) { return fmt::format("level {}", to_string(p.level)); }, nullptr,
+       "attention | model (a whole Transformer on --task's tokens), comma-separated",
+       nullptr, 2},
+      {"mode", "mode", "--mode", "mode", 5, T::Text, false, 2,
+       [](P p) -> V { return std::string(to_string(p.mode)); }, [](PointId& p, const V& v) { p.mode = parse_run_mode(as_text(v)); },
+       [](P p) { return fmt::format("mode {}", to_string(p.mode)); }, nullptr,
+       "fwd | fwdbwd | decode | train, comma-separated; decode: one new token after a context of N; train (model level): forward, backward and the AdamW step",
+       nullptr, 3},
+      {"task", "task", "--task", "task", 3, T::Text, false, 3,
+       [](P p) -> V { return p.task; }, [](PointId& p, const V& v) { p.task = as_text(v); },
+       [](P p) { return fmt::format("task {}", p.task); }, [](P p) { return p.task != "none"; },
+       "take the shape from this task's model (attnbench list tasks); needed by --level model",
+       nullptr, 4},
+      {"layers", "L", "--layers", "model", 4, T::Int, true, 4,
+       [](P p) -> V { return p.model.layers; }, [](PointId& p, const V& v) { p.model.layers = as_int(v); },
+       [](P p) { return fmt::format("L={}", p.model.layers); }, nullptr,
+       "model level: Transformer blocks",
+       [](const TaskInfo& t) { return t.model.layers; }, 8},
+      {"dmodel", "dmodel", "--dmodel", "model", 4, T::Int, true, 4,
+       [](P p) -> V { return p.model.dmodel; }, [](PointId& p, const V& v) { p.model.dmodel = as_int(v); },
+       [](P p) { return fmt::format("d_model={}", p.model.dmodel); }, nullptr,
+       "model level: model width",
+       [](const TaskInfo& t) { return t.model.dmodel; }, 9},
+      {"mlp", "mlp", "--mlp", "model", 4, T::Int, true, 4,
+       [](P p) -> V { return p.model.mlp; }, [](PointId& p, const V& v) { p.model.mlp = as_int(v); },
+       [](P p) { return fmt::format("mlp={}", p.model.mlp); }, nullptr,
+       "model level: feed-forward width",
+       [](const TaskInfo& t) { return t.model.mlp; }, 10},
+      {"batch", "B", "--batch", "B", 7, T::Int, false, 5,
+       [](P p) -> V { return p.shape.B; }, [](PointId& p, const V& v) { p.shape.B = as_int(v); },
+       [](P p) { return fmt::format("B={}", p.shape.B); }, nullptr,
+       "batch size B",
+       [](const TaskInfo& t) { return t.model.batch; }, 6},
+      {"heads", "H", "--heads", "H", 8, T::Int, false, 5,
+       [](P p) -> V { return p.shape.H; }, [](PointId& p, const V& v) { p.shape.H = as_int(v); },
+       [](P p) { return fmt::format("H={}", p.shape.H); }, nullptr,
+       "heads H",
+       [](const TaskInfo& t) { return t.model.heads; }, 7},
+      {"seq", "N", "--seq", "N", 9, T::Int, false, 0,
+       [](P p) -> V { return p.shape.N; }, [](PointId& p, const V& v) { p.shape.N = as_int(v); },
+       [](P p) { return fmt::format("N={}", p.shape.N); }, nullptr,
+       "sequence lengths N",
+       [](const TaskInfo& t) { return t.default_seq; }, 12},
+      // The model's head size is dmodel / heads: named, but not an argument of its own.
+      {"dhead", "D", "--dhead", "D", 10, T::Int, false, 5,
+       [](P p) -> V { return p.shape.D; }, [](PointId& p, const V& v) { p.shape.D = as_int(v); },
+       [](P p) { return fmt::format("D={}", p.shape.D); }, [](P p) { return !is_model(p); },
+       "head dimension D (attention level; with --task: dmodel / heads)",
+       nullptr, 11},
+      // A next-token task's model is causal by itself: --causal is only given where it is a choice.
+      {"causal", "causal", "--causal", "causal", 6, T::Flag, false, 6,
+       [](P p) -> V { return p.causal; }, [](PointId& p, const V& v) { p.causal = std::get<bool>(v); },
+       [](P p) { return std::string(p.causal ? "causal" : "non-causal"); },
+       [](P p) { return !(p.task != "none" && find_task(p.task).next_token); },
+       "causal masking (query i uses keys j <= i)",
+       nullptr, 13},
+      // The thread count is Google Benchmark's own entry field "threads", not under "point".
+      {"threads", "threads", "--threads", "threads", 11, T::Int, false, 7,
+       [](P p) -> V { return static_cast<int64_t>(p.threads); },
+       [](PointId& p, const V& v) { p.threads = static_cast<int>(as_int(v)); },
+       [](P p) { return fmt::format("{} thread{}", p.threads, p.threads == 1 ? "" : "s"); }, nullptr,
+       "OpenMP threads",
+       nullptr, 5},
+  };
+}
+
+bool present(const PointField& f, const PointId& id) { return !f.model_only || is_model(id); }
+// Fields Google Benchmark's entry has of its own, written there instead of under "point".
+bool in_entry(const PointField& f) { return std::string(f.key) == "threads"; }
+}  // namespace
+
+const std::vector<PointField>& point_fields() {
+  static const std::vector<PointField> fields = make_fields();
+  return fields;
+}
+
+const PointField& point_field(const std::string& key) {
+  for (const auto& f : point_fields())
+    if (key == f.key) return f;
+  throw std::logic_error("no point field " + key);
+}
+
+std::string PointId::name() const {
+  std::string n;
+  for (const auto& f : point_fields()) {
+    if (!present(f, *this)) continue;
+    if (f.type == PointFieldType::Params) {
+      for (const auto& [k, v] : params.items()) n += "/" + k + ":" + format_param_value(v);
+      continue;
+    }
+    n += fmt::format("{}{}:{}", n.empty() ? "" : "/", f.segment, value_text(f.get(*this)));
+  }
+  return n;
+}
+
+void write_point(const PointId& id, nlohmann::json& entry) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& f : point_fields()) {
+    if (!present(f, id)) continue;
+    nlohmann::json& into = in_entry(f) ? entry : j;
+    if (f.type == PointFieldType::Params) {
+      nlohmann::json p = nlohmann::json::object();
+      for (const auto& [k, v] : id.params.items()) p[k] = format_param_value(v);
+      into[f.key] = p;
+      continue;
+    }
+    std::visit([&](const auto& v) { into[f.key] = v; }, f.get(id));
+  }
+  entry["point"] = j;
+}
+
+PointId read_point(const nlohmann::json& entry, const std::string& name, const std::string& where) {
+  if (!entry.contains("point")) throw InvalidInput(where + " has no 'point'");
+  const nlohmann::json& point = entry.at("point");
+  if (!point.is_object()) throw InvalidInput(where + ": 'point' is not an object");
+  PointId id;
+  auto value_of = [&](const PointField& f) -> const nlohmann::json& {
+    const nlohmann::json& from = in_entry(f) ? entry : point;
+    if (!from.contains(f.key)) throw InvalidInput(fmt::format("{}{} has no '{}'", where, in_entry(f) ? "" : " point", f.key));
+    return from.at(f.key);
+  };
+  auto wrong = [&](const PointField& f) { return InvalidInput(fmt::format("{} point: '{}' has the wrong type", where, f.key)); };
+  // The level first: it decides which fields a point has.
+  for (const char* first : {"level", "attn"}) {
+    const PointField& f = point_field(first);
+    const auto& v = value_of(f);
+    if (!v.is_string()) throw wrong(f);
+    f.set(id, v.get<std::string>());
+  }
+  for (const auto& f : point_fields()) {
+    if (!present(f, id)) continue;
+    const auto& v = value_of(f);
+    switch (f.type) {
+      case PointFieldType::Mechanism:
+      case PointFieldType::Text:
+        if (!v.is_string()) throw wrong(f);
+        f.set(id, v.get<std::string>());
+        break;
+      case PointFieldType::Int:
+        if (!v.is_number_integer()) throw wrong(f);
+        f.set(id, v.get<int64_t>());
+        break;
+      case PointFieldType::Flag:
+        if (!v.is_boolean()) throw wrong(f);
+        f.set(id, v.get<bool>());
+        break;
+      case PointFieldType::Params: {
+        // In declaration order, as the name lists them (a JSON object is unordered): the
+        // segments between the mechanism's and the first field's.
+        if (!v.is_object()) throw InvalidInput(where + ": 'params' is not an object");
+        const std::string next = std::string(point_field("level").segment) + ":";
+        size_t pos = name.find('/');
+        while (pos != std::string::npos && name.compare(pos + 1, next.size(), next) != 0) {
+          const size_t end = name.find('/', pos + 1);
+          const std::string kv = name.substr(pos + 1, end == std::string::npos ? std::string::npos : end - pos - 1);
+          const std::string k = kv.substr(0, kv.find(':'));
+          if (!v.contains(k) || !v.at(k).is_string())
+            throw InvalidInput(fmt::format("{}: parameter '{}' of its name is not in its point fields", where, k));
+          id.params.set(k, v.at(k).get<std::string>());
+          pos = end;
+        }
+        break;
+      }
+    }
+  }
+  return id;
+}
+
+std::vector<std::string> point_identity_args(const PointId& id) {
+  std::vector<std::string> a;
+  for (const auto& f : point_fields()) {
+    if (!present(f, id) || (f.in_arguments && !f.in_arguments(id))) continue;
+    switch (f.type) {
+      case PointFieldType::Params:
+        for (const auto& [k, v] : id.params.items()) {
+          a.push_back(f.option);
+          a.push_back(k + "=" + format_param_value(v));
+        }
+        break;
+      case PointFieldType::Flag:
+        if (std::get<bool>(f.get(id))) a.push_back(f.option);
+        break;
+      default:
+        a.push_back(f.option);
+        a.push_back(value_text(f.get(id)));
+    }
+  }
+  return a;
+}
+
+std::string group_title(const PointId& id) {
+  std::string out;
+  int cluster = 0;
+  for (const auto& f : point_fields()) {
+    if (f.group_cluster == 0 || !present(f, id)) continue;
+    out += (out.empty() ? "" : f.group_cluster == cluster ? " " : " · ") + f.describe(id);
+    cluster = f.group_cluster;
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> point_columns(const PointId& id) {
+  std::map<int, std::pair<std::string, std::vector<const PointField*>>> by_rank;
+  for (const auto& f : point_fields()) {
+    auto& [title, fields] = by_rank[f.column_rank];
+    title = f.column;
+    fields.push_back(&f);
+  }
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& [rank, col] : by_rank) {
+    const auto& [title, fields] = col;
+    std::string text;
+    for (const PointField* f : fields) {
+      if (!present(*f, id)) continue;
+      // Alone in its column a field shows its value; sharing one, its description ("L=2").
+      const std::string t = fields.size() > 1 ? f->describe(id)
+                            : f->type == PointFieldType::Params ? f->describe(id)
+                                                                 : value_text(f->get(id));
+      text += (text.empty() ? "" : " ") + t;
+    }
+    out.emplace_back(title, text);
+  }
+  return out;
+}
+
+}  // namespace ab

@@ -1,0 +1,110 @@
+// A benchmark point's identity, and the one table of its fields that every place naming a point
+// reads: the point's name (the join key between result files), the "point" object of a result
+// entry and its reader, the `run` arguments that reproduce it, the columns of `run`'s tables and
+// the groups of `table`. Adding a field is one row of point_fields() (and the member it reads).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "attention_impls/attention.hpp"
+#include "core/params.hpp"
+#include "core/tensor.hpp"
+#include "model/transformer.hpp"
+#include "tasks/task.hpp"
+
+namespace ab {
+
+// attention: the attention call alone on random Q, K, V; model: a whole Transformer on a task.
+enum class Level { attention, model };
+// What one timed call does. train exists at the model level only (forward, backward, AdamW).
+enum class RunMode { fwd, fwdbwd, decode, train };
+const char* to_string(Level l);
+const char* to_string(RunMode m);
+// Throw InvalidInput naming the allowed words.
+Level parse_level(const std::string& text);
+RunMode parse_run_mode(const std::string& text);
+// The mechanism's mode of an attention-level point (fwd, fwdbwd or decode).
+Mode attention_mode(RunMode m);
+// The model's mode of a model-level point (fwd, fwdbwd or train).
+ModelMode model_mode(RunMode m);
+
+// The model's sizes beyond Shape4 (level model only; zero at the attention level).
+struct ModelDims {
+  int64_t layers = 0, dmodel = 0, mlp = 0;
+  bool operator==(const ModelDims&) const = default;
+};
+
+// Everything that identifies a point; `name()` is the join key between result files.
+struct PointId {
+  std::string mechanism;
+  ParamValues params;
+  Level level = Level::attention;
+  RunMode mode = RunMode::fwd;
+  std::string task = "none";
+  Shape4 shape;  // model level: B batch, H heads, N seq, D = dmodel / heads
+  ModelDims model;
+  bool causal = false;
+  int threads = 1;
+  // attn:NAME/param:value/.../level:L/mode:M/task:T[/L:../dmodel:../mlp:..]/B:../H:../N:../D:../causal:0|1/threads:..
+  std::string name() const;
+};
+
+// ---- the schema ----
+using PointValue = std::variant<int64_t, bool, std::string>;
+enum class PointFieldType {
+  Text,        // a word: JSON string, `--option word`
+  Int,         // JSON number, `--option 64`
+  Flag,        // JSON bool, a bare `--option` when true, 0 or 1 in the name
+  Mechanism,   // the mechanism: first in the name as attn:NAME
+  Params,      // the mechanism's parameters: one name segment and one `--param k=v` each
+};
+
+struct PointField {
+  const char* key;      // the JSON name under "point"
+  const char* segment;  // in the name: ".../segment:value/..."
+  const char* option;   // the `run` option that sets it
+  const char* column;   // `run`'s table column; fields sharing one show their descriptions side by side
+  int column_rank;      // the columns' order, left to right
+  PointFieldType type;
+  bool model_only;      // only model-level points have it (name, JSON, arguments)
+  // `table` draws one table per group of points equal in every field with a cluster > 0; its
+  // title shows them cluster by cluster (" · " between clusters). 0: the rows (mechanism,
+  // params) and columns (N) of the tables.
+  int group_cluster;
+  PointValue (*get)(const PointId&);
+  void (*set)(PointId&, const PointValue&);
+  std::string (*describe)(const PointId&);  // in `run`'s column and `table`'s title ("B=4")
+  bool (*in_arguments)(const PointId&);     // whether the reproducing command names it; nullptr: always
+  // The grid (`run`, `sweep`): the option's help, the task's value when the option is not given
+  // (nullptr: none), and the nesting of the grid's loops (lower: outer).
+  const char* help;
+  int64_t (*task_default)(const TaskInfo&);
+  int grid_rank;
+};
+// In name order.
+const std::vector<PointField>& point_fields();
+const PointField& point_field(const std::string& key);  // logic_error when unknown
+
+// A field's value as the name spells it: 64, fwd, 0/1.
+std::string value_text(const PointValue& v);
+
+// A result entry's identity fields: its "point" object (and "threads", Google Benchmark's own
+// field), and back. The reader throws InvalidInput naming `where` and the field when one is
+// missing or of the wrong type; params are read in the order `name` lists them.
+void write_point(const PointId& id, nlohmann::json& entry);
+PointId read_point(const nlohmann::json& entry, const std::string& name, const std::string& where);
+
+// The `run` arguments that set every identity field of the point (mechanism, params, sizes, ...).
+std::vector<std::string> point_identity_args(const PointId& id);
+
+// The title of the group of points `table` draws together: every field with a cluster.
+std::string group_title(const PointId& id);
+
+// `run`'s table columns: (column title, the point's text in it), in table order.
+std::vector<std::pair<std::string, std::string>> point_columns(const PointId& id);
+
+}  // namespace ab

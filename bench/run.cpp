@@ -1,0 +1,143 @@
+#include "bench/run.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <iostream>
+#include <thread>
+
+#include "bench/instructions.hpp"
+#include "bench/lra_report.hpp"
+#include "bench/result_writer.hpp"
+#include "core/matmul.hpp"
+#include "core/sysinfo.hpp"
+
+namespace ab {
+
+void MeasureOptions::add_to(CLI::App* app) {
+  app->add_option("--reps", run.reps, "repetitions, every one kept")->capture_default_str();
+  app->add_option("--min-time", run.min_time, "seconds per repetition (iterations added to reach it)")->capture_default_str();
+  app->add_option("--warmup", run.warmup, "untimed calls before timing")->capture_default_str();
+  app->add_flag("--error", run.error, "report nmse of the output against flash");
+  app->add_option("--mem-limit", mem_limit, "refuse points predicted above this, e.g. 16G (default 80% of RAM)");
+  app->add_option("--count", count,
+                  "'instructions': also count each point's instructions per call under valgrind's callgrind "
+                  "(needs a build without AVX-512, see README)");
+  // Internal: the sweep passes its measured GEMM rate to each child; callgrind children run one call.
+  app->add_option("--gemm-gflops", run.gemm_gflops)->group("");
+  app->add_flag("--callgrind-child", run.callgrind_child)->group("");
+}
+
+void MeasureOptions::finish(const GridOptions& grid) {
+  run.seed = grid.seed;
+  run.data_dir = grid.data_dir;
+  run.mem_limit = mem_limit.empty() ? physical_memory_bytes() / 5 * 4 : parse_bytes(mem_limit);
+  if (!count.empty() && count != "instructions")
+    throw InvalidInput(fmt::format("unknown --count '{}'; counts: instructions", count));
+  run.count_instructions = count == "instructions";
+  if (run.reps < 1) throw InvalidInput("--reps must be at least 1");
+  if (run.rounds < 1) throw InvalidInput("--rounds must be at least 1");
+  if (run.min_time < 0) throw InvalidInput("--min-time must not be negative");
+  if (run.warmup < 0) throw InvalidInput("--warmup must not be negative");
+  if (run.count_instructions) check_instruction_counting();
+}
+
+// `run --preset lra-efficiency`: the LRA efficiency protocol (published.md, Table 2) at a batch
+// this machine holds.
+void apply_run_preset(const std::string& preset, GridOptions& grid, RunOptions& opts) {
+  if (preset.empty()) return;
+  if (preset != "lra-efficiency") throw InvalidInput(fmt::format("unknown preset '{}'; presets: lra-efficiency", preset));
+  if (grid.given("task") && grid.text["task"] != "text") throw InvalidInput("--preset lra-efficiency is the text task");
+  if (grid.given("level") || grid.given("mode")) throw InvalidInput("--preset lra-efficiency sets --level model --mode train");
+  grid.text["task"] = "text";
+  grid.text["level"] = "model";
+  grid.text["mode"] = "train";
+  if (!grid.given("attn")) grid.attn = {"all"};
+  if (!grid.given("seq")) grid.set_by_preset("seq", "1024:4096:+1024");
+  if (!grid.given("batch")) grid.set_by_preset("batch", "4");  // LRA's 32 needs ~8x the memory and time; see README
+  // A point this machine cannot hold is a row marked OOM, as LRA marks FAIL, not an abort.
+  opts.oom_as_status = true;
+}
+
+namespace {
+void check_format(const std::string& format, std::initializer_list<const char*> allowed) {
+  for (const char* a : allowed)
+    if (format == a) return;
+  throw InvalidInput(fmt::format("unknown format '{}'; formats: {}", format, fmt::join(allowed, ", ")));
+}
+
+// A test hook (documented in the README): ATTNBENCH_FAULT=KIND:TEXT makes `run` misbehave on
+// the points whose name contains TEXT, so the sweep's isolation can be tested. KIND: crash
+// (SIGSEGV), kill (SIGKILL, as the out-of-memory killer does), hang, exit (exit code 3).
+void inject_fault(const PointId& id) {
+  const char* env = std::getenv("ATTNBENCH_FAULT");
+  if (!env) return;
+  const std::string spec = env;
+  const auto colon = spec.find(':');
+  if (colon == std::string::npos || id.name().find(spec.substr(colon + 1)) == std::string::npos) return;
+  const std::string kind = spec.substr(0, colon);
+  std::cerr << "ATTNBENCH_FAULT: " << kind << " on " << id.name() << "\n" << std::flush;
+  if (kind == "crash") std::raise(SIGSEGV);
+  if (kind == "kill") std::raise(SIGKILL);
+  if (kind == "exit") std::_Exit(3);
+  if (kind == "hang")
+    while (true) std::this_thread::sleep_for(std::chrono::seconds(1));
+}
+}  // namespace
+
+int cmd_run(const std::vector<PointId>& grid, const RunOptions& opts, const std::string& out_path,
+            const std::string& format, const std::string& command, const std::string& preset) {
+  check_format(format, {"md", "csv", "json"});
+
+  // Validate every point before running any: bad input exits 2 with nothing written. The
+  // prepared points are the ones that run (constructing allocates nothing; setup does).
+  std::vector<PreparedPoint> points;
+  for (const auto& id : grid) points.push_back(prepare_point(id, opts));
+
+  const double gemm = opts.gemm_gflops > 0 ? opts.gemm_gflops : measure_gemm_gflops_1thread();
+  // With --rounds, every point runs once per pass over the list: a point and those it is
+  // compared with are measured close together in every pass, so a shared machine's slow drift
+  // falls on all of them alike instead of on whichever ran during a slow minute.
+  std::vector<PointResult> results(points.size());
+  for (int round = 0; round < opts.rounds; ++round) {
+    for (size_t i = 0; i < points.size(); ++i) {
+      if (round > 0 && results[i].status != Status::OK) continue;  // skipped or failed: not again
+      // run_point frees a point's mechanism and model; a later pass prepares it afresh.
+      if (round > 0) points[i] = prepare_point(points[i].id, opts);
+      PreparedPoint& pp = points[i];
+      const std::string label = point_label(pp.id, opts);
+      const std::string pass = opts.rounds > 1 ? fmt::format("[round {}/{}] ", round + 1, opts.rounds) : "";
+      std::cerr << fmt::format("{}[{}/{}] {} ...", pass, i + 1, points.size(), pp.id.name()) << std::flush;
+      inject_fault(pp.id);
+      PointResult r = run_point(pp, opts, label, gemm);
+      if (round == 0 && r.status == Status::OK && opts.count_instructions) {
+        RunOptions child = opts;  // one warm-up and one counted call, nothing else
+        child.count_instructions = child.error = false;
+        child.reps = child.warmup = child.rounds = 1;
+        child.min_time = 0;
+        count_point_instructions(point_args(pp.id, child), r);
+      }
+      if (r.status == Status::OK)
+        std::cerr << fmt::format(" {:.4g} ms{}\n", real_stats(r).median * 1e3,
+                                 r.instructions ? fmt::format(", {:.0f} instructions", *r.instructions) : "");
+      else
+        std::cerr << fmt::format(" {}: {}\n", to_string(r.status), r.message);
+      if (round == 0) results[i] = std::move(r);
+      else merge_round(results[i], std::move(r), round);
+    }
+  }
+  const int threads = grid.empty() ? 1 : grid.front().threads;
+  const nlohmann::json doc = results_document(run_context(command, opts.seed, threads, gemm), results);
+  if (!out_path.empty()) write_file_atomic(out_path, doc.dump(2) + "\n");
+  if (format == "json") std::cout << doc.dump(2) << "\n";
+  else if (format == "csv") std::cout << to_csv(results);
+  else if (preset == "lra-efficiency") std::cout << lra_efficiency_report(results, "flash");
+  else std::cout << to_markdown(results);
+  return 0;
+}
+
+}  // namespace ab
