@@ -23,30 +23,30 @@ namespace {
 class BigBird final : public SparseAttention {
  public:
   BigBird(const AttnProblem& p, const ParamValues& v)
-      : SparseAttention(p), b_(v.get_int("block")), w_(v.get_int("window_blocks")),
-        g_(v.get_int("global_blocks")), r_(v.get_int("random_blocks")) {}
+      : SparseAttention(p), block_(v.get_int("block")), window_blocks_(v.get_int("window_blocks")),
+        global_blocks_(v.get_int("global_blocks")), random_blocks_(v.get_int("random_blocks")) {}
 
   void validate() const override {
-    if (p_.shape.N % b_ != 0)
+    if (p_.shape.N % block_ != 0)
       throw InvalidInput("bigbird: N=" + std::to_string(p_.shape.N) + " is not a multiple of block=" +
-                         std::to_string(b_) + "; choose N or --param block= so that block divides N");
+                         std::to_string(block_) + "; choose N or --param block= so that block divides N");
   }
 
   std::vector<DumpTensor> dump_tensors() const override {
-    return {DumpTensor{"random_blocks", {p_.shape.H, nb(), r_}, nullptr, drawn_.data()}};
+    return {DumpTensor{"random_blocks", {p_.shape.H, nb(), random_blocks_}, nullptr, drawn_.data()}};
   }
 
  protected:
-  size_t pattern_bytes() const override { return static_cast<size_t>(p_.shape.H * nb() * r_) * sizeof(int64_t); }
+  size_t pattern_bytes() const override { return static_cast<size_t>(p_.shape.H * nb() * random_blocks_) * sizeof(int64_t); }
 
   std::vector<Segment> make_segments(Rng* rng) const override {
-    const int64_t N = p_.shape.N, H = p_.shape.H, b = b_, n = nb();
-    const int64_t g1 = std::min((g_ + 1) / 2, n), g2 = std::min(g_ / 2, n - g1);
+    const int64_t N = p_.shape.N, H = p_.shape.H, b = block_, n = nb();
+    const int64_t g1 = std::min((global_blocks_ + 1) / 2, n), g2 = std::min(global_blocks_ / 2, n - g1);
     const int64_t lo = g1, hi = n - g2;  // non-global query blocks [lo, hi)
-    const int64_t wl = (w_ - 1) / 2, wr = w_ / 2;
+    const int64_t wl = (window_blocks_ - 1) / 2, wr = window_blocks_ / 2;
     std::vector<Segment> s;
     if (rng) {
-      drawn_ = Buffer<int64_t>(static_cast<size_t>(H * n * r_));
+      drawn_ = Buffer<int64_t>(static_cast<size_t>(H * n * random_blocks_));
       std::fill(drawn_.data(), drawn_.data() + drawn_.size(), int64_t{-1});
     }
     if (g1 > 0) s.push_back(dense(rows(0, g1 * b), rows(0, N)));
@@ -68,7 +68,7 @@ class BigBird final : public SparseAttention {
     std::vector<int64_t> start(static_cast<size_t>(hi - lo + 1), 0);
     for (int64_t q = lo; q < hi; ++q)
       start[static_cast<size_t>(q - lo + 1)] =
-          start[static_cast<size_t>(q - lo)] + std::min<int64_t>(r_, static_cast<int64_t>(candidates(q).size())) * b;
+          start[static_cast<size_t>(q - lo)] + std::min<int64_t>(random_blocks_, static_cast<int64_t>(candidates(q).size())) * b;
     const int64_t nk = start.back();
     if (nk == 0) return s;
     Segment rnd;
@@ -80,11 +80,11 @@ class BigBird final : public SparseAttention {
       for (int64_t h = 0; h < H; ++h)
         for (int64_t q = lo; q < hi; ++q) {
           std::vector<int64_t> c = candidates(q);
-          const int64_t take = std::min<int64_t>(r_, static_cast<int64_t>(c.size()));
+          const int64_t take = std::min<int64_t>(random_blocks_, static_cast<int64_t>(c.size()));
           for (int64_t t = 0; t < take; ++t) {  // partial Fisher-Yates: without replacement
             const int64_t pick = t + static_cast<int64_t>(rng->below(static_cast<uint64_t>(c.size()) - t));
             std::swap(c[static_cast<size_t>(t)], c[static_cast<size_t>(pick)]);
-            drawn_[static_cast<size_t>((h * n + q) * r_ + t)] = c[static_cast<size_t>(t)];
+            drawn_[static_cast<size_t>((h * n + q) * random_blocks_ + t)] = c[static_cast<size_t>(t)];
             const int64_t u0 = start[static_cast<size_t>(q - lo)] + t * b;
             for (int64_t x = 0; x < b; ++x) rnd.gather[static_cast<size_t>(h * nk + u0 + x)] = c[static_cast<size_t>(t)] * b + x;
           }
@@ -93,7 +93,7 @@ class BigBird final : public SparseAttention {
     // One tile per query block and its random run (r blocks wide).
     rnd.tight = true;
     rnd.tile_rows = b;
-    rnd.tile_cols = std::max<int64_t>(b, std::min<int64_t>(r_ * b, 512));
+    rnd.tile_cols = std::max<int64_t>(b, std::min<int64_t>(random_blocks_ * b, 512));
     rnd.range = [start, b](int64_t t) {
       const size_t q = static_cast<size_t>(t / b);
       return std::pair<int64_t, int64_t>{start[q], start[q + 1]};
@@ -103,8 +103,8 @@ class BigBird final : public SparseAttention {
   }
 
  private:
-  int64_t nb() const { return p_.shape.N / b_; }
-  int64_t b_, w_, g_, r_;
+  int64_t nb() const { return p_.shape.N / block_; }
+  int64_t block_, window_blocks_, global_blocks_, random_blocks_;
   mutable Buffer<int64_t> drawn_;
 };
 

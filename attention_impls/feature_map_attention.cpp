@@ -363,26 +363,35 @@ void FeatureMapAttention::forward_head(int tid, const AttnArgs& a, int64_t b, in
   float *A = w + L.A, *pmax = w + L.pmax;
   map_features(tid, a.k.head(b, h), ld, N, phiK, w + L.lsK);
   prefix_max(ls, N, pmax);
-  fill(S, F * D, 0.0f);
+  causal_chunks(tid, phiQ, phiK, V, pmax, ls, S, z, A, den, [&](int64_t c0, int64_t len) {
+    const float* Qc = phiQ + c0 * F;
+    float* Oc = O + c0 * ld;
+    mask_upper(A, len, C_);
+    mm_.run(tid, spec_AV(len), A, V + c0 * ld, Oc);
+    if (c0 > 0) mm_.run(tid, spec_QS(len, true), Qc, S, Oc);
+    for (int64_t i = 0; i < len; ++i) scale_inplace(Oc + i * ld, D, 1.0f / den[c0 + i]);
+  });
+}
+
+template <class Body>
+void FeatureMapAttention::causal_chunks(int tid, const float* phiQ, float* phiK, const float* V, const float* pmax,
+                                        const float* ls, float* S, float* z, float* A, float* den, Body&& body) const {
+  const int64_t N = p_.shape.N, F = F_, ld = p_.strides.sn;
+  fill(S, F * p_.shape.D, 0.0f);
   fill(z, F, 0.0f);
   float c = 0.0f;
   for (int64_t c0 = 0; c0 < N; c0 += C_) {
     const int64_t len = std::min(C_, N - c0);
     c = enter_chunk(pmax, ls, phiK, c0, len, c, S, z);
-    const float* Kc = phiK + c0 * F;
-    const float *Qc = phiQ + c0 * F, *Vc = V + c0 * ld;
-    float* Oc = O + c0 * ld;
+    const float *Qc = phiQ + c0 * F, *Kc = phiK + c0 * F;
     mm_.run(tid, spec_QKt(len), Qc, Kc, A);
-    mask_upper(A, len, C_);
-    mm_.run(tid, spec_AV(len), A, Vc, Oc);
-    if (c0 > 0) mm_.run(tid, spec_QS(len, true), Qc, S, Oc);
     for (int64_t i = 0; i < len; ++i) {
       float d = row_eps(pmax, c0 + i, c) + dot(Qc + i * F, z, F);
       for (int64_t j = 0; j <= i; ++j) d += A[i * C_ + j];
       den[c0 + i] = d;
-      scale_inplace(Oc + i * ld, D, 1.0f / d);
     }
-    mm_.run(tid, spec_KtV(len, true), Kc, Vc, S);
+    body(c0, len);
+    mm_.run(tid, spec_KtV(len, true), Kc, V + c0 * ld, S);
     add_colsum(Kc, len, F, z);
   }
 }
@@ -451,31 +460,17 @@ void FeatureMapAttention::backward_head(int tid, const AttnArgs& a, int64_t b, i
       }
       mask_upper(G, len, C_);
     };
-    fill(S, F * D, 0.0f);
-    fill(z, F, 0.0f);
-    float c = 0.0f;
-    for (int64_t c0 = 0; c0 < N; c0 += C_) {
-      const int64_t len = std::min(C_, N - c0);
-      // Keys stay scaled at their chunk's factor for the reverse pass and the map's backward.
-      c = enter_chunk(pmax, ls, phiK, c0, len, c, S, z);
-      const float *Qc = phiQ + c0 * F, *Kc = phiK + c0 * F, *Vc = V + c0 * ld;
-      mm_.run(tid, spec_QKt(len), Qc, Kc, A);
-      for (int64_t i = 0; i < len; ++i) {
-        float d = row_eps(pmax, c0 + i, c) + dot(Qc + i * F, z, F);
-        for (int64_t j = 0; j <= i; ++j) d += A[i * C_ + j];
-        den[c0 + i] = d;
-        set_dnum(c0 + i);
-      }
+    // Keys stay scaled at their chunk's factor for the reverse pass and the map's backward.
+    causal_chunks(tid, phiQ, phiK, V, pmax, ls, S, z, A, den, [&](int64_t c0, int64_t len) {
+      for (int64_t i = 0; i < len; ++i) set_dnum(c0 + i);
       make_G(c0, len);
       float* dQc = dphiQ + c0 * F;
-      mm_.run(tid, spec_GK(len), G, Kc, dQc);
+      mm_.run(tid, spec_GK(len), G, phiK + c0 * F, dQc);
       if (c0 > 0) {
         mm_.run(tid, spec_dNumSt(len, true), dNum + c0 * D, S, dQc);
         for (int64_t i = 0; i < len; ++i) axpy(dden[c0 + i], z, dQc + i * F, F);
       }
-      mm_.run(tid, spec_KtV(len, true), Kc, Vc, S);
-      add_colsum(Kc, len, F, z);
-    }
+    });
     fill(R, F * D, 0.0f);
     fill(r, F, 0.0f);
     const int64_t last = (N - 1) / C_ * C_;

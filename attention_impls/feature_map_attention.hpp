@@ -84,6 +84,12 @@ class FeatureMapAttention : public Attention {
   float enter_chunk(const float* pmax, const float* ls, float* phiK, int64_t c0, int64_t len, float c_prev,
                     float* S, float* z) const;
   void features_of_keys(int tid, const float* K, int64_t rows, float* phi, float* ls) const;
+  // The causal pass over chunks that forward and backward share: per chunk, its keys at the
+  // running factor, A = phiQ_c phiK_c^T (unmasked) and den_i, then body(c0, len) with S, z still
+  // the state before the chunk, then the state takes the chunk's keys.
+  template <class Body>
+  void causal_chunks(int tid, const float* phiQ, float* phiK, const float* V, const float* pmax, const float* ls,
+                     float* S, float* z, float* A, float* den, Body&& body) const;
   void forward_head(int tid, const AttnArgs& a, int64_t b, int64_t h) const;
   void backward_head(int tid, const AttnArgs& a, int64_t b, int64_t h) const;
 

@@ -20,7 +20,8 @@ namespace {
 class Linformer final : public ReducedKeysAttention {
  public:
   Linformer(const AttnProblem& p, const ParamValues& v)
-      : ReducedKeysAttention(p, std::min<int64_t>(v.get_int("k"), p.shape.N)), share_(v.get_bool("share_kv")) {}
+      : ReducedKeysAttention(p, projected(p, v), projected(p, v) * p.shape.N,
+                             1.0 / std::sqrt(static_cast<double>(projected(p, v))), v.get_bool("share_kv")) {}
 
   double flops(Mode mode) const override {
     const auto& s = p_.shape;
@@ -32,27 +33,13 @@ class Linformer final : public ReducedKeysAttention {
 
   std::vector<DumpTensor> dump_tensors() const override {
     const auto& s = p_.shape;
-    return {DumpTensor{"E", {s.H, Nk_, s.N}, E_.data(), nullptr},
-            DumpTensor{"F", {s.H, Nk_, s.N}, share_ ? E_.data() : F_.data(), nullptr}};
+    return map_tensors("E", "F", {Nk_, s.N});
   }
 
  protected:
   void plan_maps(MatmulCache& mm, Mode mode) const override {
     mm.add(spec_project());
     if (mode == Mode::fwdbwd) mm.add(spec_unproject());
-  }
-  size_t param_bytes() const override {
-    return (share_ ? 1 : 2) * static_cast<size_t>(p_.shape.H * Nk_ * p_.shape.N) * sizeof(float);
-  }
-  void draw_params(Rng& rng) override {
-    const size_t pe = static_cast<size_t>(p_.shape.H * Nk_ * p_.shape.N);
-    const double lim = 1.0 / std::sqrt(static_cast<double>(Nk_));
-    E_ = Buffer<float>(pe);
-    rng.fill_uniform(E_.data(), static_cast<int64_t>(pe), -lim, lim);
-    if (!share_) {
-      F_ = Buffer<float>(pe);
-      rng.fill_uniform(F_.data(), static_cast<int64_t>(pe), -lim, lim);
-    }
   }
   // K' = E_h K, V' = F_h V
   void reduce(const MatmulCache& mm, int tid, int64_t h, Which which, const float* X, float* Xr) const override {
@@ -64,6 +51,8 @@ class Linformer final : public ReducedKeysAttention {
   }
 
  private:
+  // k, clipped to N.
+  static int64_t projected(const AttnProblem& p, const ParamValues& v) { return std::min<int64_t>(v.get_int("k"), p.shape.N); }
   // (k, N) x (N, D) -> (k, D)
   MatmulSpec spec_project() const {
     return MatmulSpec::tile(Nk_, p_.shape.D, p_.shape.N, p_.shape.N, false, p_.strides.sn, false, p_.shape.D);
@@ -72,13 +61,6 @@ class Linformer final : public ReducedKeysAttention {
   MatmulSpec spec_unproject() const {
     return MatmulSpec::tile(p_.shape.N, p_.shape.D, Nk_, p_.shape.N, true, p_.shape.D, false, p_.strides.sn);
   }
-  const float* map(int64_t h, Which which) const {
-    const Buffer<float>& m = (which == kKeys || share_) ? E_ : F_;
-    return m.data() + h * Nk_ * p_.shape.N;
-  }
-
-  bool share_;
-  Buffer<float> E_, F_;
 };
 
 }  // namespace

@@ -22,7 +22,10 @@ namespace {
 class MemoryCompressed final : public ReducedKeysAttention {
  public:
   MemoryCompressed(const AttnProblem& p, const ParamValues& v)
-      : ReducedKeysAttention(p, (p.shape.N + v.get_int("stride") - 1) / v.get_int("stride")),
+      // Glorot uniform for a (D out, D in, stride) kernel: fan_in = fan_out = D * stride.
+      : ReducedKeysAttention(p, (p.shape.N + v.get_int("stride") - 1) / v.get_int("stride"),
+                             v.get_int("stride") * p.shape.D * p.shape.D,
+                             std::sqrt(6.0 / (2.0 * static_cast<double>(p.shape.D * v.get_int("stride")))), false),
         stride_(v.get_int("stride")) {}
 
   double flops(Mode mode) const override {
@@ -37,8 +40,7 @@ class MemoryCompressed final : public ReducedKeysAttention {
 
   std::vector<DumpTensor> dump_tensors() const override {
     const auto& s = p_.shape;
-    return {DumpTensor{"Wk", {s.H, stride_, s.D, s.D}, Wk_.data(), nullptr},
-            DumpTensor{"Wv", {s.H, stride_, s.D, s.D}, Wv_.data(), nullptr}};
+    return map_tensors("Wk", "Wv", {stride_, s.D, s.D});
   }
 
  protected:
@@ -48,25 +50,16 @@ class MemoryCompressed final : public ReducedKeysAttention {
       if (mode == Mode::fwdbwd) mm.add(spec_deconv(rows_at(r)));
     }
   }
-  size_t param_bytes() const override { return 2 * kernel_floats() * sizeof(float); }
-  void draw_params(Rng& rng) override {
-    Wk_ = Buffer<float>(kernel_floats());
-    Wv_ = Buffer<float>(kernel_floats());
-    // Glorot uniform for a (D out, D in, stride) kernel: fan_in = fan_out = D * stride.
-    const double lim = std::sqrt(6.0 / (2.0 * static_cast<double>(p_.shape.D * stride_)));
-    rng.fill_uniform(Wk_.data(), static_cast<int64_t>(Wk_.size()), -lim, lim);
-    rng.fill_uniform(Wv_.data(), static_cast<int64_t>(Wv_.size()), -lim, lim);
-  }
   // X'(t) = sum_r X(t stride + r) W[h, r]: one product per window offset r over the rows
   // r, r + stride, ... (a view with row stride `stride`).
   void reduce(const MatmulCache& mm, int tid, int64_t h, Which which, const float* X, float* Xr) const override {
-    const float* W = kernel(h, which);
+    const float* W = map(h, which);
     for (int64_t r = 0; r < offsets(); ++r)
       mm.run(tid, spec_conv(rows_at(r), r > 0), X + r * p_.strides.sn, W + r * p_.shape.D * p_.shape.D, Xr);
   }
   // dX(t stride + r) = dX'(t) W[h, r]^T
   void expand(const MatmulCache& mm, int tid, int64_t h, Which which, const float* dXr, float* dX) const override {
-    const float* W = kernel(h, which);
+    const float* W = map(h, which);
     for (int64_t r = 0; r < offsets(); ++r)
       mm.run(tid, spec_deconv(rows_at(r)), dXr, W + r * p_.shape.D * p_.shape.D, dX + r * p_.strides.sn);
   }
@@ -86,13 +79,7 @@ class MemoryCompressed final : public ReducedKeysAttention {
     return MatmulSpec::tile(rows, p_.shape.D, p_.shape.D, p_.shape.D, false, p_.shape.D, true,
                             stride_ * p_.strides.sn);
   }
-  size_t kernel_floats() const { return static_cast<size_t>(p_.shape.H * stride_ * p_.shape.D * p_.shape.D); }
-  const float* kernel(int64_t h, Which which) const {
-    return (which == kKeys ? Wk_ : Wv_).data() + h * stride_ * p_.shape.D * p_.shape.D;
-  }
-
   int64_t stride_;
-  Buffer<float> Wk_, Wv_;
 };
 
 }  // namespace

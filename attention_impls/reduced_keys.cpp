@@ -6,12 +6,32 @@
 
 namespace ab {
 
-ReducedKeysAttention::ReducedKeysAttention(const AttnProblem& p, int64_t reduced)
+ReducedKeysAttention::ReducedKeysAttention(const AttnProblem& p, int64_t reduced, int64_t map_floats,
+                                           double init_limit, bool shared)
     : p_(p),
       Nk_(reduced),
       qk_(p.shape.D, p.strides.sn, p.shape.D, 1.0f / std::sqrt(static_cast<float>(p.shape.D))),
       core_(TiledSoftmaxShape::dense(p.shape.B, p.shape.H, p.shape.N, reduced, p.shape.D, false, p.shape.D,
-                                     p.strides.sn, p.threads)) {}
+                                     p.strides.sn, p.threads)),
+      map_floats_(map_floats),
+      init_limit_(init_limit),
+      shared_(shared) {}
+
+size_t ReducedKeysAttention::map_bytes() const {
+  return (shared_ ? 1 : 2) * static_cast<size_t>(p_.shape.H * map_floats_) * sizeof(float);
+}
+
+const float* ReducedKeysAttention::map(int64_t h, Which which) const {
+  return (which == kKeys || shared_ ? key_map_ : value_map_).data() + h * map_floats_;
+}
+
+std::vector<DumpTensor> ReducedKeysAttention::map_tensors(const char* key_name, const char* value_name,
+                                                          const std::vector<int64_t>& per_head_shape) const {
+  std::vector<int64_t> shape = {p_.shape.H};
+  shape.insert(shape.end(), per_head_shape.begin(), per_head_shape.end());
+  return {DumpTensor{key_name, shape, key_map_.data(), nullptr},
+          DumpTensor{value_name, shape, shared_ ? key_map_.data() : value_map_.data(), nullptr}};
+}
 
 void ReducedKeysAttention::plan(Mode mode) const {
   if (planned_ && planned_mode_ == mode) return;
@@ -33,13 +53,19 @@ TensorView ReducedKeysAttention::view(const Buffer<float>& buf) const {
 
 size_t ReducedKeysAttention::working_bytes(Mode mode) const {
   plan(mode);
-  return param_bytes() + (mode == Mode::fwdbwd ? 4 : 2) * reduced_bytes() +
+  return map_bytes() + (mode == Mode::fwdbwd ? 4 : 2) * reduced_bytes() +
          static_cast<size_t>(p_.threads) * maps_.scratch_per_slot() + core_.working_bytes(mode);
 }
 
 void ReducedKeysAttention::setup(Mode mode, Rng& rng) {
   plan(mode);
-  draw_params(rng);
+  const size_t n_map = static_cast<size_t>(p_.shape.H * map_floats_);
+  key_map_ = Buffer<float>(n_map);
+  rng.fill_uniform(key_map_.data(), static_cast<int64_t>(n_map), -init_limit_, init_limit_);
+  if (!shared_) {
+    value_map_ = Buffer<float>(n_map);
+    rng.fill_uniform(value_map_.data(), static_cast<int64_t>(n_map), -init_limit_, init_limit_);
+  }
   const size_t n = reduced_bytes() / sizeof(float);
   Kr_ = Buffer<float>(n);
   Vr_ = Buffer<float>(n);

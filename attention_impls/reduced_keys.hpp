@@ -1,8 +1,9 @@
 // The shared core of `linformer` and `memory_compressed`: softmax attention of the N queries
 // over Nk keys and values made from K and V by a per-head linear map along the sequence
-// (Linformer's projection E, F; the strided convolution). A mechanism supplies the map, its
-// transpose for the backward pass and its parameters; the reduced buffers, the tiled engine
-// (over Nk keys) and the wiring are here.
+// (Linformer's projection E, F; the strided convolution's kernels Wk, Wv). A mechanism supplies
+// how the map applies and its transpose for the backward pass; the maps' tensors (one for keys,
+// one for values, or one shared), the reduced buffers, the tiled engine (over Nk keys) and the
+// wiring are here.
 #pragma once
 #include "attention_impls/attention.hpp"
 #include "attention_impls/tiled_softmax.hpp"
@@ -20,20 +21,27 @@ class ReducedKeysAttention : public Attention {
 
  protected:
   enum Which { kKeys = 0, kValues = 1 };
-  ReducedKeysAttention(const AttnProblem& p, int64_t reduced);
+  // The maps hold `map_floats` floats per head each, drawn uniform in +-init_limit (the key map
+  // first); `shared`: the value map is the key map.
+  ReducedKeysAttention(const AttnProblem& p, int64_t reduced, int64_t map_floats, double init_limit, bool shared);
   // Adds the map's products (and, with backward, its transpose's).
   virtual void plan_maps(MatmulCache& mm, Mode mode) const = 0;
-  virtual size_t param_bytes() const = 0;
-  virtual void draw_params(Rng& rng) = 0;
   // Xr (Nk x D, row stride D) = the map of X (N x D, row stride sn) for head h.
   virtual void reduce(const MatmulCache& mm, int tid, int64_t h, Which which, const float* X, float* Xr) const = 0;
   // dX (N x D, row stride sn, overwritten) = the transposed map of dXr.
   virtual void expand(const MatmulCache& mm, int tid, int64_t h, Which which, const float* dXr, float* dX) const = 0;
 
+  // Head h's map of keys or values.
+  const float* map(int64_t h, Which which) const;
+  // The two maps as dump tensors of shape (H, ...per_head_shape).
+  std::vector<DumpTensor> map_tensors(const char* key_name, const char* value_name,
+                                      const std::vector<int64_t>& per_head_shape) const;
+
   AttnProblem p_;
   int64_t Nk_;
 
  private:
+  size_t map_bytes() const;
   void plan(Mode mode) const;
   size_t reduced_bytes() const;
   TensorView view(const Buffer<float>& buf) const;
@@ -43,6 +51,10 @@ class ReducedKeysAttention : public Attention {
   mutable MatmulCache maps_;
   mutable bool planned_ = false;
   mutable Mode planned_mode_ = Mode::fwd;
+  int64_t map_floats_;
+  double init_limit_;
+  bool shared_;
+  Buffer<float> key_map_, value_map_;
   Buffer<float> Kr_, Vr_, dKr_, dVr_;
   Buffer<std::byte> scratch_;
 };

@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "attention_impls/lsh_hash.hpp"
+#include "attention_impls/per_head_attention.hpp"
 #include "attention_impls/registry.hpp"
 #include "core/matmul.hpp"
 #include "core/vecmath.hpp"  // and <immintrin.h> on AVX2 + FMA and AVX-512 builds
@@ -58,21 +59,21 @@ int64_t default_buckets(int64_t N, int64_t bucket_size) {
   return std::max<int64_t>(2, (q + 1) / 2 * 2);
 }
 
-class Reformer final : public Attention {
+class Reformer final : public PerHeadAttention {
  public:
   Reformer(const AttnProblem& p, const ParamValues& v)
-      : p_(p),
-        bs_(v.get_int("bucket_size")),
-        nh_(v.get_int("n_hashes")),
-        nbk_(v.get_int("n_buckets") > 0 ? v.get_int("n_buckets") : default_buckets(p.shape.N, v.get_int("bucket_size"))),
+      : PerHeadAttention(p),
+        bucket_size_(v.get_int("bucket_size")),
+        n_hashes_(v.get_int("n_hashes")),
+        n_buckets_(v.get_int("n_buckets") > 0 ? v.get_int("n_buckets") : default_buckets(p.shape.N, v.get_int("bucket_size"))),
         nchunks_(p.shape.N / std::max<int64_t>(1, v.get_int("bucket_size"))) {}
 
   void validate() const override {
-    if (p_.shape.N % bs_ != 0)
+    if (p_.shape.N % bucket_size_ != 0)
       throw InvalidInput("reformer: N=" + std::to_string(p_.shape.N) + " is not a multiple of bucket_size=" +
-                         std::to_string(bs_));
-    if (nbk_ % 2 != 0 || nbk_ < 2)
-      throw InvalidInput("reformer: n_buckets=" + std::to_string(nbk_) +
+                         std::to_string(bucket_size_));
+    if (n_buckets_ % 2 != 0 || n_buckets_ < 2)
+      throw InvalidInput("reformer: n_buckets=" + std::to_string(n_buckets_) +
                          " must be even and at least 2 (the hash is argmax over [xR ; -xR], R has n_buckets/2 columns)");
     if (p_.shape.D > 65536)
       throw InvalidInput("reformer: D=" + std::to_string(p_.shape.D) +
@@ -82,49 +83,39 @@ class Reformer final : public Attention {
   double flops(Mode mode) const override {
     const auto& s = p_.shape;
     const double N = static_cast<double>(s.N), D = static_cast<double>(s.D);
-    const double hash = 2.0 * N * D * static_cast<double>(nbk_ / 2);
+    const double hash = 2.0 * N * D * static_cast<double>(n_buckets_ / 2);
     const double attention = attention_pair_flops(N * static_cast<double>(window()), s.D);
     const double per_round = hash + (mode == Mode::fwd ? attention : 3.5 * attention);
-    return per_round * static_cast<double>(nh_ * s.B * s.H);
+    return per_round * static_cast<double>(n_hashes_ * s.B * s.H);
   }
 
   size_t working_bytes(Mode mode) const override {
     plan(mode);
     const Layout L = layout(mode);
     return persistent_bytes() +
-           static_cast<size_t>(p_.threads) * (L.floats * sizeof(float) + L.ints * sizeof(int32_t) + mm_.scratch_per_slot());
+           static_cast<size_t>(p_.threads) * (L.floats * sizeof(float) + L.ints * sizeof(int32_t)) + scratchpad_bytes();
   }
 
   void setup(Mode mode, Rng& rng) override {
-    plan(mode);
-    mode_ = mode;
+    plan(mode);  // the layout below depends on the products' scratchpads
     const auto& s = p_.shape;
-    rotations_ = Buffer<float>(static_cast<size_t>(nh_ * s.H * s.D * (nbk_ / 2)));
+    rotations_ = Buffer<float>(static_cast<size_t>(n_hashes_ * s.H * s.D * (n_buckets_ / 2)));
     rng.fill_normal(rotations_.data(), static_cast<int64_t>(rotations_.size()));
-    const int64_t half = nbk_ / 2;
+    const int64_t half = n_buckets_ / 2;
     hashes_.clear();
-    for (int64_t h = 0; h < s.H; ++h) hashes_.emplace_back(rotations_.data() + h * s.D * half, s.H * s.D * half, nh_, s.D, half);
-    buckets_ = Buffer<int64_t>(static_cast<size_t>(s.B * s.H * nh_ * s.N));
+    for (int64_t h = 0; h < s.H; ++h) hashes_.emplace_back(rotations_.data() + h * s.D * half, s.H * s.D * half, n_hashes_, s.D, half);
+    buckets_ = Buffer<int64_t>(static_cast<size_t>(s.B * s.H * n_hashes_ * s.N));
     lse_ = Buffer<float>(static_cast<size_t>(s.B * s.H * s.N));
     const Layout L = layout(mode);
-    wsf_ = Buffer<float>(static_cast<size_t>(p_.threads) * L.floats);
-    wsi_ = Buffer<int32_t>(static_cast<size_t>(p_.threads) * L.ints);
-    scratch_ = Buffer<std::byte>(static_cast<size_t>(p_.threads) * mm_.scratch_per_slot());
-    mm_.bind(p_.threads, scratch_.data());
-  }
-
-  void forward(const AttnArgs& a) override {
-    for_each_head(p_.shape, [&](int tid, int64_t b, int64_t h) { forward_head(a, tid, b, h); });
-  }
-
-  void backward(const AttnArgs& a) override {
-    for_each_head(p_.shape, [&](int tid, int64_t b, int64_t h) { backward_head(a, tid, b, h); });
+    work_floats_ = Buffer<float>(static_cast<size_t>(p_.threads) * L.floats);
+    work_ints_ = Buffer<int32_t>(static_cast<size_t>(p_.threads) * L.ints);
+    bind_products(mode);
   }
 
   std::vector<DumpTensor> dump_tensors() const override {
     const auto& s = p_.shape;
-    return {DumpTensor{"rotations", {nh_, s.H, s.D, nbk_ / 2}, rotations_.data(), nullptr},
-            DumpTensor{"buckets", {s.B, s.H, nh_, s.N}, nullptr, buckets_.data()}};
+    return {DumpTensor{"rotations", {n_hashes_, s.H, s.D, n_buckets_ / 2}, rotations_.data(), nullptr},
+            DumpTensor{"buckets", {s.B, s.H, n_hashes_, s.N}, nullptr, buckets_.data()}};
   }
   std::string dump_note() const override {
     return "shared query-key: the keys are Q_j/||Q_j||; the K input is not used and dk is zero";
@@ -133,9 +124,9 @@ class Reformer final : public Attention {
  private:
   // Keys each query's window holds: its chunk and the previous one, or only its own chunk when
   // the sequence is one chunk (the previous chunk would be the same keys again).
-  int64_t window() const { return nchunks_ > 1 ? 2 * bs_ : bs_; }
+  int64_t window() const { return nchunks_ > 1 ? 2 * bucket_size_ : bucket_size_; }
   // Rows of the sorted arrays: the last chunk copied in front (the wrap of chunk 0), then N.
-  int64_t padded() const { return p_.shape.N + bs_; }
+  int64_t padded() const { return p_.shape.N + bucket_size_; }
 
   // Per-thread workspace (floats and int32), each array aligned to 16 elements.
   struct Layout {
@@ -147,7 +138,7 @@ class Reformer final : public Attention {
   Layout layout(Mode mode) const {
     Layout L;
     const size_t N = static_cast<size_t>(p_.shape.N), D = static_cast<size_t>(p_.shape.D),
-                 P = static_cast<size_t>(padded()), b = static_cast<size_t>(bs_), W = static_cast<size_t>(window());
+                 P = static_cast<size_t>(padded()), b = static_cast<size_t>(bucket_size_), W = static_cast<size_t>(window());
     size_t at = 0;
     auto take = [&at](size_t n) {
       const size_t o = at;
@@ -179,8 +170,8 @@ class Reformer final : public Attention {
     at = 0;
     L.perm = take(P);
     L.bsort = take(P);
-    L.count = take(static_cast<size_t>(nbk_) + 1);
-    L.hash = take(RotationHash::scratch_bytes(p_.shape.D, nbk_ / 2) / sizeof(int32_t));
+    L.count = take(static_cast<size_t>(n_buckets_) + 1);
+    L.hash = take(RotationHash::scratch_bytes(p_.shape.D, n_buckets_ / 2) / sizeof(int32_t));
     L.run_lo = take(W);
     L.run_hi = take(W);
     L.ints = at;
@@ -188,9 +179,9 @@ class Reformer final : public Attention {
   }
   size_t persistent_bytes() const {
     const auto& s = p_.shape;
-    return static_cast<size_t>(nh_ * s.H * s.D * (nbk_ / 2)) * sizeof(float)           // rotations
-           + static_cast<size_t>(s.H) * RotationHash::packed_bytes(nh_, s.D, nbk_ / 2)  // quantised
-           + static_cast<size_t>(s.B * s.H * nh_ * s.N) * sizeof(int64_t)     // buckets
+    return static_cast<size_t>(n_hashes_ * s.H * s.D * (n_buckets_ / 2)) * sizeof(float)           // rotations
+           + static_cast<size_t>(s.H) * RotationHash::packed_bytes(n_hashes_, s.D, n_buckets_ / 2)  // quantised
+           + static_cast<size_t>(s.B * s.H * n_hashes_ * s.N) * sizeof(int64_t)     // buckets
            + static_cast<size_t>(s.B * s.H * s.N) * sizeof(float);            // L, for backward
   }
 
@@ -198,35 +189,30 @@ class Reformer final : public Attention {
   int64_t D() const { return p_.shape.D; }
   float scale() const { return 1.0f / std::sqrt(static_cast<float>(p_.shape.D)); }
   // S(bs, W) = scale · Qs(bs, D) Ks(W, D)^T
-  MatmulSpec spec_qk() const { return MatmulSpec::tile(bs_, window(), D(), D(), false, D(), true, window(), scale()); }
+  MatmulSpec spec_qk() const { return MatmulSpec::tile(bucket_size_, window(), D(), D(), false, D(), true, window(), scale()); }
   // Oc(bs, D) = A(bs, W) Vs(W, D)
-  MatmulSpec spec_av() const { return MatmulSpec::tile(bs_, D(), window(), window(), false, D(), false, D()); }
+  MatmulSpec spec_av() const { return MatmulSpec::tile(bucket_size_, D(), window(), window(), false, D(), false, D()); }
   // dA(bs, W) = dOs(bs, D) Vs(W, D)^T
-  MatmulSpec spec_dav() const { return MatmulSpec::tile(bs_, window(), D(), D(), false, D(), true, window()); }
+  MatmulSpec spec_dav() const { return MatmulSpec::tile(bucket_size_, window(), D(), D(), false, D(), true, window()); }
   // dQc(bs, D) = scale · dS(bs, W) Ks(W, D)   (into Oc)
-  MatmulSpec spec_dq() const { return MatmulSpec::tile(bs_, D(), window(), window(), false, D(), false, D(), scale()); }
+  MatmulSpec spec_dq() const { return MatmulSpec::tile(bucket_size_, D(), window(), window(), false, D(), false, D(), scale()); }
   // dKs(W, D) += scale · dS^T(W, bs) Qs(bs, D)
   MatmulSpec spec_dk() const {
-    return MatmulSpec::tile(window(), D(), bs_, window(), true, D(), false, D(), scale(), true);
+    return MatmulSpec::tile(window(), D(), bucket_size_, window(), true, D(), false, D(), scale(), true);
   }
   // dVs(W, D) += A^T(W, bs) dOs(bs, D)
-  MatmulSpec spec_dv() const { return MatmulSpec::tile(window(), D(), bs_, window(), true, D(), false, D(), 1.0f, true); }
+  MatmulSpec spec_dv() const { return MatmulSpec::tile(window(), D(), bucket_size_, window(), true, D(), false, D(), 1.0f, true); }
 
-  void plan(Mode mode) const {
-    if (planned_ && planned_mode_ == mode) return;
-    mm_.clear();
-    mm_.add(spec_qk());
-    mm_.add(spec_av());
-    if (mode == Mode::fwdbwd)
-      for (const auto& sp : {spec_dav(), spec_dq(), spec_dk(), spec_dv()}) mm_.add(sp);
-    planned_ = true;
-    planned_mode_ = mode;
+  std::vector<MatmulSpec> products(Mode mode) const override {
+    std::vector<MatmulSpec> p = {spec_qk(), spec_av()};
+    if (mode == Mode::fwdbwd) p.insert(p.end(), {spec_dav(), spec_dq(), spec_dk(), spec_dv()});
+    return p;
   }
 
-  float* wsf(int tid) const { return wsf_.data() + static_cast<size_t>(tid) * layout(mode_).floats; }
-  int32_t* wsi(int tid) const { return wsi_.data() + static_cast<size_t>(tid) * layout(mode_).ints; }
+  float* work_floats(int tid) const { return work_floats_.data() + static_cast<size_t>(tid) * layout(mode_).floats; }
+  int32_t* work_ints(int tid) const { return work_ints_.data() + static_cast<size_t>(tid) * layout(mode_).ints; }
   int64_t* buckets_of(int64_t b, int64_t h, int64_t r) const {
-    return buckets_.data() + ((b * p_.shape.H + h) * nh_ + r) * p_.shape.N;
+    return buckets_.data() + ((b * p_.shape.H + h) * n_hashes_ + r) * p_.shape.N;
   }
 
   // 1/||Q_i|| for every row (a zero row keeps a zero key instead of NaN).
@@ -238,7 +224,7 @@ class Reformer final : public Attention {
   // exactly (lsh_hash.hpp); inv from inverse_norms.
   void hash(const AttnArgs& a, int tid, int64_t b, int64_t h, const float* inv) const {
     hashes_[static_cast<size_t>(h)].assign(a.q.row(b, h, 0), p_.strides.sn, p_.shape.N, inv,
-                                           wsi(tid) + layout(mode_).hash, buckets_of(b, h, 0), p_.shape.N);
+                                           work_ints(tid) + layout(mode_).hash, buckets_of(b, h, 0), p_.shape.N);
   }
 
   // Round r's sorted order: perm[bs + p] is the position at sorted index p, perm[0, bs) repeats
@@ -246,16 +232,16 @@ class Reformer final : public Attention {
   // counting sort by bucket, since positions are visited in increasing order.
   void sort_round(const int64_t* bucket, int32_t* perm, int32_t* bsort, int32_t* count) const {
     const int64_t N = p_.shape.N;
-    std::fill(count, count + nbk_ + 1, 0);
+    std::fill(count, count + n_buckets_ + 1, 0);
     for (int64_t i = 0; i < N; ++i) ++count[bucket[i] + 1];
-    for (int64_t k = 0; k < nbk_; ++k) count[k + 1] += count[k];
+    for (int64_t k = 0; k < n_buckets_; ++k) count[k + 1] += count[k];
     for (int64_t i = 0; i < N; ++i) {
       const int32_t at = count[bucket[i]]++;
-      perm[bs_ + at] = static_cast<int32_t>(i);
-      bsort[bs_ + at] = static_cast<int32_t>(bucket[i]);
+      perm[bucket_size_ + at] = static_cast<int32_t>(i);
+      bsort[bucket_size_ + at] = static_cast<int32_t>(bucket[i]);
     }
-    std::memcpy(perm, perm + N, static_cast<size_t>(bs_) * sizeof(int32_t));
-    std::memcpy(bsort, bsort + N, static_cast<size_t>(bs_) * sizeof(int32_t));
+    std::memcpy(perm, perm + N, static_cast<size_t>(bucket_size_) * sizeof(int32_t));
+    std::memcpy(bsort, bsort + N, static_cast<size_t>(bucket_size_) * sizeof(int32_t));
   }
 
   // Rows of a (B, H, N, D) tensor in sorted order: dst[p] = scale_p · src[perm[p]] for p < rows,
@@ -297,7 +283,7 @@ class Reformer final : public Attention {
       for (int64_t k = 0; k < W; ++k) run_lo[k] = k > 0 && bk[k] == bk[k - 1] ? run_lo[k - 1] : static_cast<int32_t>(k);
       for (int64_t k = W - 1; k >= 0; --k) run_hi[k] = k + 1 < W && bk[k] == bk[k + 1] ? run_hi[k + 1] : static_cast<int32_t>(k + 1);
     }
-    for (int64_t rr = 0; rr < bs_; ++rr) {
+    for (int64_t rr = 0; rr < bucket_size_; ++rr) {
       float* row = S + rr * W;
       const int64_t self = q0 + rr - w0;  // the query's own column
       if (!wrapped) {
@@ -320,7 +306,7 @@ class Reformer final : public Attention {
   }
 
   // Window start (padded sorted index) of chunk c.
-  int64_t window_start(int64_t c) const { return nchunks_ > 1 ? c * bs_ : bs_; }
+  int64_t window_start(int64_t c) const { return nchunks_ > 1 ? c * bucket_size_ : bucket_size_; }
 
   // The normalised keys and the values of each chunk's window live in two alternating buffers
   // Kw, Vw of two windows each: [previous chunk ; chunk]. Both passes walk the chunks in order.
@@ -332,27 +318,27 @@ class Reformer final : public Attention {
   void load_first_previous(const AttnArgs& a, int64_t b, int64_t h, const int32_t* perm, const float* inv,
                            float* Kw, float* Vw) const {
     if (nchunks_ == 1) return;
-    gather(a.q, b, h, perm, bs_, Kw, inv);
-    gather(a.v, b, h, perm, bs_, Vw);
+    gather(a.q, b, h, perm, bucket_size_, Kw, inv);
+    gather(a.v, b, h, perm, bucket_size_, Vw);
   }
   // Gathers chunk c just before use, so the products read it from cache: into its window's
   // second half, and also into the other buffer's first half, as the next chunk's previous one.
   Window load_window(const AttnArgs& a, int64_t b, int64_t h, const int32_t* perm, const float* inv, float* Kw,
                      float* Vw, int64_t c) const {
-    const int64_t slot = bs_ * D(), q0 = bs_ + c * bs_;
+    const int64_t slot = bucket_size_ * D(), q0 = bucket_size_ + c * bucket_size_;
     const int64_t here = (c % 2) * 2 * slot, next = ((c + 1) % 2) * 2 * slot;
     float *Kcur = Kw + here + slot, *Vcur = Vw + here + slot;
     const bool pass_on = nchunks_ > 1 && c + 1 < nchunks_;
-    gather(a.q, b, h, perm + q0, bs_, Kcur, inv, pass_on ? Kw + next : nullptr);
-    gather(a.v, b, h, perm + q0, bs_, Vcur, nullptr, pass_on ? Vw + next : nullptr);
+    gather(a.q, b, h, perm + q0, bucket_size_, Kcur, inv, pass_on ? Kw + next : nullptr);
+    gather(a.v, b, h, perm + q0, bucket_size_, Vcur, nullptr, pass_on ? Vw + next : nullptr);
     if (nchunks_ == 1) return Window{Kcur, Vcur, Kcur};
     return Window{Kw + here, Vw + here, Kcur};
   }
 
-  void forward_head(const AttnArgs& a, int tid, int64_t b, int64_t h) const {
+  void forward_head(const AttnArgs& a, int tid, int64_t b, int64_t h) const override {
     const Layout L = layout(mode_);
-    float* w = wsf(tid);
-    int32_t* wi = wsi(tid);
+    float* w = work_floats(tid);
+    int32_t* wi = work_ints(tid);
     float *inv = w + L.inv, *Kw = w + L.Ks, *Vw = w + L.Vs, *S = w + L.S, *Oc = w + L.Oc;
     float *M = w + L.M, *Z = w + L.Z, *lc = w + L.lc;
     int32_t *perm = wi + L.perm, *bsort = wi + L.bsort;
@@ -360,7 +346,7 @@ class Reformer final : public Attention {
     // 1. Norms of the shared keys; 2. buckets of every round.
     inverse_norms(a, b, h, inv);
     hash(a, tid, b, h, inv);
-    for (int64_t r = 0; r < nh_; ++r) {
+    for (int64_t r = 0; r < n_hashes_; ++r) {
       // 3. Sort. The previous chunk of chunk 0 is the last chunk (padded sorted rows [0, bs)).
       sort_round(buckets_of(b, h, r), perm, bsort, wi + L.count);
       load_first_previous(a, b, h, perm, inv, Kw, Vw);
@@ -369,22 +355,22 @@ class Reformer final : public Attention {
       //    row is scaled by ||q_i|| inside the softmax. Then logits over the window, mask,
       //    unnormalised softmax (its sum goes into the merge weight), output.
       for (int64_t c = 0; c < nchunks_; ++c) {
-        const int64_t q0 = bs_ + c * bs_, w0 = window_start(c);
+        const int64_t q0 = bucket_size_ + c * bucket_size_, w0 = window_start(c);
         const Window win = load_window(a, b, h, perm, inv, Kw, Vw, c);
         // The merge below updates the chunk's output rows in random order: ask for them now.
-        for (int64_t rr = 0; rr < bs_; ++rr) prefetch(a.o.row(b, h, perm[q0 + rr]), Dd, true);
+        for (int64_t rr = 0; rr < bucket_size_; ++rr) prefetch(a.o.row(b, h, perm[q0 + rr]), Dd, true);
         mm_.run(tid, spec_qk(), win.Kcur, win.K, S);
         mask_chunk(S, q0, w0, perm, bsort, wi + L.run_lo, wi + L.run_hi);
-        for (int64_t rr = 0; rr < bs_; ++rr) {
+        for (int64_t rr = 0; rr < bucket_size_; ++rr) {
           float* Sr = S + rr * W;
           // The next chunk's key and value rows are random rows of Q and V, missing L2 once N·D
           // outgrows it: ask for one pair per softmax row, so the misses overlap this chunk's
           // arithmetic instead of stalling the next gather (all of them at once would fill the
           // miss queue and stall here instead). Likewise the output rows its merge will update.
           if (c + 1 < nchunks_) {
-            prefetch_l2(a.q.row(b, h, perm[q0 + bs_ + rr]), Dd);
-            prefetch_l2(a.v.row(b, h, perm[q0 + bs_ + rr]), Dd);
-            prefetch_l2(a.o.row(b, h, perm[q0 + bs_ + rr]), Dd);
+            prefetch_l2(a.q.row(b, h, perm[q0 + bucket_size_ + rr]), Dd);
+            prefetch_l2(a.v.row(b, h, perm[q0 + bucket_size_ + rr]), Dd);
+            prefetch_l2(a.o.row(b, h, perm[q0 + bucket_size_ + rr]), Dd);
           }
           // ||q_i||; a zero query has a zero key, its finite logits are 0 at any positive scale.
           const float nq = std::max(inv[perm[q0 + rr]] > 0.0f ? 1.0f / inv[perm[q0 + rr]] : 0.0f,
@@ -393,16 +379,16 @@ class Reformer final : public Attention {
           const float m = max_of(Sr, W);
           const float sum = exp_shift_sum(Sr, Sr, W, m);
           lc[rr] = m + std::log(sum);
-          lc[bs_ + rr] = 1.0f / sum;
+          lc[bucket_size_ + rr] = 1.0f / sum;
         }
         mm_.run(tid, spec_av(), S, win.V, Oc);
         // 5. Merge into O online: O_i holds Σ_r exp(lse_r - M_i)·O_r,i, Z_i the sum of the
         //    weights, M_i the largest lse so far.
-        for (int64_t rr = 0; rr < bs_; ++rr) {
+        for (int64_t rr = 0; rr < bucket_size_; ++rr) {
           const int32_t i = perm[q0 + rr];
           float* o = a.o.row(b, h, i);
           const float* oc = Oc + rr * Dd;
-          const float norm = lc[bs_ + rr];
+          const float norm = lc[bucket_size_ + rr];
           if (r == 0) {
 #pragma omp simd
             for (int64_t d = 0; d < Dd; ++d) o[d] = norm * oc[d];
@@ -432,15 +418,15 @@ class Reformer final : public Attention {
   // Streams the sorted order chunk by chunk like the forward pass: the working set per thread is
   // two windows plus one chunk's queries and upstream gradient, not whole sorted copies (at N =
   // 16384 those were 24 MiB per head and pushed the inputs out of L3).
-  void backward_head(const AttnArgs& a, int tid, int64_t b, int64_t h) const {
+  void backward_head(const AttnArgs& a, int tid, int64_t b, int64_t h) const override {
     const Layout L = layout(mode_);
-    float* w = wsf(tid);
-    int32_t* wi = wsi(tid);
+    float* w = work_floats(tid);
+    int32_t* wi = work_ints(tid);
     float *inv = w + L.inv, *Kw = w + L.Ks, *Vw = w + L.Vs, *A = w + L.S, *dQc = w + L.Oc;
     float *Qc = w + L.Qs, *dOc = w + L.dOs, *dKw = w + L.dKs, *dVw = w + L.dVs, *dKn = w + L.dKn, *dA = w + L.dA;
     float *Lc = w + L.Ls, *dc = w + L.deltas, *delta = w + L.delta;
     int32_t *perm = wi + L.perm, *bsort = wi + L.bsort;
-    const int64_t N = p_.shape.N, Dd = D(), W = window(), slot = bs_ * Dd;
+    const int64_t N = p_.shape.N, Dd = D(), W = window(), slot = bucket_size_ * Dd;
     const float* lse = lse_.data() + (b * p_.shape.H + h) * N;
     inverse_norms(a, b, h, inv);
     for (int64_t i = 0; i < N; ++i) {
@@ -452,7 +438,7 @@ class Reformer final : public Attention {
     fill(dKn, N * Dd, 0.0f);
     // Adds rows [0, bs) of the window gradients to the positions pos[0, bs).
     auto scatter = [&](const int32_t* pos) {
-      for (int64_t p = 0; p < bs_; ++p) {
+      for (int64_t p = 0; p < bucket_size_; ++p) {
         float* dk = dKn + static_cast<int64_t>(pos[p]) * Dd;
         float* dv = a.dv.row(b, h, pos[p]);
         const float *gk = dKw + p * Dd, *gv = dVw + p * Dd;
@@ -463,19 +449,19 @@ class Reformer final : public Attention {
         }
       }
     };
-    for (int64_t r = 0; r < nh_; ++r) {
+    for (int64_t r = 0; r < n_hashes_; ++r) {
       // 1. The round's sorted order, and the first window's previous chunk (as forward).
       sort_round(buckets_of(b, h, r), perm, bsort, wi + L.count);
       load_first_previous(a, b, h, perm, inv, Kw, Vw);
       fill(dKw, W * Dd, 0.0f);
       fill(dVw, W * Dd, 0.0f);
       for (int64_t c = 0; c < nchunks_; ++c) {
-        const int64_t q0 = bs_ + c * bs_, w0 = window_start(c);
+        const int64_t q0 = bucket_size_ + c * bucket_size_, w0 = window_start(c);
         // 2. The chunk's window of keys and values, its queries, dO, L and delta.
         const Window win = load_window(a, b, h, perm, inv, Kw, Vw, c);
-        gather(a.q, b, h, perm + q0, bs_, Qc);
-        gather(a.dout, b, h, perm + q0, bs_, dOc);
-        for (int64_t rr = 0; rr < bs_; ++rr) {
+        gather(a.q, b, h, perm + q0, bucket_size_, Qc);
+        gather(a.dout, b, h, perm + q0, bucket_size_, dOc);
+        for (int64_t rr = 0; rr < bucket_size_; ++rr) {
           Lc[rr] = lse[perm[q0 + rr]];
           dc[rr] = delta[perm[q0 + rr]];
         }
@@ -484,10 +470,10 @@ class Reformer final : public Attention {
         mm_.run(tid, spec_qk(), Qc, win.K, A);
         mask_chunk(A, q0, w0, perm, bsort, wi + L.run_lo, wi + L.run_hi);
         mm_.run(tid, spec_dav(), dOc, win.V, dA);
-        for (int64_t rr = 0; rr < bs_; ++rr) {
+        for (int64_t rr = 0; rr < bucket_size_; ++rr) {
           // The next chunk's rows, into L2 while this chunk computes (see forward_head).
           if (c + 1 < nchunks_) {
-            const int32_t i = perm[q0 + bs_ + rr];
+            const int32_t i = perm[q0 + bucket_size_ + rr];
             prefetch_l2(a.q.row(b, h, i), Dd);
             prefetch_l2(a.v.row(b, h, i), Dd);
             prefetch_l2(a.dout.row(b, h, i), Dd);
@@ -508,7 +494,7 @@ class Reformer final : public Attention {
         mm_.run(tid, spec_dq(), dA, win.K, dQc);
         mm_.run(tid, spec_dk(), dA, Qc, dKw);
         mm_.run(tid, spec_dv(), A, dOc, dVw);
-        for (int64_t rr = 0; rr < bs_; ++rr) {
+        for (int64_t rr = 0; rr < bucket_size_; ++rr) {
           float* dq = a.dq.row(b, h, perm[q0 + rr]);
           const float* g = dQc + rr * Dd;
 #pragma omp simd
@@ -541,17 +527,11 @@ class Reformer final : public Attention {
     }
   }
 
-  AttnProblem p_;
-  int64_t bs_, nh_, nbk_, nchunks_;
-  Mode mode_ = Mode::fwd;
-  mutable MatmulCache mm_;
-  mutable bool planned_ = false;
-  mutable Mode planned_mode_ = Mode::fwd;
-  Buffer<float> rotations_, lse_, wsf_;
+  int64_t bucket_size_, n_hashes_, n_buckets_, nchunks_;
+  Buffer<float> rotations_, lse_, work_floats_;
   std::vector<RotationHash> hashes_;  // per head: its rounds' rotations, quantised
   Buffer<int64_t> buckets_;
-  Buffer<int32_t> wsi_;
-  Buffer<std::byte> scratch_;
+  Buffer<int32_t> work_ints_;
 };
 
 }  // namespace

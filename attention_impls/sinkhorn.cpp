@@ -24,6 +24,7 @@
 #include <cstring>
 #include <limits>
 
+#include "attention_impls/per_head_attention.hpp"
 #include "attention_impls/registry.hpp"
 #include "core/matmul.hpp"
 #include "core/vecmath.hpp"
@@ -31,25 +32,25 @@
 namespace ab {
 namespace {
 
-class Sinkhorn final : public Attention {
+class Sinkhorn final : public PerHeadAttention {
  public:
   Sinkhorn(const AttnProblem& p, const ParamValues& v)
-      : p_(p),
-        blk_(v.get_int("block")),
+      : PerHeadAttention(p),
+        block_(v.get_int("block")),
         iters_(v.get_int("sinkhorn_iters")),
         temperature_(v.get_float("temperature")),
-        nb_(p.shape.N / std::max<int64_t>(1, v.get_int("block"))) {}
+        n_blocks_(p.shape.N / std::max<int64_t>(1, v.get_int("block"))) {}
 
   void validate() const override {
-    if (p_.shape.N % blk_ != 0)
+    if (p_.shape.N % block_ != 0)
       throw InvalidInput("sinkhorn: N=" + std::to_string(p_.shape.N) + " is not a multiple of block=" +
-                         std::to_string(blk_));
+                         std::to_string(block_));
   }
 
   double flops(Mode mode) const override {
     const auto& s = p_.shape;
-    const double N = static_cast<double>(s.N), D = static_cast<double>(s.D), nb = static_cast<double>(nb_),
-                 b = static_cast<double>(blk_);
+    const double N = static_cast<double>(s.N), D = static_cast<double>(s.D), nb = static_cast<double>(n_blocks_),
+                 b = static_cast<double>(block_);
     const double attention = 4.0 * D * N * 2.0 * b;        // QK and PV over N x 2·block pairs
     const double sort = 2.0 * (2.0 * nb * nb * b * D);      // K~ and V~
     const double network = 2.0 * nb * D * D + 2.0 * nb * D * nb;
@@ -61,44 +62,34 @@ class Sinkhorn final : public Attention {
 
   size_t working_bytes(Mode mode) const override {
     plan(mode);
-    return persistent_floats(mode) * sizeof(float) + static_cast<size_t>(p_.threads) * (thread_floats(mode) * sizeof(float) + mm_.scratch_per_slot());
+    return (persistent_floats(mode) + static_cast<size_t>(p_.threads) * thread_floats(mode)) * sizeof(float) + scratchpad_bytes();
   }
 
   void setup(Mode mode, Rng& rng) override {
-    plan(mode);
-    mode_ = mode;
+    plan(mode);  // the layout below depends on the products' scratchpads
     const auto& s = p_.shape;
     const int64_t D = s.D, H = s.H, BH = s.B * s.H;
     W1_ = Buffer<float>(static_cast<size_t>(H * D * D));
-    W2_ = Buffer<float>(static_cast<size_t>(H * D * nb_));
-    const double l1 = std::sqrt(6.0 / (2.0 * D)), l2 = std::sqrt(6.0 / static_cast<double>(D + nb_));
+    W2_ = Buffer<float>(static_cast<size_t>(H * D * n_blocks_));
+    const double l1 = std::sqrt(6.0 / (2.0 * D)), l2 = std::sqrt(6.0 / static_cast<double>(D + n_blocks_));
     rng.fill_uniform(W1_.data(), static_cast<int64_t>(W1_.size()), -l1, l1);
     rng.fill_uniform(W2_.data(), static_cast<int64_t>(W2_.size()), -l2, l2);
-    P_ = Buffer<float>(static_cast<size_t>(BH * nb_ * nb_));
-    R_ = Buffer<float>(static_cast<size_t>(BH * nb_ * nb_));
-    pre_ = Buffer<float>(static_cast<size_t>(BH * nb_ * D));
+    P_ = Buffer<float>(static_cast<size_t>(BH * n_blocks_ * n_blocks_));
+    R_ = Buffer<float>(static_cast<size_t>(BH * n_blocks_ * n_blocks_));
+    pre_ = Buffer<float>(static_cast<size_t>(BH * n_blocks_ * D));
     Ks_ = Buffer<float>(static_cast<size_t>(BH * s.N * D));
     Vs_ = Buffer<float>(static_cast<size_t>(BH * s.N * D));
     lse_ = Buffer<float>(static_cast<size_t>(BH * s.N));
-    ws_ = Buffer<float>(static_cast<size_t>(p_.threads) * thread_floats(mode));
-    scratch_ = Buffer<std::byte>(static_cast<size_t>(p_.threads) * mm_.scratch_per_slot());
-    mm_.bind(p_.threads, scratch_.data());
+    work_ = Buffer<float>(static_cast<size_t>(p_.threads) * thread_floats(mode));
+    bind_products(mode);
   }
 
   // ---- forward ----
-  void forward(const AttnArgs& a) override {
-    for_each_head(p_.shape, [&](int tid, int64_t b, int64_t h) { forward_head(a, tid, b, h); });
-  }
-
-  void backward(const AttnArgs& a) override {
-    for_each_head(p_.shape, [&](int tid, int64_t b, int64_t h) { backward_head(a, tid, b, h); });
-  }
-
   std::vector<DumpTensor> dump_tensors() const override {
     const auto& s = p_.shape;
     return {DumpTensor{"W1", {s.H, s.D, s.D}, W1_.data(), nullptr},
-            DumpTensor{"W2", {s.H, s.D, nb_}, W2_.data(), nullptr},
-            DumpTensor{"P", {s.B, s.H, nb_, nb_}, P_.data(), nullptr}};
+            DumpTensor{"W2", {s.H, s.D, n_blocks_}, W2_.data(), nullptr},
+            DumpTensor{"P", {s.B, s.H, n_blocks_, n_blocks_}, P_.data(), nullptr}};
   }
 
  private:
@@ -111,7 +102,7 @@ class Sinkhorn final : public Attention {
   Layout layout(Mode mode) const {
     Layout L;
     const size_t N = static_cast<size_t>(p_.shape.N), D = static_cast<size_t>(p_.shape.D),
-                 nb = static_cast<size_t>(nb_), b = static_cast<size_t>(blk_);
+                 nb = static_cast<size_t>(n_blocks_), b = static_cast<size_t>(block_);
     size_t at = 0;
     auto take = [&at](size_t n) {
       const size_t o = at;
@@ -141,7 +132,7 @@ class Sinkhorn final : public Attention {
   size_t persistent_floats(Mode) const {
     const auto& s = p_.shape;
     const size_t BH = static_cast<size_t>(s.B * s.H), N = static_cast<size_t>(s.N), D = static_cast<size_t>(s.D),
-                 nb = static_cast<size_t>(nb_);
+                 nb = static_cast<size_t>(n_blocks_);
     return static_cast<size_t>(s.H) * (D * D + D * nb)  // W1, W2
            + 2 * BH * nb * nb                            // P, R
            + BH * nb * D                                 // the network's pre-activations
@@ -151,61 +142,57 @@ class Sinkhorn final : public Attention {
 
   // ---- matrix product shapes (row-major; see MatmulSpec::tile) ----
   int64_t D() const { return p_.shape.D; }
-  int64_t BD() const { return blk_ * p_.shape.D; }
+  int64_t BD() const { return block_ * p_.shape.D; }
   float scale() const { return 1.0f / std::sqrt(static_cast<float>(p_.shape.D)); }
   // pre(nb, D) = x(nb, D) W1(D, D)
-  MatmulSpec spec_xw1() const { return MatmulSpec::tile(nb_, D(), D(), D(), false, D(), false, D()); }
+  MatmulSpec spec_xw1() const { return MatmulSpec::tile(n_blocks_, D(), D(), D(), false, D(), false, D()); }
   // R(nb, nb) = hd(nb, D) W2(D, nb)
-  MatmulSpec spec_hw2() const { return MatmulSpec::tile(nb_, nb_, D(), D(), false, nb_, false, nb_); }
+  MatmulSpec spec_hw2() const { return MatmulSpec::tile(n_blocks_, n_blocks_, D(), D(), false, n_blocks_, false, n_blocks_); }
   // K~(nb, block·D) = P(nb, nb) Kc(nb, block·D)
-  MatmulSpec spec_sort() const { return MatmulSpec::tile(nb_, BD(), nb_, nb_, false, BD(), false, BD()); }
+  MatmulSpec spec_sort() const { return MatmulSpec::tile(n_blocks_, BD(), n_blocks_, n_blocks_, false, BD(), false, BD()); }
   // S(block, block) = scale · Q_i(block, D) K_i(block, D)^T, into a (block, 2·block) row
   MatmulSpec spec_qk() const {
-    return MatmulSpec::tile(blk_, blk_, D(), p_.strides.sn, false, D(), true, 2 * blk_, scale());
+    return MatmulSpec::tile(block_, block_, D(), p_.strides.sn, false, D(), true, 2 * block_, scale());
   }
   // O_i(block, D) (+)= A(block, block) V(block, D)
   MatmulSpec spec_av(bool acc) const {
-    return MatmulSpec::tile(blk_, D(), blk_, 2 * blk_, false, D(), false, p_.strides.sn, 1.0f, acc);
+    return MatmulSpec::tile(block_, D(), block_, 2 * block_, false, D(), false, p_.strides.sn, 1.0f, acc);
   }
   // backward:
   // dA(block, block) = dO_i(block, D) V(block, D)^T
-  MatmulSpec spec_dav() const { return MatmulSpec::tile(blk_, blk_, D(), p_.strides.sn, false, D(), true, 2 * blk_); }
+  MatmulSpec spec_dav() const { return MatmulSpec::tile(block_, block_, D(), p_.strides.sn, false, D(), true, 2 * block_); }
   // dQ_i (+)= scale · dS(block, block) K(block, D)
   MatmulSpec spec_dq(bool acc) const {
-    return MatmulSpec::tile(blk_, D(), blk_, 2 * blk_, false, D(), false, p_.strides.sn, scale(), acc);
+    return MatmulSpec::tile(block_, D(), block_, 2 * block_, false, D(), false, p_.strides.sn, scale(), acc);
   }
   // dK(block, D) += scale · dS(block, block)^T Q_i(block, D)
   MatmulSpec spec_dk() const {
-    return MatmulSpec::tile(blk_, D(), blk_, 2 * blk_, true, p_.strides.sn, false, D(), scale(), true);
+    return MatmulSpec::tile(block_, D(), block_, 2 * block_, true, p_.strides.sn, false, D(), scale(), true);
   }
   // dV(block, D) += A(block, block)^T dO_i(block, D)
   MatmulSpec spec_dv() const {
-    return MatmulSpec::tile(blk_, D(), blk_, 2 * blk_, true, p_.strides.sn, false, D(), 1.0f, true);
+    return MatmulSpec::tile(block_, D(), block_, 2 * block_, true, p_.strides.sn, false, D(), 1.0f, true);
   }
   // dKc(nb, block·D) += P^T(nb, nb) dK~(nb, block·D)
   MatmulSpec spec_sort_back() const {
-    return MatmulSpec::tile(nb_, BD(), nb_, nb_, true, BD(), false, BD(), 1.0f, true);
+    return MatmulSpec::tile(n_blocks_, BD(), n_blocks_, n_blocks_, true, BD(), false, BD(), 1.0f, true);
   }
   // dP(nb, nb) (+)= dK~(nb, block·D) Kc(nb, block·D)^T
-  MatmulSpec spec_dP(bool acc) const { return MatmulSpec::tile(nb_, nb_, BD(), BD(), false, BD(), true, nb_, 1.0f, acc); }
+  MatmulSpec spec_dP(bool acc) const { return MatmulSpec::tile(n_blocks_, n_blocks_, BD(), BD(), false, BD(), true, n_blocks_, 1.0f, acc); }
   // dhd(nb, D) = dR(nb, nb) W2(D, nb)^T
-  MatmulSpec spec_dhd() const { return MatmulSpec::tile(nb_, D(), nb_, nb_, false, nb_, true, D()); }
+  MatmulSpec spec_dhd() const { return MatmulSpec::tile(n_blocks_, D(), n_blocks_, n_blocks_, false, n_blocks_, true, D()); }
   // dx(nb, D) = dpre(nb, D) W1(D, D)^T
-  MatmulSpec spec_dx() const { return MatmulSpec::tile(nb_, D(), D(), D(), false, D(), true, D()); }
+  MatmulSpec spec_dx() const { return MatmulSpec::tile(n_blocks_, D(), D(), D(), false, D(), true, D()); }
 
-  void plan(Mode mode) const {
-    if (planned_ && planned_mode_ == mode) return;
-    mm_.clear();
-    for (const auto& sp : {spec_xw1(), spec_hw2(), spec_sort(), spec_qk(), spec_av(false), spec_av(true)}) mm_.add(sp);
+  std::vector<MatmulSpec> products(Mode mode) const override {
+    std::vector<MatmulSpec> p = {spec_xw1(), spec_hw2(), spec_sort(), spec_qk(), spec_av(false), spec_av(true)};
     if (mode == Mode::fwdbwd)
-      for (const auto& sp : {spec_dav(), spec_dq(false), spec_dq(true), spec_dk(), spec_dv(), spec_sort_back(),
-                             spec_dP(false), spec_dP(true), spec_dhd(), spec_dx()})
-        mm_.add(sp);
-    planned_ = true;
-    planned_mode_ = mode;
+      p.insert(p.end(), {spec_dav(), spec_dq(false), spec_dq(true), spec_dk(), spec_dv(), spec_sort_back(),
+                         spec_dP(false), spec_dP(true), spec_dhd(), spec_dx()});
+    return p;
   }
 
-  float* ws(int tid) const { return ws_.data() + static_cast<size_t>(tid) * thread_floats(mode_); }
+  float* work(int tid) const { return work_.data() + static_cast<size_t>(tid) * thread_floats(mode_); }
   size_t bh_index(int64_t b, int64_t h) const { return static_cast<size_t>(b * p_.shape.H + h); }
 
   // The head's keys or values as a contiguous (nb, block·D) matrix: the tensor itself when its
@@ -220,7 +207,7 @@ class Sinkhorn final : public Attention {
   // gets its log-sum-exp subtracted. Columns are swept row by row (contiguous, vectorised), with
   // the running maxima and sums in tmp (2·nb floats).
   void normalise(float* L, bool by_rows, float* tmp) const {
-    const int64_t n = nb_;
+    const int64_t n = n_blocks_;
     if (by_rows) {
       for (int64_t i = 0; i < n; ++i) {
         float* row = L + i * n;
@@ -257,17 +244,17 @@ class Sinkhorn final : public Attention {
 
   // Passes 1-3: summaries, sorting network, Sinkhorn. Leaves P (and R, pre) for this head.
   void sort_matrix(const AttnArgs& a, int tid, int64_t b, int64_t h, float* x, float* hd, float* tmp) const {
-    const int64_t nb = nb_, Dd = D();
+    const int64_t nb = n_blocks_, Dd = D();
     const size_t bh = bh_index(b, h);
     // 1. x_c = mean of block c's query rows.
     for (int64_t c = 0; c < nb; ++c) {
       float* xc = x + c * Dd;
       fill(xc, Dd, 0.0f);
-      for (int64_t r = 0; r < blk_; ++r) {
-        const float* q = a.q.row(b, h, c * blk_ + r);
+      for (int64_t r = 0; r < block_; ++r) {
+        const float* q = a.q.row(b, h, c * block_ + r);
         for (int64_t d = 0; d < Dd; ++d) xc[d] += q[d];
       }
-      scale_inplace(xc, Dd, 1.0f / static_cast<float>(blk_));
+      scale_inplace(xc, Dd, 1.0f / static_cast<float>(block_));
     }
     // 2. R = relu(x W1) W2.
     float* pre = pre_.data() + bh * static_cast<size_t>(nb * Dd);
@@ -286,11 +273,11 @@ class Sinkhorn final : public Attention {
     for (int64_t i = 0; i < nb * nb; ++i) P[i] = exp_f32(P[i]);
   }
 
-  void forward_head(const AttnArgs& a, int tid, int64_t b, int64_t h) const {
+  void forward_head(const AttnArgs& a, int tid, int64_t b, int64_t h) const override {
     const Layout L = layout(mode_);
-    float* w = ws(tid);
+    float* w = work(tid);
     float* S = w + L.S;
-    const int64_t nb = nb_, Dd = D(), b2 = 2 * blk_;
+    const int64_t nb = n_blocks_, Dd = D(), b2 = 2 * block_;
     const size_t bh = bh_index(b, h);
     sort_matrix(a, tid, b, h, w + L.x, w + L.hd, w + L.tmp);
     // 4. K~ = P Kc, V~ = P Vc (block-wise).
@@ -304,11 +291,11 @@ class Sinkhorn final : public Attention {
     // 5. Each query block attends [K_i ; K~_i]: logits, row softmax, output.
     float* lse = lse_.data() + bh * static_cast<size_t>(p_.shape.N);
     for (int64_t i = 0; i < nb; ++i) {
-      const int64_t r0 = i * blk_;
+      const int64_t r0 = i * block_;
       const float* Q = a.q.row(b, h, r0);
       mm_.run(tid, spec_qk(), Q, Kc + r0 * Dd, S);
-      mm_.run(tid, spec_qk(), Q, Ks + r0 * Dd, S + blk_);
-      for (int64_t r = 0; r < blk_; ++r) {
+      mm_.run(tid, spec_qk(), Q, Ks + r0 * Dd, S + block_);
+      for (int64_t r = 0; r < block_; ++r) {
         float* Sr = S + r * b2;
         const float m = max_of(Sr, b2);
         const float sum = exp_shift_sum(Sr, Sr, b2, m);  // Sr <- exp(Sr - m), returns the sum
@@ -316,17 +303,17 @@ class Sinkhorn final : public Attention {
         lse[r0 + r] = m + std::log(sum);
       }
       mm_.run(tid, spec_av(false), S, Vc + r0 * Dd, a.o.row(b, h, r0));
-      mm_.run(tid, spec_av(true), S + blk_, Vs + r0 * Dd, a.o.row(b, h, r0));
+      mm_.run(tid, spec_av(true), S + block_, Vs + r0 * Dd, a.o.row(b, h, r0));
     }
   }
 
   // ---- backward ----
-  void backward_head(const AttnArgs& a, int tid, int64_t b, int64_t h) const {
+  void backward_head(const AttnArgs& a, int tid, int64_t b, int64_t h) const override {
     const Layout L = layout(mode_);
-    float* w = ws(tid);
+    float* w = work(tid);
     float *A = w + L.S, *dA = w + L.dA;
     float *dKc = w + L.dKc, *dVc = w + L.dVc, *dKs = w + L.dKs, *dVs = w + L.dVs;
-    const int64_t nb = nb_, Dd = D(), N = p_.shape.N, b2 = 2 * blk_;
+    const int64_t nb = n_blocks_, Dd = D(), N = p_.shape.N, b2 = 2 * block_;
     const size_t bh = bh_index(b, h);
     const float* Kc = contiguous(a.k, b, h, w + L.Kc);
     const float* Vc = contiguous(a.v, b, h, w + L.Vc);
@@ -337,14 +324,14 @@ class Sinkhorn final : public Attention {
 
     // 1. The attention of each block: A = softmax(S) from the kept lse, dS = A (dA - rowsum(dO O)).
     for (int64_t i = 0; i < nb; ++i) {
-      const int64_t r0 = i * blk_;
+      const int64_t r0 = i * block_;
       const float* Q = a.q.row(b, h, r0);
       const float* dO = a.dout.row(b, h, r0);
       mm_.run(tid, spec_qk(), Q, Kc + r0 * Dd, A);
-      mm_.run(tid, spec_qk(), Q, Ks + r0 * Dd, A + blk_);
+      mm_.run(tid, spec_qk(), Q, Ks + r0 * Dd, A + block_);
       mm_.run(tid, spec_dav(), dO, Vc + r0 * Dd, dA);
-      mm_.run(tid, spec_dav(), dO, Vs + r0 * Dd, dA + blk_);
-      for (int64_t r = 0; r < blk_; ++r) {
+      mm_.run(tid, spec_dav(), dO, Vs + r0 * Dd, dA + block_);
+      for (int64_t r = 0; r < block_; ++r) {
         float* Ar = A + r * b2;
         float* dAr = dA + r * b2;
         const float delta = dot(a.dout.row(b, h, r0 + r), a.o.row(b, h, r0 + r), Dd);
@@ -355,11 +342,11 @@ class Sinkhorn final : public Attention {
       }
       float* dQ = a.dq.row(b, h, r0);
       mm_.run(tid, spec_dq(false), dA, Kc + r0 * Dd, dQ);
-      mm_.run(tid, spec_dq(true), dA + blk_, Ks + r0 * Dd, dQ);
+      mm_.run(tid, spec_dq(true), dA + block_, Ks + r0 * Dd, dQ);
       mm_.run(tid, spec_dk(), dA, Q, dKc + r0 * Dd);
-      mm_.run(tid, spec_dk(), dA + blk_, Q, dKs + r0 * Dd);
+      mm_.run(tid, spec_dk(), dA + block_, Q, dKs + r0 * Dd);
       mm_.run(tid, spec_dv(), A, dO, dVc + r0 * Dd);
-      mm_.run(tid, spec_dv(), A + blk_, dO, dVs + r0 * Dd);
+      mm_.run(tid, spec_dv(), A + block_, dO, dVs + r0 * Dd);
     }
 
     // 2. The sort: dKc += P^T dK~, dVc += P^T dV~, dP = dK~ Kc^T + dV~ Vc^T.
@@ -416,10 +403,10 @@ class Sinkhorn final : public Attention {
     mm_.run(tid, spec_dx(), dhd, W1_.data() + h * Dd * Dd, dx);
 
     // 5. The block means: every query row of block c gets dx_c / block.
-    const float inv = 1.0f / static_cast<float>(blk_);
+    const float inv = 1.0f / static_cast<float>(block_);
     for (int64_t c = 0; c < nb; ++c)
-      for (int64_t r = 0; r < blk_; ++r) {
-        float* dq = a.dq.row(b, h, c * blk_ + r);
+      for (int64_t r = 0; r < block_; ++r) {
+        float* dq = a.dq.row(b, h, c * block_ + r);
         const float* dxc = dx + c * Dd;
         for (int64_t d = 0; d < Dd; ++d) dq[d] += inv * dxc[d];
       }
@@ -429,16 +416,10 @@ class Sinkhorn final : public Attention {
     }
   }
 
-  AttnProblem p_;
-  int64_t blk_, iters_;
+  int64_t block_, iters_;
   double temperature_;
-  int64_t nb_;
-  Mode mode_ = Mode::fwd;
-  mutable MatmulCache mm_;
-  mutable bool planned_ = false;
-  mutable Mode planned_mode_ = Mode::fwd;
-  Buffer<float> W1_, W2_, P_, R_, pre_, Ks_, Vs_, lse_, ws_;
-  Buffer<std::byte> scratch_;
+  int64_t n_blocks_;
+  Buffer<float> W1_, W2_, P_, R_, pre_, Ks_, Vs_, lse_, work_;
 };
 
 }  // namespace

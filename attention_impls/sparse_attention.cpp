@@ -204,6 +204,17 @@ TensorView SparseAttention::keys_view(const Part& part, const TensorView& t, con
   return part.seg.keys.of(t);
 }
 
+template <class F>
+void SparseAttention::for_each_gathered(const Part& part, F&& f) const {
+  const auto& s = p_.shape;
+  const int64_t nk = part.seg.keys.n;
+#pragma omp parallel for schedule(static)
+  for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
+    const int64_t b = bh / s.H, h = bh % s.H;
+    for (int64_t u = 0; u < nk; ++u) f(b, h, part.seg.gather[static_cast<size_t>(h * nk + u)], (bh * nk + u) * s.D);
+  }
+}
+
 // Forward: per segment, its engine computes the softmax over the segment's keys. A segment
 // that is first to all its rows writes O and lse; a later one resumes from them, so that O and
 // lse become the softmax over the union of the keys so far (segments have disjoint key sets).
@@ -224,18 +235,11 @@ void SparseAttention::forward(const AttnArgs& a) {
     Part& part = *part_ptr;
     const Segment& seg = part.seg;
     if (seg.backward_only) continue;
-    if (part.gathered()) {
-      const int64_t nk = seg.keys.n;
-#pragma omp parallel for schedule(static)
-      for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
-        const int64_t b = bh / s.H, h = bh % s.H;
-        for (int64_t u = 0; u < nk; ++u) {
-          const int64_t row = seg.gather[static_cast<size_t>(h * nk + u)];
-          std::memcpy(part.kg.data() + (bh * nk + u) * D, a.k.row(b, h, row), static_cast<size_t>(D) * sizeof(float));
-          std::memcpy(part.vg.data() + (bh * nk + u) * D, a.v.row(b, h, row), static_cast<size_t>(D) * sizeof(float));
-        }
-      }
-    }
+    if (part.gathered())
+      for_each_gathered(part, [&](int64_t b, int64_t h, int64_t row, int64_t slot) {
+        std::memcpy(part.kg.data() + slot, a.k.row(b, h, row), static_cast<size_t>(D) * sizeof(float));
+        std::memcpy(part.vg.data() + slot, a.v.row(b, h, row), static_cast<size_t>(D) * sizeof(float));
+      });
     const TensorView l = seg.queries.of(lse);
     const LseView lv{l.data, l.strides.sb, l.strides.sh, l.strides.sn};
     part.qk.bind(seg.queries.of(a.q), keys_view(part, a.k, part.kg));
@@ -273,25 +277,18 @@ void SparseAttention::backward(const AttnArgs& a) {
     part->qk.bind_grads(seg.queries.of(a.dq), keys_view(*part, a.dk, part->dkg), true);
     part->engine.backward(part->qk, keys_view(*part, a.v, part->vg), seg.queries.of(a.o),
                           seg.queries.of(a.dout), keys_view(*part, a.dv, part->dvg), true, &lv);
-    if (part->gathered()) {
-      const int64_t nk = seg.keys.n;
-#pragma omp parallel for schedule(static)
-      for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
-        const int64_t b = bh / s.H, h = bh % s.H;
-        for (int64_t u = 0; u < nk; ++u) {
-          const int64_t row = seg.gather[static_cast<size_t>(h * nk + u)];
-          float* dk = a.dk.row(b, h, row);
-          float* dv = a.dv.row(b, h, row);
-          const float* gk = part->dkg.data() + (bh * nk + u) * D;
-          const float* gv = part->dvg.data() + (bh * nk + u) * D;
+    if (part->gathered())
+      for_each_gathered(*part, [&](int64_t b, int64_t h, int64_t row, int64_t slot) {
+        float* dk = a.dk.row(b, h, row);
+        float* dv = a.dv.row(b, h, row);
+        const float* gk = part->dkg.data() + slot;
+        const float* gv = part->dvg.data() + slot;
 #pragma omp simd
-          for (int64_t d = 0; d < D; ++d) {
-            dk[d] += gk[d];
-            dv[d] += gv[d];
-          }
+        for (int64_t d = 0; d < D; ++d) {
+          dk[d] += gk[d];
+          dv[d] += gv[d];
         }
-      }
-    }
+      });
   }
 }
 

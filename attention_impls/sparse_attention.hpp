@@ -88,6 +88,10 @@ class SparseAttention : public Attention {
   double sum_over_parts(Count count) const;
   size_t ring_bytes(int64_t W) const;
   TensorView keys_view(const Part& part, const TensorView& t, const Buffer<float>& gathered) const;
+  // f(b, h, row, slot) for every (batch, head) and every key a gathered part holds: `row` the
+  // key's position, `slot` the float offset of its copy in the part's buffers.
+  template <class F>
+  void for_each_gathered(const Part& part, F&& f) const;
 
   mutable std::vector<std::unique_ptr<Part>> parts_;
   mutable bool built_ = false;

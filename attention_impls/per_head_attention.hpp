@@ -1,0 +1,58 @@
+// The frame of a mechanism that runs each (batch, head) pair whole on one thread (reformer,
+// sinkhorn): its oneDNN products planned once per mode in a MatmulCache, one scratchpad slot per
+// thread, and forward and backward handed out head by head.
+#pragma once
+#include <vector>
+
+#include "attention_impls/attention.hpp"
+#include "core/matmul.hpp"
+
+namespace ab {
+
+class PerHeadAttention : public Attention {
+ public:
+  void forward(const AttnArgs& a) override {
+    for_each_head(p_.shape, [&](int tid, int64_t b, int64_t h) { forward_head(a, tid, b, h); });
+  }
+  void backward(const AttnArgs& a) override {
+    for_each_head(p_.shape, [&](int tid, int64_t b, int64_t h) { backward_head(a, tid, b, h); });
+  }
+
+ protected:
+  explicit PerHeadAttention(const AttnProblem& p) : p_(p) {}
+
+  // One (batch, head) pair on thread `tid`.
+  virtual void forward_head(const AttnArgs& a, int tid, int64_t b, int64_t h) const = 0;
+  virtual void backward_head(const AttnArgs& a, int tid, int64_t b, int64_t h) const = 0;
+  // The products a call in `mode` runs.
+  virtual std::vector<MatmulSpec> products(Mode mode) const = 0;
+
+  // Plans the products of `mode` (again only when the mode changes): analytic, no allocation.
+  void plan(Mode mode) const {
+    if (planned_ && planned_mode_ == mode) return;
+    mm_.clear();
+    for (const auto& sp : products(mode)) mm_.add(sp);
+    planned_ = true;
+    planned_mode_ = mode;
+  }
+  // The scratchpads of every thread's products (after plan).
+  size_t scratchpad_bytes() const { return static_cast<size_t>(p_.threads) * mm_.scratch_per_slot(); }
+  // Setup's last step: plans `mode`, allocates the scratchpads and binds the products to them.
+  void bind_products(Mode mode) {
+    plan(mode);
+    mode_ = mode;
+    scratch_ = Buffer<std::byte>(scratchpad_bytes());
+    mm_.bind(p_.threads, scratch_.data());
+  }
+
+  AttnProblem p_;
+  Mode mode_ = Mode::fwd;  // what setup prepared
+  mutable MatmulCache mm_;
+
+ private:
+  mutable bool planned_ = false;
+  mutable Mode planned_mode_ = Mode::fwd;
+  Buffer<std::byte> scratch_;
+};
+
+}  // namespace ab
