@@ -1,5 +1,6 @@
 // flash: exact softmax attention, fused and tiled with an online softmax.
 // Paper: Dao et al. 2022, "FlashAttention"; backward as in Dao 2023, "FlashAttention-2".
+// Computes: the same O = softmax(s Q K^T + M) V as vanilla, to float32 rounding.
 // Complexity: O(N^2 D) time; working memory O(threads * tile) forward, plus O(B H N) for the
 //   saved row log-sum-exp and dO.O row sums when the backward pass is wanted.
 // Optimises: the N x N score matrix never exists. Each thread takes a block of query rows and

@@ -1,6 +1,8 @@
 // linear: the Linear Transformer's attention.
 // Paper: Katharopoulos et al. 2020, "Transformers are RNNs: Fast Autoregressive Transformers
 //   with Linear Attention".
+// Computes: phi(x) = elu(x) + 1; O_i = phi(q_i)^T S / (phi(q_i)^T z + eps) with
+//   S = sum_j phi(k_j) v_j^T, z = sum_j phi(k_j) over all j, or over j <= i when causal; eps 1e-6.
 // Complexity: O(N D^2) time, O(N D) memory per thread; decode O(D^2) time and memory per token,
 //   whatever the context length.
 // Optimises: phi(x) = elu(x) + 1 is one vectorised pass; the rest is the kernel-attention core

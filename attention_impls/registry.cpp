@@ -5,6 +5,23 @@
 
 namespace ab {
 
+// Each defined in its own attention_impls/NAME.cpp.
+MechanismInfo vanilla_info();
+MechanismInfo flash_info();
+MechanismInfo linear_info();
+MechanismInfo performer_info();
+MechanismInfo local_info();
+MechanismInfo sliding_info();
+MechanismInfo dilated_info();
+MechanismInfo strided_info();
+MechanismInfo longformer_info();
+MechanismInfo bigbird_info();
+MechanismInfo linformer_info();
+MechanismInfo memory_compressed_info();
+MechanismInfo synthesizer_info();
+MechanismInfo reformer_info();
+MechanismInfo sinkhorn_info();
+
 const std::vector<MechanismInfo>& mechanisms() {
   static const std::vector<MechanismInfo> all = {
       vanilla_info(),

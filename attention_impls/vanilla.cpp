@@ -1,5 +1,6 @@
 // vanilla: softmax attention with the score matrix materialised.
 // Paper: Vaswani et al. 2017, "Attention Is All You Need".
+// Computes: O = softmax(s Q K^T + M) V, s = 1/sqrt(D), M = -inf above the diagonal when causal.
 // Complexity: O(N^2 D) time, O(B H N^2) memory (the full (B, H, N, N) score tensor, as the
 //   PyTorch default of the efficient-Transformer papers' era held it).
 // Optimises: nothing beyond running each step as one large oneDNN primitive (batched matmul,

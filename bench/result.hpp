@@ -13,6 +13,11 @@
 
 namespace ab {
 
+// The version of the result file's layout, written into the context as "json_schema_version":
+// a reader refuses a file of a later version (it may hold fields this one would misread). 1: the
+// layout of attnbench 0.1 (files without the field are read as version 1).
+constexpr int kResultSchemaVersion = 1;
+
 // The fixed vocabulary of statuses; error_message in a result file begins with the word.
 enum class Status { OK, SKIPPED, OOM, TIMEOUT, CRASHED, FAILED };
 const char* to_string(Status s);

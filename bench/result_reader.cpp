@@ -45,6 +45,15 @@ ResultFile parse_result_document(const nlohmann::json& doc, const std::string& p
   if (!doc.is_object() || !doc.contains("benchmarks") || !doc.at("benchmarks").is_array())
     throw InvalidInput(fmt::format("{} is not a result file: no 'benchmarks' array", path));
   rf.context = doc.value("context", nlohmann::json::object());
+  if (!rf.context.is_object()) throw InvalidInput(fmt::format("{}: 'context' is not an object", path));
+  if (rf.context.contains("json_schema_version")) {
+    const auto& v = rf.context.at("json_schema_version");
+    if (!v.is_number_integer() || v.get<int64_t>() < 1)
+      throw InvalidInput(fmt::format("{}: 'json_schema_version' is not a positive integer", path));
+    if (v.get<int64_t>() > kResultSchemaVersion)
+      throw InvalidInput(fmt::format("{} has json_schema_version {}; this attnbench reads up to version {} (a newer "
+                                     "attnbench wrote it)", path, v.get<int64_t>(), kResultSchemaVersion));
+  }
   const double file_gemm = rf.context.value("gemm_gflops_per_s_1thread", 0.0);
   std::map<std::string, size_t> index;  // point name -> position in rf.points
   const auto& entries = doc.at("benchmarks");

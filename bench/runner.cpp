@@ -403,6 +403,19 @@ void merge_round(PointResult& into, PointResult next, int round) {
   if (into.message.empty()) into.message = next.message;
 }
 
+namespace {
+// The compiler that built this binary, from its own macros.
+std::string compiler_name() {
+#if defined(__clang__)
+  return fmt::format("clang++ {}", __clang_version__);
+#elif defined(__GNUC__)
+  return fmt::format("g++ {}", __VERSION__);
+#else
+  return "unknown";
+#endif
+}
+}  // namespace
+
 nlohmann::json run_context(const std::string& command, uint64_t seed, int threads, double gemm_gflops) {
   MachineInfo m = machine_info();
   nlohmann::json caches = nlohmann::json::array();
@@ -414,19 +427,19 @@ nlohmann::json run_context(const std::string& command, uint64_t seed, int thread
                         {"OMP_PROC_BIND", env("OMP_PROC_BIND")},
                         {"OMP_PLACES", env("OMP_PLACES")},
                         {"dynamic", omp_get_dynamic() != 0}};
-  return {
+  nlohmann::json ctx = {
+      {"json_schema_version", kResultSchemaVersion},
       {"date", m.date},
       {"host_name", m.host_name},
       {"executable", "attnbench"},
       {"num_cpus", m.num_cpus},
       {"mhz_per_cpu", static_cast<int>(m.mhz_per_cpu)},
-      {"cpu_scaling_enabled", false},
       {"caches", caches},
       {"load_avg", m.load_avg},
       {"library_build_type", std::string(ATTNBENCH_BUILD_TYPE) == "Debug" ? "debug" : "release"},
       {"attnbench_version", ATTNBENCH_VERSION},
       {"git_commit", build_git_commit()},
-      {"compiler", fmt::format("g++ {}", __VERSION__)},
+      {"compiler", compiler_name()},
       {"flags", ATTNBENCH_FLAGS},
       {"build_type", ATTNBENCH_BUILD_TYPE},
       {"onednn_version", onednn_version()},
@@ -440,7 +453,14 @@ nlohmann::json run_context(const std::string& command, uint64_t seed, int thread
       {"physical_memory_bytes", m.physical_memory},
       {"gemm_gflops_per_s_1thread", gemm_gflops},
       {"gemm_reference", "oneDNN f32 matmul 1024x1024x1024, one thread, best of 5"},
+      {"cpu_family", m.cpu_family},
+      {"cpu_model_number", m.cpu_model_number},
+      {"cpu_stepping", m.cpu_stepping},
+      {"kernel", m.kernel},
   };
+  // Google Benchmark writes the field only where the governor is known.
+  if (m.cpu_scaling_enabled) ctx["cpu_scaling_enabled"] = *m.cpu_scaling_enabled;
+  return ctx;
 }
 
 }  // namespace ab

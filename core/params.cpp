@@ -30,7 +30,8 @@ std::string params_text(const ParamValues& values) {
 
 std::string ParamSpec::describe_range() const {
   switch (type) {
-    case ParamType::Int: return fmt::format("integer in [{:g}, {:g}]", min, max);
+    case ParamType::Int:
+      return fmt::format("integer in [{}, {}]", static_cast<int64_t>(min), static_cast<int64_t>(max));
     case ParamType::Float: return fmt::format("number in [{:g}, {:g}]", min, max);
     case ParamType::Bool: return "true or false";
     case ParamType::Choice: return fmt::format("one of {}", fmt::join(choices, ", "));

@@ -1,6 +1,7 @@
 #include "core/sysinfo.hpp"
 
 #include <sys/sysinfo.h>
+#include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -48,14 +49,14 @@ std::string cpuinfo_field(const std::string& key) {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
   while (std::getline(in, line)) {
-    if (line.rfind(key, 0) == 0) {
-      auto colon = line.find(':');
-      if (colon != std::string::npos) {
-        auto v = line.substr(colon + 1);
-        v.erase(0, v.find_first_not_of(" \t"));
-        return v;
-      }
-    }
+    const auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string k = line.substr(0, colon);
+    k.erase(k.find_last_not_of(" \t") + 1);
+    if (k != key) continue;  // the whole key: "model" is not "model name"
+    auto v = line.substr(colon + 1);
+    v.erase(0, v.find_first_not_of(" \t"));
+    return v;
   }
   return "";
 }
@@ -100,6 +101,16 @@ MachineInfo machine_info() {
   double la[3] = {0, 0, 0};
   if (getloadavg(la, 3) == 3) m.load_avg = {la[0], la[1], la[2]};
   m.physical_memory = physical_memory_bytes();
+  m.cpu_family = cpuinfo_field("cpu family");
+  m.cpu_model_number = cpuinfo_field("model");
+  m.cpu_stepping = cpuinfo_field("stepping");
+  struct utsname u {};
+  if (uname(&u) == 0) m.kernel = std::string(u.sysname) + " " + u.release;
+  for (int cpu = 0; cpu < m.num_cpus; ++cpu) {
+    std::ifstream gov(fmt::format("/sys/devices/system/cpu/cpu{}/cpufreq/scaling_governor", cpu));
+    std::string g;
+    if (gov >> g) m.cpu_scaling_enabled = m.cpu_scaling_enabled.value_or(false) || g != "performance";
+  }
   char buf[64];
   std::time_t t = std::time(nullptr);
   std::tm tm{};

@@ -2,6 +2,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,12 @@ struct MachineInfo {
   std::vector<CacheInfo> caches;
   std::vector<double> load_avg;
   size_t physical_memory = 0;
+  // /proc/cpuinfo's "cpu family", "model" and "stepping" (empty where absent), and the kernel
+  // release (uname): a hypervisor's model name alone does not say which core it is.
+  std::string cpu_family, cpu_model_number, cpu_stepping, kernel;
+  // Whether any CPU's frequency governor is not "performance" (Google Benchmark's rule);
+  // nullopt where the kernel exposes no governor (many virtual machines).
+  std::optional<bool> cpu_scaling_enabled;
 };
 MachineInfo machine_info();
 

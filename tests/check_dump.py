@@ -2,6 +2,7 @@
 dtype config.json declares, and the output and gradients are recomputed from the dumped inputs.
 
 usage: check_dump.py ATTNBENCH_EXE WORKDIR
+       check_dump.py --covered   (the mechanisms it checks, one per line)
 """
 import json
 import os
@@ -98,6 +99,18 @@ def pattern_mask(mech, t, causal, params):
     j = np.arange(n)[None, :]
     if mech == "sliding":
         m = np.abs(i - j) <= params["window"]
+    elif mech in ("dilated", "longformer"):
+        dist, dil = np.abs(i - j), params["dilation"]
+        m = (dist % dil == 0) & (dist <= params["window"] * dil)
+        if mech == "longformer":
+            g = params["global"]
+            m = m | (i < g) | (j < g)
+    elif mech == "strided":
+        l = params["stride"] or int(round(np.sqrt(n)))
+        if params["pattern"] == "strided":
+            m = (np.abs(i - j) < l) | ((i - j) % l == 0)
+        else:
+            m = (j // l == i // l) | (j % l >= l - params["summary"])
     elif mech == "local":
         b = params["block"]
         ahead = 0 if causal else params["lookahead"]
@@ -205,8 +218,12 @@ def reformer(t, causal, prm):
     return out
 
 
+# The fixed sparse patterns: softmax attention under the dense mask of pattern_mask.
+PATTERNS = ("local", "sliding", "dilated", "strided", "longformer", "bigbird")
+
+
 def expected_output(mech, t, causal, params):
-    if mech in ("sliding", "local", "bigbird"):
+    if mech in PATTERNS:
         return masked_softmax_attention(t["q"], t["k"], t["v"], pattern_mask(mech, t, causal, params))
     if mech in ("vanilla", "flash"):
         return softmax_attention(t["q"], t["k"], t["v"], causal)[1]
@@ -285,22 +302,39 @@ def check(exe, work, mech, causal, params=(), n=37):
         np.testing.assert_allclose(t[name], want, rtol=1e-3, atol=1e-4, err_msg=name)
 
 
+def covered():
+    """The mechanisms some case below dumps and checks (for the registry consistency test)."""
+    return sorted({mech for mech, _, _, _ in cases()})
+
+
+def cases():
+    out = [(m, c, (), 37) for m in ("vanilla", "flash", "linear", "performer") for c in (False, True)]
+    out += [("linformer", False, ("k=16",), 37), ("linformer", False, ("k=16", "share_kv=true"), 37),
+            ("memory_compressed", False, ("stride=3",), 37)]
+    out += [("sliding", c, ("window=5",), 37) for c in (False, True)]
+    out += [("local", c, ("block=8",), 37) for c in (False, True)]
+    out += [("dilated", c, ("window=4", "dilation=3"), 37) for c in (False, True)]
+    out += [("strided", c, ("pattern=strided", "stride=6"), 37) for c in (False, True)]
+    out += [("strided", c, ("pattern=fixed", "stride=8", "summary=2"), 37) for c in (False, True)]
+    out += [("strided", False, ("stride=0",), 37)]
+    out += [("longformer", False, ("window=3", "dilation=2", "global=4"), 37)]
+    out += [("bigbird", False, ("block=4", "random_blocks=2"), 36)]
+    out += [("sinkhorn", False, ("block=8",), 40), ("sinkhorn", False, ("block=4", "temperature=0.05"), 40)]
+    out += [("reformer", c, ("bucket_size=8", "n_buckets=4", "n_hashes=3"), 40) for c in (False, True)]
+    out += [("synthesizer", c, (f"variant={v}", "max_len=40", "k=4"), 37)
+            for v in ("dense", "random", "factorized") for c in (False, True)]
+    return out
+
+
 def main():
+    if sys.argv[1:] == ["--covered"]:
+        print("\n".join(covered()))
+        return
     exe, work = sys.argv[1], sys.argv[2]
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     passed = failed = 0
-    cases = [(m, c, (), 37) for m in ("vanilla", "flash", "linear", "performer") for c in (False, True)]
-    cases += [("linformer", False, ("k=16",), 37), ("linformer", False, ("k=16", "share_kv=true"), 37),
-              ("memory_compressed", False, ("stride=3",), 37)]
-    cases += [("sliding", c, ("window=5",), 37) for c in (False, True)]
-    cases += [("local", c, ("block=8",), 37) for c in (False, True)]
-    cases += [("bigbird", False, ("block=4", "random_blocks=2"), 36)]
-    cases += [("sinkhorn", False, ("block=8",), 40), ("sinkhorn", False, ("block=4", "temperature=0.05"), 40)]
-    cases += [("reformer", c, ("bucket_size=8", "n_buckets=4", "n_hashes=3"), 40) for c in (False, True)]
-    cases += [("synthesizer", c, (f"variant={v}", "max_len=40", "k=4"), 37)
-              for v in ("dense", "random", "factorized") for c in (False, True)]
-    for mech, causal, params, n in cases:
+    for mech, causal, params, n in cases():
         try:
             check(exe, work, mech, causal, params, n)
             passed += 1

@@ -9,6 +9,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "bench/result.hpp"
 #include "tests/helpers.hpp"
 
 namespace ab {
@@ -88,6 +89,24 @@ TEST(Cli, ContextNamesTheCommitTheBinaryWasBuiltFrom) {
   ASSERT_EQ(e.code, 0) << e.out;
   const std::string commit = nlohmann::json::parse(e.out)["context"]["git_commit"];
   EXPECT_EQ(commit.substr(0, 12), head) << commit;
+}
+
+// The context's facts are read, not assumed: the compiler from its own macros, the frequency
+// governor from sysfs (absent where the kernel has none, as Google Benchmark leaves it out), and
+// the schema version readers check.
+TEST(Cli, ContextReadsCompilerGovernorAndSchemaVersion) {
+  auto e = exec(std::string("run --attn flash --seq 16 --format json ") + kSmall, false);
+  ASSERT_EQ(e.code, 0) << e.out;
+  const auto ctx = nlohmann::json::parse(e.out)["context"];
+#if defined(__GNUC__) && !defined(__clang__)
+  EXPECT_EQ(ctx["compiler"], std::string("g++ ") + __VERSION__);
+#endif
+  EXPECT_EQ(ctx["json_schema_version"], kResultSchemaVersion);
+  std::ifstream gov("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor");
+  std::string g;
+  if (gov >> g) EXPECT_EQ(ctx["cpu_scaling_enabled"], g != "performance");
+  else EXPECT_FALSE(ctx.contains("cpu_scaling_enabled"));
+  for (const char* k : {"cpu_family", "cpu_model_number", "cpu_stepping", "kernel"}) EXPECT_TRUE(ctx.contains(k)) << k;
 }
 
 TEST(Cli, LabelReproducesThePoint) {
@@ -223,7 +242,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"run --attn vanilla --seq 8192 --mem-limit 1G", "needs 2.06 GiB (predicted), above --mem-limit 1.00 GiB"},
         BadInput{"run --attn flash --mem-limit lots", "'lots' is not a memory size"},
         BadInput{"run --attn synthesizer --param max_len=10 --seq 64", "synthesizer: max_len=10 is below N=64"},
-        BadInput{"run --attn linformer --param k=0", "linformer: parameter k=0 is invalid; expected integer in [1, 1.04858e+06]"},
+        BadInput{"run --attn linformer --param k=0", "linformer: parameter k=0 is invalid; expected integer in [1, 1048576]"},
         BadInput{"run --attn synthesizer --param variant=sparse", "expected one of dense, random, factorized"},
         BadInput{"run --attn flash --no-such-option", "no-such-option"},
         BadInput{"frobnicate", "unknown verb 'frobnicate'; verbs: list, run, sweep, table, compare, merge, dump"}),

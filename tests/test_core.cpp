@@ -342,6 +342,27 @@ TEST(Results, EveryFieldReadsBackFromTheFile) {
   }
 }
 
+// A file of a later schema version is refused by name, never misread; one without the field (an
+// older file) or of this version reads.
+TEST(Results, ReaderRefusesALaterSchemaVersion) {
+  const auto doc = [](const nlohmann::json& version) {
+    nlohmann::json ctx = nlohmann::json::object();
+    if (!version.is_null()) ctx["json_schema_version"] = version;
+    return results_document(ctx, {fixture_point(Status::OK)});
+  };
+  EXPECT_NO_THROW(parse_result_document(doc(nullptr), "old"));
+  EXPECT_NO_THROW(parse_result_document(doc(kResultSchemaVersion), "now"));
+  for (const nlohmann::json& bad : {nlohmann::json(kResultSchemaVersion + 1), nlohmann::json("1"), nlohmann::json(0)}) {
+    try {
+      parse_result_document(doc(bad), "later.json");
+      ADD_FAILURE() << bad;
+    } catch (const InvalidInput& e) {
+      EXPECT_NE(std::string(e.what()).find("later.json"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("json_schema_version"), std::string::npos) << e.what();
+    }
+  }
+}
+
 // --rounds: a later round's repetitions are appended, memory is the largest of any round, layer
 // times are averaged over every call; a round that fails makes the point fail, naming it.
 TEST(Results, MergeRoundAppendsRepetitionsAndKeepsTheWorstMemory) {

@@ -1,0 +1,71 @@
+// The one list of mechanisms is the registry: every registered mechanism must have a NumPy check
+// in tests/check_dump.py, a test family here, and a section in docs/mechanisms.md, so a gap is
+// found by the build and not by a reader.
+#include <gtest/gtest.h>
+
+#include <cctype>
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "attention_impls/registry.hpp"
+
+namespace ab {
+namespace {
+
+std::string squeezed(const std::string& s) {  // lower case, no underscores: MemoryCompressed ~ memory_compressed
+  std::string o;
+  for (char c : s)
+    if (c != '_') o += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return o;
+}
+
+TEST(Registry, EveryMechanismHasANumPyCheck) {
+  FILE* p = popen("/usr/bin/python3 " ATTNBENCH_SOURCE_DIR "/tests/check_dump.py --covered", "r");
+  ASSERT_NE(p, nullptr);
+  std::set<std::string> covered;
+  char line[256];
+  while (fgets(line, sizeof line, p)) {
+    std::string s = line;
+    while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+    if (!s.empty()) covered.insert(s);
+  }
+  ASSERT_EQ(pclose(p), 0);
+  for (const auto& m : mechanism_names()) EXPECT_TRUE(covered.count(m)) << m << " has no case in tests/check_dump.py";
+  for (const auto& c : covered) EXPECT_NO_THROW(find_mechanism(c)) << "check_dump.py checks an unregistered " << c;
+}
+
+// A family: a test suite named after the mechanism (Reformer, MemoryCompressed), or a
+// parametrised test whose parameter names it ("local N=...", ("vanilla", ...)).
+TEST(Registry, EveryMechanismHasATestFamily) {
+  const auto& unit = *::testing::UnitTest::GetInstance();
+  for (const auto& m : mechanism_names()) {
+    bool found = false;
+    for (int i = 0; i < unit.total_test_suite_count() && !found; ++i) {
+      const auto* suite = unit.GetTestSuite(i);
+      std::string name = suite->name();
+      name = name.substr(name.find('/') + 1);
+      found = squeezed(name) == squeezed(m);
+      for (int j = 0; j < suite->total_test_count() && !found; ++j) {
+        const char* param = suite->GetTestInfo(j)->value_param();
+        const std::string v = param ? param : "";
+        found = v.rfind(m + " ", 0) == 0 || v.find("\"" + m + "\"") != std::string::npos;
+      }
+    }
+    EXPECT_TRUE(found) << m << " has no test family (a suite named after it, or a parametrised test naming it)";
+  }
+}
+
+TEST(Registry, EveryMechanismHasASectionInTheDocs) {
+  std::ifstream in(ATTNBENCH_SOURCE_DIR "/docs/mechanisms.md");
+  ASSERT_TRUE(in) << "docs/mechanisms.md is missing";
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string doc = ss.str();
+  for (const auto& m : mechanism_names())
+    EXPECT_NE(doc.find("\n## `" + m + "`\n"), std::string::npos) << m << " has no section in docs/mechanisms.md";
+}
+
+}  // namespace
+}  // namespace ab
