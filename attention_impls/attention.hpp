@@ -28,6 +28,7 @@
 #include <variant>
 #include <vector>
 
+#include "core/dropout.hpp"
 #include "core/params.hpp"
 #include "core/rng.hpp"
 #include "core/tensor.hpp"
@@ -45,6 +46,12 @@ struct AttnProblem {
   bool causal = false;
   Strides3 strides;  // defaults to contiguous (B, H, N, D)
   int threads = 1;   // OpenMP threads the call may use
+  // Training (the model level). attn_dropout: plan for set_dropout with a positive rate (a
+  // mechanism may then take a slower path, e.g. no diagonal kernel). param_grads: backward also
+  // writes the gradients of the mechanism's own learned tensors (learned()); the attention-level
+  // benchmarks leave both off, so their figures are the mechanism's alone.
+  bool attn_dropout = false;
+  bool param_grads = false;
 };
 
 // Inputs and outputs of one call. Gradients are only set for backward.
@@ -59,6 +66,18 @@ struct Capabilities {
   bool backward = true;  // has a backward pass
   bool decode = false;   // has an autoregressive decode step
   std::string constraints;  // shape constraints in words, e.g. "N multiple of block"
+  // Applies dropout to its attention probabilities (set_dropout); where not, why not.
+  bool attn_dropout = false;
+  std::string no_attn_dropout;
+};
+
+// A tensor the model's optimiser trains: the mechanism's own parameter and its gradient, which a
+// backward pass with AttnProblem::param_grads overwrites (summed over the batch).
+struct LearnedTensor {
+  std::string name;
+  float* value = nullptr;
+  float* grad = nullptr;
+  int64_t count = 0;
 };
 
 // A mechanism's random or learned tensors, by the names and shapes of mechanisms.md: written by
@@ -97,6 +116,22 @@ class Attention {
     throw std::logic_error("decode not supported");
   }
   virtual std::vector<DumpTensor> dump_tensors() const { return {}; }
+  // ---- training (the model level) ----
+  // Attention dropout for the calls that follow (rate 0: none, as in evaluation): each attention
+  // probability is kept with probability 1 - rate and scaled by 1 / (1 - rate), the mask a
+  // function of d.key and the element's position (core/dropout.hpp). Needs the capability and a
+  // problem planned with attn_dropout.
+  virtual void set_dropout(const Dropout& d) {
+    if (d.active()) throw std::logic_error("this mechanism applies no attention dropout");
+  }
+  // The learned tensors (empty for a mechanism with none), valid after setup.
+  virtual std::vector<LearnedTensor> learned() { return {}; }
+  // Training step `step` (from 1) begins: a mechanism whose random tensors are drawn afresh
+  // during training (reformer's rotations, performer's features) draws them here. No allocation.
+  virtual void begin_train_step(int64_t step, Rng& rng) {
+    (void)step;
+    (void)rng;
+  }
   // Of the (query, key) logits one forward call computes, the fraction that are admissible:
   // 1 when no score is wasted; below 1 when tiles cross a pattern's edge or, as in `vanilla`
   // causal, a dense product is masked afterwards. nullopt for mechanisms that score no explicit

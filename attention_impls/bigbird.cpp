@@ -117,7 +117,7 @@ MechanismInfo bigbird_info() {
   m.summary = "block window + global blocks + seeded random blocks per (head, query block)";
   m.complexity = "O(N (w + g + r) block D) time, O(N) memory";
   m.caps = Capabilities{.exact = true, .causal = false, .backward = true, .decode = false,
-                        .constraints = "N multiple of block"};
+                        .constraints = "N multiple of block", .attn_dropout = true, .no_attn_dropout = ""};
   m.params = {ParamSpec{"block", ParamType::Int, int64_t{64}, 1, 1 << 20, {}, "block length (must divide N)"},
               ParamSpec{"window_blocks", ParamType::Int, int64_t{3}, 1, 1 << 20, {}, "window width in blocks, centred"},
               ParamSpec{"global_blocks", ParamType::Int, int64_t{2}, 0, 1 << 20, {}, "global blocks: first ceil(g/2), last floor(g/2)"},

@@ -70,6 +70,8 @@ class Flash final : public Attention {
     qk_.bind_grads(a.dq, a.dk);
     core_.backward(qk_, a.v, a.o, a.dout, a.dv);
   }
+
+  void set_dropout(const Dropout& d) override { core_.set_dropout(d); }
   void decode_prefill(const AttnArgs& a, int64_t n) override { cache_.prefill(a, n); }
   void decode_step(const AttnArgs& t, int64_t pos) override;
 
@@ -133,7 +135,7 @@ MechanismInfo flash_info() {
   m.summary = "softmax attention, tiled with an online softmax; scores never materialised";
   m.complexity = "O(N^2 D) time, O(N D) memory";
   m.caps = Capabilities{.exact = true, .causal = true, .backward = true, .decode = true,
-                        .constraints = ""};
+                        .constraints = "", .attn_dropout = true, .no_attn_dropout = ""};
   m.make = [](const AttnProblem& p, const ParamValues&) { return std::make_unique<Flash>(p); };
   return m;
 }

@@ -28,7 +28,7 @@ class Linformer final : public ReducedKeysAttention {
     // Forward: two projections (2 N k D each) and attention over k keys (4 N k D). Backward:
     // the attention's 10 N k D and the two transposed projections (2 N k D each).
     const double nkd = static_cast<double>(s.N) * static_cast<double>(Nk_) * static_cast<double>(s.D);
-    return (mode == Mode::fwd ? 8.0 : 22.0) * nkd * static_cast<double>(s.B * s.H);
+    return (mode == Mode::fwd ? 8.0 : 22.0) * nkd * static_cast<double>(s.B * s.H) + param_grad_flops(mode);
   }
 
   std::vector<DumpTensor> dump_tensors() const override {
@@ -40,6 +40,17 @@ class Linformer final : public ReducedKeysAttention {
   void plan_maps(MatmulCache& mm, Mode mode) const override {
     mm.add(spec_project());
     if (mode == Mode::fwdbwd) mm.add(spec_unproject());
+    if (mode == Mode::fwdbwd && p_.param_grads)
+      for (bool acc : {false, true}) mm.add(spec_map_grad(acc));
+  }
+  std::pair<const char*, const char*> map_names() const override { return {"E", "F"}; }
+  // dE_h (+)= dK' K^T: (k, D) x (D, N)
+  void map_backward(const MatmulCache& mm, int tid, const float* X, const float* dXr, float* dMap,
+                    bool accumulate) const override {
+    mm.run(tid, spec_map_grad(accumulate), dXr, X, dMap);
+  }
+  double map_backward_flops() const override {
+    return 2.0 * static_cast<double>(Nk_) * static_cast<double>(p_.shape.N) * static_cast<double>(p_.shape.D);
   }
   // K' = E_h K, V' = F_h V
   void reduce(const MatmulCache& mm, int tid, int64_t h, Which which, const float* X, float* Xr) const override {
@@ -51,6 +62,10 @@ class Linformer final : public ReducedKeysAttention {
   }
 
  private:
+  // dMap(k, N) (+)= dXr(k, D) X(N, D)^T
+  MatmulSpec spec_map_grad(bool acc) const {
+    return MatmulSpec::tile(Nk_, p_.shape.N, p_.shape.D, p_.shape.D, false, p_.strides.sn, true, p_.shape.N, 1.0f, acc);
+  }
   // k, clipped to N.
   static int64_t projected(const AttnProblem& p, const ParamValues& v) { return std::min<int64_t>(v.get_int("k"), p.shape.N); }
   // (k, N) x (N, D) -> (k, D)
@@ -72,7 +87,7 @@ MechanismInfo linformer_info() {
   m.summary = "softmax over k projected keys/values: K' = E K, V' = F V (E, F seeded, dumped)";
   m.complexity = "O(N k D) time, O(N k) memory";
   m.caps = Capabilities{.exact = false, .causal = false, .backward = true, .decode = false,
-                        .constraints = "k clipped to N"};
+                        .constraints = "k clipped to N", .attn_dropout = true, .no_attn_dropout = ""};
   m.params = {ParamSpec{"k", ParamType::Int, int64_t{256}, 1, 1 << 20, {}, "projected length (clipped to N)"},
               ParamSpec{"share_kv", ParamType::Bool, false, 0, 0, {}, "use F = E"}};
   m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<Linformer>(p, v); };

@@ -50,7 +50,7 @@ MechanismInfo local_info() {
   m.family = "sparse";
   m.summary = "blocked local attention: each query block attends blocks b-lookback .. b+lookahead";
   m.complexity = "O(N block D) time, O(N) memory";
-  m.caps = Capabilities{.exact = true, .causal = true, .backward = true, .decode = true, .constraints = ""};
+  m.caps = Capabilities{.exact = true, .causal = true, .backward = true, .decode = true, .constraints = "", .attn_dropout = true, .no_attn_dropout = ""};
   m.params = {ParamSpec{"block", ParamType::Int, int64_t{64}, 1, 1 << 20, {}, "block length"},
               ParamSpec{"lookback", ParamType::Int, int64_t{1}, 0, 1 << 20, {}, "earlier blocks attended"},
               ParamSpec{"lookahead", ParamType::Int, int64_t{1}, 0, 1 << 20, {}, "later blocks attended (0 when causal)"}};

@@ -34,7 +34,8 @@ class Longformer final : public SparseAttention {
       bool fused = g > 0;
       for (int64_t r = 0; r < std::min(d, N - g); ++r) {  // the window over non-global keys
         Segment w = band(rows(g + r, (N - g - r + d - 1) / d, d), window_, window_, false);
-        fused = fused && fuse_prefix_keys(w, g, p_.shape.D);
+        // With attention dropout, no diagonal kernel, so no global keys inside the bands.
+        fused = fused && !p_.attn_dropout && fuse_prefix_keys(w, g, p_.shape.D);
         s.push_back(std::move(w));
       }
       if (!fused)  // some band cannot hold the global keys: none does
@@ -59,7 +60,7 @@ MechanismInfo longformer_info() {
   m.family = "sparse";
   m.summary = "sliding window (optionally dilated) + the first `global` tokens attending and attended globally";
   m.complexity = "O(N (window + global) D) time, O(N) memory";
-  m.caps = Capabilities{.exact = true, .causal = false, .backward = true, .decode = false, .constraints = ""};
+  m.caps = Capabilities{.exact = true, .causal = false, .backward = true, .decode = false, .constraints = "", .attn_dropout = true, .no_attn_dropout = ""};
   m.params = {ParamSpec{"window", ParamType::Int, int64_t{64}, 0, 1 << 24, {}, "one-sided window (in steps)"},
               ParamSpec{"dilation", ParamType::Int, int64_t{1}, 1, 1 << 20, {}, "distance between window keys"},
               ParamSpec{"global", ParamType::Int, int64_t{16}, 0, 1 << 24, {}, "number of leading global tokens"}};

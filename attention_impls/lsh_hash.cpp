@@ -252,6 +252,13 @@ RotationHash::RotationHash(const float* rotations, int64_t round_stride, int64_t
   if (D < 1 || D > 65536 || half < 1 || rounds < 1)
     throw std::invalid_argument("RotationHash: needs 1 <= D <= 65536, half >= 1 and rounds >= 1");
   packed_ = Buffer<int32_t>(packed_bytes(rounds, D, half) / sizeof(int32_t));
+  repack();
+}
+
+void RotationHash::repack() {
+  const int64_t rounds = rounds_, D = D_, half = half_;
+  const float* rotations = rotations_;
+  const int64_t round_stride = round_stride_;
   int32_t* l1r = packed_.data() + rounds * pairs_ * half;
   // ||x^||_2 is at most 32000 (1 + (D+2)·2^-23) (alpha and ||x|| round in float) plus the
   // rounding errors' norm 0.502·sqrt(D); R^'s scale keeps ||x^||_2·||r^_c||_2 < 2^31, which

@@ -38,6 +38,9 @@ class RotationHash {
   // The rotations must outlive the hash (the exact path reads them).
   RotationHash(const float* rotations, int64_t round_stride, int64_t rounds, int64_t D, int64_t half);
 
+  // Quantises and packs the rotations again, after they were redrawn in place. No allocation.
+  void repack();
+
   // Tracked bytes the constructor allocates, and the per-thread scratch assign() needs.
   static size_t packed_bytes(int64_t rounds, int64_t D, int64_t half);
   static size_t scratch_bytes(int64_t D, int64_t half);

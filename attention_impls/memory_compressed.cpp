@@ -35,7 +35,7 @@ class MemoryCompressed final : public ReducedKeysAttention {
     // attention's 10 N T D and the two transposed convolutions.
     const double conv = 4.0 * N * D * D, attn = N * static_cast<double>(Nk_) * D;
     const double per_head = mode == Mode::fwd ? conv + 4.0 * attn : 2.0 * conv + 14.0 * attn;
-    return per_head * static_cast<double>(s.B * s.H);
+    return per_head * static_cast<double>(s.B * s.H) + param_grad_flops(mode);
   }
 
   std::vector<DumpTensor> dump_tensors() const override {
@@ -48,7 +48,20 @@ class MemoryCompressed final : public ReducedKeysAttention {
     for (int64_t r = 0; r < offsets(); ++r) {
       mm.add(spec_conv(rows_at(r), r > 0));
       if (mode == Mode::fwdbwd) mm.add(spec_deconv(rows_at(r)));
+      if (mode == Mode::fwdbwd && p_.param_grads)
+        for (bool acc : {false, true}) mm.add(spec_kernel_grad(rows_at(r), acc));
     }
+  }
+  std::pair<const char*, const char*> map_names() const override { return {"Wk", "Wv"}; }
+  // dW[r] (+)= X[r::stride]^T dX': (D, rows) x (rows, D), per window offset r.
+  void map_backward(const MatmulCache& mm, int tid, const float* X, const float* dXr, float* dMap,
+                    bool accumulate) const override {
+    for (int64_t r = 0; r < offsets(); ++r)
+      mm.run(tid, spec_kernel_grad(rows_at(r), accumulate), X + r * p_.strides.sn, dXr, dMap + r * p_.shape.D * p_.shape.D);
+  }
+  double map_backward_flops() const override {
+    const double D = static_cast<double>(p_.shape.D);
+    return 2.0 * static_cast<double>(p_.shape.N) * D * D;
   }
   // X'(t) = sum_r X(t stride + r) W[h, r]: one product per window offset r over the rows
   // r, r + stride, ... (a view with row stride `stride`).
@@ -74,6 +87,11 @@ class MemoryCompressed final : public ReducedKeysAttention {
     return MatmulSpec::tile(rows, p_.shape.D, p_.shape.D, stride_ * p_.strides.sn, false, p_.shape.D, false,
                             p_.shape.D, 1.0f, acc);
   }
+  // dW[r](D, D) (+)= X[r::stride](rows, D)^T dX'(rows, D)
+  MatmulSpec spec_kernel_grad(int64_t rows, bool acc) const {
+    return MatmulSpec::tile(p_.shape.D, p_.shape.D, rows, stride_ * p_.strides.sn, true, p_.shape.D, false, p_.shape.D,
+                            1.0f, acc);
+  }
   // dX[r::stride](rows, D) = dX'(rows, D) W[r]^T
   MatmulSpec spec_deconv(int64_t rows) const {
     return MatmulSpec::tile(rows, p_.shape.D, p_.shape.D, p_.shape.D, false, p_.shape.D, true,
@@ -91,7 +109,7 @@ MechanismInfo memory_compressed_info() {
   m.summary = "softmax over keys/values compressed by a strided convolution (kernel = stride)";
   m.complexity = "O(N D^2 + N^2 D / stride) time, O(N D / stride) memory";
   m.caps = Capabilities{.exact = false, .causal = false, .backward = true, .decode = false,
-                        .constraints = ""};
+                        .constraints = "", .attn_dropout = true, .no_attn_dropout = ""};
   m.params = {ParamSpec{"stride", ParamType::Int, int64_t{3}, 1, 4096, {}, "convolution kernel size and stride"}};
   m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<MemoryCompressed>(p, v); };
   return m;

@@ -14,8 +14,19 @@ class PerHeadAttention : public Attention {
   void forward(const AttnArgs& a) override {
     for_each_head(p_.shape, [&](int tid, int64_t b, int64_t h) { forward_head(a, tid, b, h); });
   }
+  // With the parameters' gradients (param_grads), the pairs go to threads in a fixed order and
+  // backward_done() then sums each thread's partial gradients in thread order, so the sum is
+  // the same at every run with this thread count.
   void backward(const AttnArgs& a) override {
-    for_each_head(p_.shape, [&](int tid, int64_t b, int64_t h) { backward_head(a, tid, b, h); });
+    if (!p_.param_grads) {
+      for_each_head(p_.shape, [&](int tid, int64_t b, int64_t h) { backward_head(a, tid, b, h); });
+      return;
+    }
+    begin_param_grads();
+    const int64_t H = p_.shape.H;
+#pragma omp parallel for schedule(static, 1)
+    for (int64_t bh = 0; bh < p_.shape.B * H; ++bh) backward_head(a, omp_get_thread_num(), bh / H, bh % H);
+    end_param_grads();
   }
 
  protected:
@@ -26,6 +37,10 @@ class PerHeadAttention : public Attention {
   virtual void backward_head(const AttnArgs& a, int tid, int64_t b, int64_t h) const = 0;
   // The products a call in `mode` runs.
   virtual std::vector<MatmulSpec> products(Mode mode) const = 0;
+  // param_grads: before the heads' backward passes (zero the partial sums), and after them (sum
+  // the threads' partial sums, in thread order, into the gradients).
+  virtual void begin_param_grads() {}
+  virtual void end_param_grads() {}
 
   // Plans the products of `mode` (again only when the mode changes): analytic, no allocation.
   void plan(Mode mode) const {

@@ -24,7 +24,13 @@ namespace {
 class Performer final : public FeatureMapAttention {
  public:
   Performer(const AttnProblem& p, const ParamValues& v)
-      : FeatureMapAttention(p, v.get_int("features"), v.get_int("chunk")) {}
+      : FeatureMapAttention(p, v.get_int("features"), v.get_int("chunk")), redraw_(v.get_int("redraw")) {}
+
+  // Training: a fresh Omega every `redraw` steps (the Performer paper's feature redrawing), at
+  // steps 1 + redraw, 1 + 2 redraw, ...; step 1 uses setup's draw.
+  void begin_train_step(int64_t step, Rng& rng) override {
+    if (redraw_ > 0 && step > 1 && (step - 1) % redraw_ == 0) draw_omega(rng, block_.data());
+  }
 
   std::vector<DumpTensor> dump_tensors() const override {
     return {DumpTensor{"omega", {F_, p_.shape.D}, omega_.data(), nullptr}};
@@ -89,17 +95,32 @@ class Performer final : public FeatureMapAttention {
   }
   bool stabilised() const override { return true; }
 
+  // Omega, and with redrawing the Gaussian block its draws orthonormalise.
   size_t feature_param_bytes() const override {
-    return static_cast<size_t>(F_ * p_.shape.D) * sizeof(float);
+    return static_cast<size_t>(F_ * p_.shape.D) * sizeof(float) +
+           (redraw_ > 0 ? static_cast<size_t>(p_.shape.D * p_.shape.D) * sizeof(double) : 0);
   }
 
   void setup_features(Rng& rng) override {
+    const int64_t D = p_.shape.D;
+    omega_ = Buffer<float>(static_cast<size_t>(F_ * D));
+    if (redraw_ > 0) {  // kept for the redraws (tracked)
+      block_ = Buffer<double>(static_cast<size_t>(D * D));
+      draw_omega(rng, block_.data());
+    } else {  // needed once, in setup
+      std::vector<double> block(static_cast<size_t>(D * D));
+      draw_omega(rng, block.data());
+    }
+  }
+
+ private:
+  // Omega (m, D) in blocks of D orthonormal rows, each rescaled to the norm of an independent
+  // D-dimensional Gaussian vector; `block` (D x D) holds one block's draws. No allocation.
+  void draw_omega(Rng& rng, double* block) {
     const int64_t D = p_.shape.D, m = F_;
-    omega_ = Buffer<float>(static_cast<size_t>(m * D));
-    std::vector<double> block(static_cast<size_t>(D * D));
     for (int64_t r0 = 0; r0 < m; r0 += D) {
       // Rows of a Gaussian D x D matrix, orthonormalised (modified Gram-Schmidt = the Q of QR).
-      for (auto& x : block) x = rng.normal();
+      for (int64_t i = 0; i < D * D; ++i) block[i] = rng.normal();
       for (int64_t i = 0; i < D; ++i) {
         double* ri = &block[static_cast<size_t>(i * D)];
         for (int64_t j = 0; j < i; ++j) {
@@ -142,6 +163,8 @@ class Performer final : public FeatureMapAttention {
   }
 
   Buffer<float> omega_;
+  Buffer<double> block_;  // redraw > 0: one block's Gaussian draws
+  int64_t redraw_;
 };
 
 }  // namespace
@@ -153,10 +176,12 @@ MechanismInfo performer_info() {
   m.summary = "FAVOR+: positive orthogonal random features (Omega seeded, dumped), linear attention core";
   m.complexity = "O(N m D) time, O(N m) memory; decode O(m D) per token";
   m.caps = Capabilities{.exact = false, .causal = true, .backward = true, .decode = true,
-                        .constraints = ""};
+                        .constraints = "", .attn_dropout = false, .no_attn_dropout = "it forms no attention probabilities (random features, normalised as a ratio)"};
   m.params = {ParamSpec{"features", ParamType::Int, int64_t{256}, 1, 65536, {}, "random features m"},
               ParamSpec{"chunk", ParamType::Int, int64_t{64}, 1, 4096, {},
-                        "causal chunk length: masked chunk x chunk products inside, running state across"}};
+                        "causal chunk length: masked chunk x chunk products inside, running state across"},
+              ParamSpec{"redraw", ParamType::Int, int64_t{0}, 0, 1 << 30, {},
+                        "training: draw a fresh Omega every this many steps (0: never)"}};
   m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<Performer>(p, v); };
   return m;
 }

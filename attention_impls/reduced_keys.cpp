@@ -17,8 +17,22 @@ ReducedKeysAttention::ReducedKeysAttention(const AttnProblem& p, int64_t reduced
       init_limit_(init_limit),
       shared_(shared) {}
 
+// The maps, and with param_grads their gradients.
 size_t ReducedKeysAttention::map_bytes() const {
-  return (shared_ ? 1 : 2) * static_cast<size_t>(p_.shape.H * map_floats_) * sizeof(float);
+  return (p_.param_grads ? 2 : 1) * (shared_ ? 1 : 2) * static_cast<size_t>(p_.shape.H * map_floats_) * sizeof(float);
+}
+
+std::vector<LearnedTensor> ReducedKeysAttention::learned() {
+  const auto [key_name, value_name] = map_names();
+  const int64_t n = p_.shape.H * map_floats_;
+  std::vector<LearnedTensor> out = {{key_name, key_map_.data(), key_map_grad_.data(), n}};
+  if (!shared_) out.push_back({value_name, value_map_.data(), value_map_grad_.data(), n});
+  return out;
+}
+
+double ReducedKeysAttention::param_grad_flops(Mode mode) const {
+  if (mode != Mode::fwdbwd || !p_.param_grads) return 0;
+  return 2.0 * map_backward_flops() * static_cast<double>(p_.shape.B * p_.shape.H);
 }
 
 const float* ReducedKeysAttention::map(int64_t h, Which which) const {
@@ -66,6 +80,10 @@ void ReducedKeysAttention::setup(Mode mode, Rng& rng) {
     value_map_ = Buffer<float>(n_map);
     rng.fill_uniform(value_map_.data(), static_cast<int64_t>(n_map), -init_limit_, init_limit_);
   }
+  if (p_.param_grads && mode == Mode::fwdbwd) {
+    key_map_grad_ = Buffer<float>(n_map);
+    if (!shared_) value_map_grad_ = Buffer<float>(n_map);
+  }
   const size_t n = reduced_bytes() / sizeof(float);
   Kr_ = Buffer<float>(n);
   Vr_ = Buffer<float>(n);
@@ -102,6 +120,19 @@ void ReducedKeysAttention::backward(const AttnArgs& a) {
     const int64_t b = bh / s.H, h = bh % s.H;
     expand(maps_, tid, h, kKeys, view(dKr_).head(b, h), a.dk.head(b, h));
     expand(maps_, tid, h, kValues, view(dVr_).head(b, h), a.dv.head(b, h));
+  }
+  if (!p_.param_grads) return;
+  // The maps' gradients, summed over the batch: one thread per head, the batch in order, so the
+  // sum is the same whatever the thread count.
+#pragma omp parallel for schedule(static)
+  for (int64_t h = 0; h < s.H; ++h) {
+    const int tid = omp_get_thread_num();
+    const int64_t n = map_floats_;
+    for (int64_t b = 0; b < s.B; ++b) {
+      map_backward(maps_, tid, a.k.head(b, h), view(dKr_).head(b, h), key_map_grad_.data() + h * n, b > 0);
+      float* dv_map = (shared_ ? key_map_grad_ : value_map_grad_).data() + h * n;
+      map_backward(maps_, tid, a.v.head(b, h), view(dVr_).head(b, h), dv_map, shared_ || b > 0);
+    }
   }
 }
 

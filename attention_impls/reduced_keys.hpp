@@ -18,6 +18,7 @@ class ReducedKeysAttention : public Attention {
   void forward(const AttnArgs& a) override;
   // The engine gives dQ, dK', dV'; then dK = map_K^T(dK'), dV = map_V^T(dV').
   void backward(const AttnArgs& a) override;
+  void set_dropout(const Dropout& d) override { core_.set_dropout(d); }
 
  protected:
   enum Which { kKeys = 0, kValues = 1 };
@@ -30,9 +31,21 @@ class ReducedKeysAttention : public Attention {
   virtual void reduce(const MatmulCache& mm, int tid, int64_t h, Which which, const float* X, float* Xr) const = 0;
   // dX (N x D, row stride sn, overwritten) = the transposed map of dXr.
   virtual void expand(const MatmulCache& mm, int tid, int64_t h, Which which, const float* dXr, float* dX) const = 0;
+  // With param_grads: dMap (map_floats, overwritten or accumulated into) = the gradient of the map
+  // given its input X (N x D, row stride sn) and the reduced rows' gradient dXr.
+  virtual void map_backward(const MatmulCache& mm, int tid, const float* X, const float* dXr, float* dMap,
+                            bool accumulate) const = 0;
+  // FLOPs of one map_backward.
+  virtual double map_backward_flops() const = 0;
+  // Training: the maps, with their gradients.
+  std::vector<LearnedTensor> learned() override;
+  // The FLOPs the maps' gradients add to a backward pass (param_grads), for flops().
+  double param_grad_flops(Mode mode) const;
 
   // Head h's map of keys or values.
   const float* map(int64_t h, Which which) const;
+  // The names the dump and learned() give the two maps.
+  virtual std::pair<const char*, const char*> map_names() const = 0;
   // The two maps as dump tensors of shape (H, ...per_head_shape).
   std::vector<DumpTensor> map_tensors(const char* key_name, const char* value_name,
                                       const std::vector<int64_t>& per_head_shape) const;
@@ -54,7 +67,7 @@ class ReducedKeysAttention : public Attention {
   int64_t map_floats_;
   double init_limit_;
   bool shared_;
-  Buffer<float> key_map_, value_map_;
+  Buffer<float> key_map_, value_map_, key_map_grad_, value_map_grad_;
   Buffer<float> Kr_, Vr_, dKr_, dVr_;
   Buffer<std::byte> scratch_;
 };

@@ -66,7 +66,15 @@ class Reformer final : public PerHeadAttention {
         bucket_size_(v.get_int("bucket_size")),
         n_hashes_(v.get_int("n_hashes")),
         n_buckets_(v.get_int("n_buckets") > 0 ? v.get_int("n_buckets") : default_buckets(p.shape.N, v.get_int("bucket_size"))),
-        nchunks_(p.shape.N / std::max<int64_t>(1, v.get_int("bucket_size"))) {}
+        nchunks_(p.shape.N / std::max<int64_t>(1, v.get_int("bucket_size"))),
+        redraw_each_step_(v.get_choice("redraw") == "step") {}
+
+  // Training: fresh rotations every step (as the Reformer paper trains), unless redraw=never.
+  void begin_train_step(int64_t, Rng& rng) override {
+    if (!redraw_each_step_) return;
+    rng.fill_normal(rotations_.data(), static_cast<int64_t>(rotations_.size()));
+    for (auto& hash : hashes_) hash.repack();
+  }
 
   void validate() const override {
     if (p_.shape.N % bucket_size_ != 0)
@@ -528,6 +536,7 @@ class Reformer final : public PerHeadAttention {
   }
 
   int64_t bucket_size_, n_hashes_, n_buckets_, nchunks_;
+  bool redraw_each_step_;
   Buffer<float> rotations_, lse_, work_floats_;
   std::vector<RotationHash> hashes_;  // per head: its rounds' rotations, quantised
   Buffer<int64_t> buckets_;
@@ -543,10 +552,12 @@ MechanismInfo reformer_info() {
   m.summary = "LSH attention: shared query-key hashed by random rotations, sorted into chunks attending themselves and the previous chunk";
   m.complexity = "O(n_hashes N (bucket_size + n_buckets/2) D) time, O(N D) memory";
   m.caps = Capabilities{.exact = false, .causal = true, .backward = true, .decode = false,
-                        .constraints = "N a multiple of bucket_size; n_buckets even"};
+                        .constraints = "N a multiple of bucket_size; n_buckets even", .attn_dropout = false, .no_attn_dropout = "not implemented: its chunked softmax over hash rounds has no dropout mask"};
   m.params = {ParamSpec{"bucket_size", ParamType::Int, int64_t{64}, 1, 1 << 20, {}, "chunk length of the sorted order (N must be a multiple)"},
               ParamSpec{"n_buckets", ParamType::Int, int64_t{0}, 0, 1 << 20, {}, "hash buckets, even; 0 means N/bucket_size rounded up to even, at least 2"},
-              ParamSpec{"n_hashes", ParamType::Int, int64_t{4}, 1, 64, {}, "hashing rounds, combined by their log-sum-exp"}};
+              ParamSpec{"n_hashes", ParamType::Int, int64_t{4}, 1, 64, {}, "hashing rounds, combined by their log-sum-exp"},
+              ParamSpec{"redraw", ParamType::Choice, std::string("step"), 0, 0, {"step", "never"},
+                        "training: draw fresh rotations every step (the paper's training) or keep the first"}};
   m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<Reformer>(p, v); };
   return m;
 }

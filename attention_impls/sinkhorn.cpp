@@ -56,7 +56,10 @@ class Sinkhorn final : public PerHeadAttention {
     const double network = 2.0 * nb * D * D + 2.0 * nb * D * nb;
     // Backward: attention 3.5x in all (recomputed logits, dA, dQ, dK, dV); the sort's dK, dV
     // and dP (two products) double it twice over; the network's two transposed products.
-    const double per_head = mode == Mode::fwd ? attention + sort + network : 3.5 * attention + 3.0 * sort + 2.0 * network;
+    // The weights' gradients (param_grads): two more products of the network's size.
+    const double weights = p_.param_grads ? network : 0.0;
+    const double per_head =
+        mode == Mode::fwd ? attention + sort + network : 3.5 * attention + 3.0 * sort + 2.0 * network + weights;
     return per_head * static_cast<double>(s.B * s.H);
   }
 
@@ -81,6 +84,10 @@ class Sinkhorn final : public PerHeadAttention {
     Vs_ = Buffer<float>(static_cast<size_t>(BH * s.N * D));
     lse_ = Buffer<float>(static_cast<size_t>(BH * s.N));
     work_ = Buffer<float>(static_cast<size_t>(p_.threads) * thread_floats(mode));
+    if (p_.param_grads && mode == Mode::fwdbwd) {
+      grads_ = Buffer<float>(weight_floats());
+      partials_ = Buffer<float>(static_cast<size_t>(p_.threads) * weight_floats());
+    }
     bind_products(mode);
   }
 
@@ -129,15 +136,18 @@ class Sinkhorn final : public PerHeadAttention {
     return L;
   }
   size_t thread_floats(Mode mode) const { return layout(mode).total; }
-  size_t persistent_floats(Mode) const {
+  size_t persistent_floats(Mode mode) const {
     const auto& s = p_.shape;
+    // param_grads: the weights' gradients and one partial sum of them per thread.
+    const size_t grads = p_.param_grads && mode == Mode::fwdbwd ? (1 + static_cast<size_t>(p_.threads)) * weight_floats() : 0;
     const size_t BH = static_cast<size_t>(s.B * s.H), N = static_cast<size_t>(s.N), D = static_cast<size_t>(s.D),
                  nb = static_cast<size_t>(n_blocks_);
     return static_cast<size_t>(s.H) * (D * D + D * nb)  // W1, W2
            + 2 * BH * nb * nb                            // P, R
            + BH * nb * D                                 // the network's pre-activations
            + 2 * BH * N * D                              // K~, V~
-           + BH * N;                                     // the attention's log-sum-exp
+           + BH * N                                      // the attention's log-sum-exp
+           + grads;
   }
 
   // ---- matrix product shapes (row-major; see MatmulSpec::tile) ----
@@ -181,6 +191,10 @@ class Sinkhorn final : public PerHeadAttention {
   MatmulSpec spec_dP(bool acc) const { return MatmulSpec::tile(n_blocks_, n_blocks_, BD(), BD(), false, BD(), true, n_blocks_, 1.0f, acc); }
   // dhd(nb, D) = dR(nb, nb) W2(D, nb)^T
   MatmulSpec spec_dhd() const { return MatmulSpec::tile(n_blocks_, D(), n_blocks_, n_blocks_, false, n_blocks_, true, D()); }
+  // dW2(D, nb) += hd(nb, D)^T dR(nb, nb)
+  MatmulSpec spec_dw2() const { return MatmulSpec::tile(D(), n_blocks_, n_blocks_, D(), true, n_blocks_, false, n_blocks_, 1.0f, true); }
+  // dW1(D, D) += x(nb, D)^T dpre(nb, D)
+  MatmulSpec spec_dw1() const { return MatmulSpec::tile(D(), D(), n_blocks_, D(), true, D(), false, D(), 1.0f, true); }
   // dx(nb, D) = dpre(nb, D) W1(D, D)^T
   MatmulSpec spec_dx() const { return MatmulSpec::tile(n_blocks_, D(), D(), D(), false, D(), true, D()); }
 
@@ -189,6 +203,7 @@ class Sinkhorn final : public PerHeadAttention {
     if (mode == Mode::fwdbwd)
       p.insert(p.end(), {spec_dav(), spec_dq(false), spec_dq(true), spec_dk(), spec_dv(), spec_sort_back(),
                          spec_dP(false), spec_dP(true), spec_dhd(), spec_dx()});
+    if (mode == Mode::fwdbwd && p_.param_grads) p.insert(p.end(), {spec_dw2(), spec_dw1()});
     return p;
   }
 
@@ -243,11 +258,10 @@ class Sinkhorn final : public PerHeadAttention {
   }
 
   // Passes 1-3: summaries, sorting network, Sinkhorn. Leaves P (and R, pre) for this head.
-  void sort_matrix(const AttnArgs& a, int tid, int64_t b, int64_t h, float* x, float* hd, float* tmp) const {
-    const int64_t nb = n_blocks_, Dd = D();
-    const size_t bh = bh_index(b, h);
-    // 1. x_c = mean of block c's query rows.
-    for (int64_t c = 0; c < nb; ++c) {
+  // x (nb, D): x_c = the mean of block c's query rows.
+  void block_means(const AttnArgs& a, int64_t b, int64_t h, float* x) const {
+    const int64_t Dd = D();
+    for (int64_t c = 0; c < n_blocks_; ++c) {
       float* xc = x + c * Dd;
       fill(xc, Dd, 0.0f);
       for (int64_t r = 0; r < block_; ++r) {
@@ -256,6 +270,37 @@ class Sinkhorn final : public PerHeadAttention {
       }
       scale_inplace(xc, Dd, 1.0f / static_cast<float>(block_));
     }
+  }
+
+  // ---- the sorting network's gradients (param_grads): W1 then W2, one layout ----
+  size_t weights1() const { return static_cast<size_t>(p_.shape.H * D() * D()); }
+  size_t weight_floats() const { return weights1() + static_cast<size_t>(p_.shape.H * D() * n_blocks_); }
+  float* partial(int tid) const { return partials_.data() + static_cast<size_t>(tid) * weight_floats(); }
+  void begin_param_grads() override { partials_.zero(); }
+  void end_param_grads() override {
+    const size_t n = weight_floats();
+    std::memcpy(grads_.data(), partials_.data(), n * sizeof(float));
+    for (int t = 1; t < p_.threads; ++t) {
+      const float* part = partial(t);
+      float* g = grads_.data();
+#pragma omp simd
+      for (size_t i = 0; i < n; ++i) g[i] += part[i];
+    }
+  }
+
+ public:
+  std::vector<LearnedTensor> learned() override {
+    const int64_t n1 = static_cast<int64_t>(weights1()), n2 = static_cast<int64_t>(weight_floats() - weights1());
+    float* g = grads_.data();
+    return {{"W1", W1_.data(), g, n1}, {"W2", W2_.data(), g ? g + n1 : nullptr, n2}};
+  }
+
+ private:
+  void sort_matrix(const AttnArgs& a, int tid, int64_t b, int64_t h, float* x, float* hd, float* tmp) const {
+    const int64_t nb = n_blocks_, Dd = D();
+    const size_t bh = bh_index(b, h);
+    // 1. x_c = mean of block c's query rows.
+    block_means(a, b, h, x);
     // 2. R = relu(x W1) W2.
     float* pre = pre_.data() + bh * static_cast<size_t>(nb * Dd);
     mm_.run(tid, spec_xw1(), x, W1_.data() + h * Dd * Dd, pre);
@@ -399,8 +444,17 @@ class Sinkhorn final : public PerHeadAttention {
     float* dx = w + L.dx;
     const float* pre = pre_.data() + bh * static_cast<size_t>(nb * Dd);
     mm_.run(tid, spec_dhd(), g, W2_.data() + h * Dd * nb, dhd);
+    float* x = w + L.x;  // free in the backward pass
+    if (p_.param_grads) {  // dW2 += relu(pre)^T dR, into this thread's partial sum
+      for (int64_t k = 0; k < nb * Dd; ++k) x[k] = std::max(pre[k], 0.0f);
+      mm_.run(tid, spec_dw2(), x, g, partial(tid) + weights1() + h * Dd * nb);
+    }
     for (int64_t k = 0; k < nb * Dd; ++k) dhd[k] = pre[k] > 0.0f ? dhd[k] : 0.0f;
     mm_.run(tid, spec_dx(), dhd, W1_.data() + h * Dd * Dd, dx);
+    if (p_.param_grads) {  // dW1 += x^T dpre, x the block means again
+      block_means(a, b, h, x);
+      mm_.run(tid, spec_dw1(), x, dhd, partial(tid) + h * Dd * Dd);
+    }
 
     // 5. The block means: every query row of block c gets dx_c / block.
     const float inv = 1.0f / static_cast<float>(block_);
@@ -420,6 +474,7 @@ class Sinkhorn final : public PerHeadAttention {
   double temperature_;
   int64_t n_blocks_;
   Buffer<float> W1_, W2_, P_, R_, pre_, Ks_, Vs_, lse_, work_;
+  Buffer<float> grads_, partials_;  // param_grads: dW1, dW2, and each thread's partial sums
 };
 
 }  // namespace
@@ -431,7 +486,7 @@ MechanismInfo sinkhorn_info() {
   m.summary = "blocks sorted by a learned Sinkhorn-normalised permutation; each block attends itself and its sorted block";
   m.complexity = "O(N block D + N^2 D / block) time, O(N D + (N/block)^2) memory";
   m.caps = Capabilities{.exact = false, .causal = false, .backward = true, .decode = false,
-                        .constraints = "N a multiple of block; not causal"};
+                        .constraints = "N a multiple of block; not causal", .attn_dropout = false, .no_attn_dropout = "not implemented: its block softmax has no dropout mask"};
   m.params = {ParamSpec{"block", ParamType::Int, int64_t{64}, 1, 1 << 20, {}, "tokens per block (N must be a multiple)"},
               ParamSpec{"sinkhorn_iters", ParamType::Int, int64_t{8}, 0, 1000, {}, "rounds of row and column normalisation"},
               ParamSpec{"temperature", ParamType::Float, 0.75, 1e-3, 1e3, {}, "divides the sorting logits before normalisation"}};

@@ -43,7 +43,7 @@ MechanismInfo sliding_info() {
   m.family = "sparse";
   m.summary = "sliding-window attention: keys within `window` positions of the query";
   m.complexity = "O(N window D) time, O(N) memory";
-  m.caps = Capabilities{.exact = true, .causal = true, .backward = true, .decode = true, .constraints = ""};
+  m.caps = Capabilities{.exact = true, .causal = true, .backward = true, .decode = true, .constraints = "", .attn_dropout = true, .no_attn_dropout = ""};
   m.params = {ParamSpec{"window", ParamType::Int, int64_t{64}, 0, 1 << 24, {}, "one-sided window"}};
   m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<Sliding>(p, v); };
   return m;

@@ -70,7 +70,7 @@ void SparseAttention::build(Rng* rng) const {
     sh.bwd_rows = seg.bwd_tile_rows > 0 ? seg.bwd_tile_rows : seg.tile_cols;
     sh.bwd_cols = seg.bwd_tile_cols > 0 ? seg.bwd_tile_cols : seg.tile_rows;
     sh.tight = seg.tight;
-    sh.diagonal = seg.diagonal;
+    sh.diagonal = seg.diagonal && !p_.attn_dropout;
     sh.prefix_keys = seg.prefix_keys;
     part->engine = TiledSoftmax(sh);
     part->seg = std::move(seg);
@@ -202,6 +202,12 @@ TensorView rows_of(const TensorView& t, int64_t n) {
 TensorView SparseAttention::keys_view(const Part& part, const TensorView& t, const Buffer<float>& gathered) const {
   if (part.gathered()) return contiguous_view(gathered, p_.shape.B, p_.shape.H, part.seg.keys.n, p_.shape.D);
   return part.seg.keys.of(t);
+}
+
+void SparseAttention::set_dropout(const Dropout& d) {
+  if (d.active() && !p_.attn_dropout) throw std::logic_error("set_dropout on a problem not planned for dropout");
+  if (!built_) build(nullptr);
+  for (size_t i = 0; i < parts_.size(); ++i) parts_[i]->engine.set_dropout(d.with_salt(i));
 }
 
 template <class F>

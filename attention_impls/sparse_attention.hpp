@@ -60,6 +60,9 @@ class SparseAttention : public Attention {
   void setup(Mode mode, Rng& rng) override;
   void forward(const AttnArgs& a) override;
   void backward(const AttnArgs& a) override;
+  // Each segment's engine with a salt of its own: segments are disjoint key sets, so every
+  // probability gets one mask decision (the diagonal kernel is not planned with dropout).
+  void set_dropout(const Dropout& d) override;
   // Admissible (query, key) pairs: the analytic work is 4 D per pair per head.
   double pairs() const;
   // Pairs the forward pass scores, admissible or not (see TiledSoftmax::scored_pairs).

@@ -96,7 +96,7 @@ MechanismInfo strided_info() {
   m.summary = "Sparse Transformer: local band + every l-th key (strided), or block + summary columns (fixed)";
   m.complexity = "O(N sqrt(N) D) time at l = sqrt(N), O(N) memory";
   m.caps = Capabilities{.exact = true, .causal = true, .backward = true, .decode = false,
-                        .constraints = "fixed: summary <= stride"};
+                        .constraints = "fixed: summary <= stride", .attn_dropout = true, .no_attn_dropout = ""};
   m.params = {ParamSpec{"pattern", ParamType::Choice, std::string("strided"), 0, 0, {"strided", "fixed"}, "which factorisation"},
               ParamSpec{"stride", ParamType::Int, int64_t{64}, 0, 1 << 20, {}, "stride l (0: round(sqrt(N)))"},
               ParamSpec{"summary", ParamType::Int, int64_t{8}, 1, 1 << 20, {}, "fixed: summary columns c per block"}};

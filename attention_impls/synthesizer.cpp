@@ -19,6 +19,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <tuple>
+#include <cstring>
 
 #include "attention_impls/registry.hpp"
 #include "attention_impls/tiled_softmax.hpp"
@@ -38,8 +40,7 @@ class Synthesizer final : public Attention, private LogitsSource {
                                                        : Variant::factorized),
         max_len_(v.get_int("max_len") == 0 ? p.shape.N : v.get_int("max_len")),
         k_(v.get_int("k")),
-        core_(TiledSoftmaxShape::dense(p.shape.B, p.shape.H, p.shape.N, p.shape.N, p.shape.D, p.causal,
-                                p.strides.sn, p.strides.sn, p.threads)) {}
+        core_(shape_of(p)) {}
 
   void validate() const override {
     if (variant_ == Variant::dense && max_len_ < p_.shape.N)
@@ -61,12 +62,18 @@ class Synthesizer final : public Attention, private LogitsSource {
     if (variant_ == Variant::dense) per_head += fwd ? 2.0 * N * D * D + 2.0 * p * D : 4.0 * N * D * D + 6.0 * p * D;
     // factorized: logits R1 R2^T (2 p k), recomputed in the backward pass.
     if (variant_ == Variant::factorized) per_head += (fwd ? 2.0 : 4.0) * p * static_cast<double>(k_);
+    // The parameters' gradients: dense dW2 = H1^T dA (2 p D), dW1 = Q^T dpre (2 N D^2);
+    // factorized dR1 = dA R2, dR2 = dA^T R1 (2 p k each); random dR = dA (no product).
+    if (learning(mode) && variant_ == Variant::dense) per_head += 2.0 * p * D + 2.0 * N * D * D;
+    if (learning(mode) && variant_ == Variant::factorized) per_head += 4.0 * p * static_cast<double>(k_);
     return per_head * static_cast<double>(s.B * s.H);
   }
 
   size_t working_bytes(Mode mode) const override {
     plan(mode);
-    size_t b = param_floats() * sizeof(float) + core_.working_bytes(mode);
+    // With the parameters' gradients: the gradients and one partial sum of them per thread.
+    const size_t copies = learning(mode) ? 2 + static_cast<size_t>(p_.threads) : 1;
+    size_t b = copies * param_floats() * sizeof(float) + core_.working_bytes(mode);
     if (variant_ == Variant::dense)
       b += (mode == Mode::fwdbwd ? 2 : 1) * hidden_floats() * sizeof(float) +
            static_cast<size_t>(p_.threads) * hidden_mm_.scratch_per_slot();
@@ -100,6 +107,10 @@ class Synthesizer final : public Attention, private LogitsSource {
       rng.fill_normal(R1_.data(), static_cast<int64_t>(R1_.size()));
       rng.fill_normal(R2_.data(), static_cast<int64_t>(R2_.size()));
     }
+    if (learning(mode)) {
+      grads_ = Buffer<float>(param_floats());
+      partials_ = Buffer<float>(static_cast<size_t>(p_.threads) * param_floats());
+    }
     core_.setup(mode);
   }
 
@@ -111,8 +122,48 @@ class Synthesizer final : public Attention, private LogitsSource {
 
   void backward(const AttnArgs& a) override {
     a_ = a;
+    if (!grads_.data()) {
+      core_.backward(*this, a.v, a.o, a.dout, a.dv);
+      return;
+    }
+    partials_.zero();
     core_.backward(*this, a.v, a.o, a.dout, a.dv);
+    // The per-thread partial sums, added in thread order.
+    const size_t n = param_floats();
+    std::memcpy(grads_.data(), partials_.data(), n * sizeof(float));
+    for (int t = 1; t < p_.threads; ++t) {
+      const float* part = partials_.data() + static_cast<size_t>(t) * n;
+      float* g = grads_.data();
+#pragma omp simd
+      for (size_t i = 0; i < n; ++i) g[i] += part[i];
+    }
   }
+
+  // The parameters in dump order with their sizes: the layout of the gradients and of each
+  // thread's partial sums too.
+  std::vector<std::tuple<const char*, float*, int64_t>> parameters() const {
+    const auto& s = p_.shape;
+    switch (variant_) {
+      case Variant::dense:
+        return {{"W1", W1_.data(), s.H * s.D * s.D}, {"b1", b1_.data(), s.H * s.D},
+                {"W2", W2_.data(), s.H * s.D * max_len_}, {"b2", b2_.data(), s.H * max_len_}};
+      case Variant::random: return {{"R", R_.data(), s.H * s.N * s.N}};
+      case Variant::factorized: return {{"R1", R1_.data(), s.H * s.N * k_}, {"R2", R2_.data(), s.H * s.N * k_}};
+    }
+    return {};
+  }
+
+  std::vector<LearnedTensor> learned() override {
+    std::vector<LearnedTensor> out;
+    int64_t at = 0;
+    for (const auto& [name, value, count] : parameters()) {
+      out.push_back({name, value, grads_.data() ? grads_.data() + at : nullptr, count});
+      at += count;
+    }
+    return out;
+  }
+
+  void set_dropout(const Dropout& d) override { core_.set_dropout(d); }
 
   std::vector<DumpTensor> dump_tensors() const override {
     const auto& s = p_.shape;
@@ -131,13 +182,28 @@ class Synthesizer final : public Attention, private LogitsSource {
   }
 
  private:
+  static TiledSoftmaxShape shape_of(const AttnProblem& p) {
+    TiledSoftmaxShape sh = TiledSoftmaxShape::dense(p.shape.B, p.shape.H, p.shape.N, p.shape.N, p.shape.D, p.causal,
+                                                    p.strides.sn, p.strides.sn, p.threads);
+    // The parameters' gradients are summed per thread: a fixed order of (b, h) pairs.
+    sh.static_schedule = p.param_grads;
+    return sh;
+  }
+  bool learning(Mode mode) const { return p_.param_grads && mode == Mode::fwdbwd; }
+
   // ---- the logits source ----
   void plan_tile(MatmulCache& mm, int64_t rows, int64_t cols, int64_t ldS, bool backward) const override {
+    const bool learn = backward && p_.param_grads;
     if (variant_ == Variant::dense) {
       mm.add(spec_hw2(rows, cols, ldS));
       if (backward) mm.add(spec_dhidden(rows, cols, ldS));
+      if (learn) mm.add(spec_dw2(rows, cols, ldS));
     } else if (variant_ == Variant::factorized) {
       mm.add(spec_r1r2(rows, cols, ldS));
+      if (learn) {
+        mm.add(spec_dr1(rows, cols, ldS));
+        mm.add(spec_dr2(rows, cols, ldS));
+      }
     }
   }
 
@@ -166,12 +232,43 @@ class Synthesizer final : public Attention, private LogitsSource {
   }
 
   // Dense: dH1(rows) += dA W2[:, cols]^T; the rest is done per head in backward_end.
+  // With the parameters' gradients, into this thread's partial sums: dense dW2[:, cols] +=
+  // H1(rows)^T dA, db2[cols] += colsum dA; random dR[rows, cols] += dA; factorized dR1[rows] +=
+  // dA R2[cols], dR2[cols] += dA^T R1[rows].
   void logits_backward(const MatmulCache& mm, int tid, int64_t b, int64_t h, int64_t r0, int64_t rows, int64_t c0,
                        int64_t cols, const float* dS, int64_t ldS) const override {
-    (void)c0;
-    if (variant_ != Variant::dense) return;
-    mm.run(tid, spec_dhidden(rows, cols, ldS), dS, W2_.data() + h * p_.shape.D * max_len_ + c0,
-           dhidden_.data() + ((b * p_.shape.H + h) * p_.shape.N + r0) * p_.shape.D);
+    const int64_t N = p_.shape.N, D = p_.shape.D;
+    const bool learn = grads_.data() != nullptr;
+    switch (variant_) {
+      case Variant::dense:
+        mm.run(tid, spec_dhidden(rows, cols, ldS), dS, W2_.data() + h * D * max_len_ + c0,
+               dhidden_.data() + ((b * p_.shape.H + h) * N + r0) * D);
+        if (learn) {
+          mm.run(tid, spec_dw2(rows, cols, ldS), hidden_row(b, h, r0), dS, partial(tid, 2, h) + c0);
+          float* db2 = partial(tid, 3, h) + c0;
+          for (int64_t r = 0; r < rows; ++r) {
+            const float* d = dS + r * ldS;
+#pragma omp simd
+            for (int64_t c = 0; c < cols; ++c) db2[c] += d[c];
+          }
+        }
+        break;
+      case Variant::random:
+        if (learn)
+          for (int64_t r = 0; r < rows; ++r) {
+            float* g = partial(tid, 0, h) + (r0 + r) * N + c0;
+            const float* d = dS + r * ldS;
+#pragma omp simd
+            for (int64_t c = 0; c < cols; ++c) g[c] += d[c];
+          }
+        break;
+      case Variant::factorized:
+        if (learn) {
+          mm.run(tid, spec_dr1(rows, cols, ldS), dS, R2_.data() + (h * N + c0) * k_, partial(tid, 0, h) + r0 * k_);
+          mm.run(tid, spec_dr2(rows, cols, ldS), dS, R1_.data() + (h * N + r0) * k_, partial(tid, 1, h) + c0 * k_);
+        }
+        break;
+    }
   }
 
   void backward_begin(const MatmulCache&, int, int64_t b, int64_t h) const override {
@@ -191,6 +288,36 @@ class Synthesizer final : public Attention, private LogitsSource {
     const float* H1 = hidden_row(b, h, 0);
     for (int64_t i = 0; i < N * D; ++i) dH[i] = H1[i] > 0.0f ? dH[i] : 0.0f;
     hidden_mm_.run(tid, spec_dq(), dH, W1_.data() + h * D * D, a_.dq.head(b, h));
+    if (!grads_.data()) return;
+    // dW1 += Q^T dpre, db1 += colsum dpre.
+    hidden_mm_.run(tid, spec_dw1(), a_.q.head(b, h), dH, partial(tid, 0, h));
+    float* db1 = partial(tid, 1, h);
+    for (int64_t i = 0; i < N; ++i) {
+      const float* d = dH + i * D;
+#pragma omp simd
+      for (int64_t c = 0; c < D; ++c) db1[c] += d[c];
+    }
+  }
+
+  // Thread tid's partial gradient of head h's part of parameter `index` (parameters() order:
+  // dense W1 b1 W2 b2, random R, factorized R1 R2), each (H, ...) with `per_head` floats a head.
+  float* partial(int tid, int index, int64_t h) const {
+    const auto& s = p_.shape;
+    int64_t at = 0, per_head = 0;
+    switch (variant_) {
+      case Variant::dense: {
+        const int64_t sizes[] = {s.D * s.D, s.D, s.D * max_len_, max_len_};
+        for (int i = 0; i < index; ++i) at += s.H * sizes[i];
+        per_head = sizes[index];
+        break;
+      }
+      case Variant::random: per_head = s.N * s.N; break;
+      case Variant::factorized:
+        per_head = s.N * k_;
+        at = index * s.H * per_head;
+        break;
+    }
+    return partials_.data() + static_cast<size_t>(tid) * param_floats() + at + h * per_head;
   }
 
   // H1 = relu(Q W1 + b1) per (b, h), kept for the tiles and the backward pass.
@@ -223,6 +350,22 @@ class Synthesizer final : public Attention, private LogitsSource {
   MatmulSpec spec_dhidden(int64_t rows, int64_t cols, int64_t ldS) const {
     return MatmulSpec::tile(rows, p_.shape.D, cols, ldS, false, max_len_, true, p_.shape.D, 1.0f, true);
   }
+  // dW2(D, cols) += H1(rows, D)^T dS(rows, cols), W2 row stride max_len
+  MatmulSpec spec_dw2(int64_t rows, int64_t cols, int64_t ldS) const {
+    return MatmulSpec::tile(p_.shape.D, cols, rows, p_.shape.D, true, ldS, false, max_len_, 1.0f, true);
+  }
+  // dW1(D, D) += Q(N, D)^T dpre(N, D)
+  MatmulSpec spec_dw1() const {
+    return MatmulSpec::tile(p_.shape.D, p_.shape.D, p_.shape.N, p_.strides.sn, true, p_.shape.D, false, p_.shape.D, 1.0f, true);
+  }
+  // dR1(rows, k) += dS(rows, cols) R2(cols, k)
+  MatmulSpec spec_dr1(int64_t rows, int64_t cols, int64_t ldS) const {
+    return MatmulSpec::tile(rows, k_, cols, ldS, false, k_, false, k_, 1.0f, true);
+  }
+  // dR2(cols, k) += dS(rows, cols)^T R1(rows, k)
+  MatmulSpec spec_dr2(int64_t rows, int64_t cols, int64_t ldS) const {
+    return MatmulSpec::tile(cols, k_, rows, ldS, true, k_, false, k_, 1.0f, true);
+  }
   // S(rows, cols) = R1(rows, k) R2(cols, k)^T
   MatmulSpec spec_r1r2(int64_t rows, int64_t cols, int64_t ldS) const {
     return MatmulSpec::tile(rows, cols, k_, k_, false, k_, true, ldS);
@@ -242,6 +385,7 @@ class Synthesizer final : public Attention, private LogitsSource {
     if (variant_ == Variant::dense) {
       hidden_mm_.add(spec_qw1());
       if (mode == Mode::fwdbwd) hidden_mm_.add(spec_dq());
+      if (learning(mode)) hidden_mm_.add(spec_dw1());
     }
     core_.plan(mode, *this);
     planned_ = true;
@@ -267,6 +411,7 @@ class Synthesizer final : public Attention, private LogitsSource {
   mutable Mode planned_mode_ = Mode::fwd;
   AttnArgs a_;
   Buffer<float> W1_, b1_, W2_, b2_, R_, R1_, R2_, hidden_, dhidden_;
+  Buffer<float> grads_, partials_;  // param_grads: the gradients, and each thread's partial sums
   Buffer<std::byte> h_scratch_;
 };
 
@@ -279,7 +424,7 @@ MechanismInfo synthesizer_info() {
   m.summary = "softmax of synthesized logits: dense MLP of the query, a random matrix, or R1 R2^T";
   m.complexity = "O(N^2 D) time; memory O(N D) dense, O(H N^2) random, O(N k) factorized";
   m.caps = Capabilities{.exact = false, .causal = true, .backward = true, .decode = false,
-                        .constraints = "dense: max_len >= N"};
+                        .constraints = "dense: max_len >= N", .attn_dropout = true, .no_attn_dropout = ""};
   m.params = {ParamSpec{"variant", ParamType::Choice, std::string("dense"), 0, 0, {"dense", "random", "factorized"},
                         "how the logits are made"},
               ParamSpec{"max_len", ParamType::Int, int64_t{0}, 0, 1 << 24, {}, "dense: columns of W2 (0 = N)"},

@@ -436,6 +436,8 @@ void TiledSoftmax::forward(const LogitsSource& src, const TensorView& v, const T
   // The diagonal kernel computes the logits itself: plain s Q K^T only.
   const auto* qk = dynamic_cast<const QKLogits*>(&src);
   const bool diagonal = qk && !qk->keys_major() && ranges_.size() > 0;
+  if (diagonal && dropout_.active() && s_.diagonal)
+    throw std::logic_error("TiledSoftmax::forward: the diagonal kernel applies no dropout (plan the shape without it)");
   if (s_.prefix_keys > 0) {  // only the diagonal kernel has prefix keys
     bool ok = diagonal && prefix_v;
     for (int64_t r0 = 0; ok && r0 < Nq; r0 += kFwdRows) ok = diagonal_block(r0, std::min(kFwdRows, Nq - r0));
@@ -526,6 +528,9 @@ void TiledSoftmax::forward(const LogitsSource& src, const TensorView& v, const T
         l[r] = l[r] * correction + sum;
         if (correction != 1.0f && !first_tile) scale_inplace(O + r * ldo, D, correction);
         m[r] = m_new;
+        // Dropout acts on the probabilities after their sum is taken: the normaliser is the
+        // whole row's, as softmax-then-dropout defines it.
+        if (dropout_.active()) dropout_.apply(Sr, cols, static_cast<uint64_t>(bh * Nq + r0 + r), c0);
       }
       mm_.run(tid, spec_pv(rows, cols, !first_tile), S, V + c0 * s_.ld_v, O);
       first_tile = false;
@@ -558,8 +563,7 @@ void TiledSoftmax::backward(const LogitsSource& src, const TensorView& v, const 
   const bool ranged = s_.causal || s_.keys;
   const bool tight = s_.tight && ranged;
   const size_t per_thread = tile_floats(Mode::fwdbwd);
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t bh = 0; bh < BH; ++bh) {
+  auto backward_pair = [&](int64_t bh) {
     const int tid = omp_get_thread_num();
     const int64_t b = bh / s_.H, h = bh % s_.H;
     float* P = tiles_.data() + static_cast<size_t>(tid) * per_thread;
@@ -597,19 +601,43 @@ void TiledSoftmax::backward(const LogitsSource& src, const TensorView& v, const 
           if (a > 0) fill(Pr, a, 0.0f);
           if (e < cols) fill(Pr + e, cols - e, 0.0f);
         }
-        mm_.run(tid, spec_dv(rows, cols), P, dOi, dVj);
-        mm_.run(tid, spec_dp(rows, cols), dOi, Vj, dS);
-        for (int64_t r = 0; r < rows; ++r) {
-          const float* Pr = P + r * kBwdCols;
-          float* dSr = dS + r * kBwdCols;
-          const float dr = delta[r0 + r];
+        if (!dropout_.active()) {
+          mm_.run(tid, spec_dv(rows, cols), P, dOi, dVj);
+          mm_.run(tid, spec_dp(rows, cols), dOi, Vj, dS);
+          for (int64_t r = 0; r < rows; ++r) {
+            const float* Pr = P + r * kBwdCols;
+            float* dSr = dS + r * kBwdCols;
+            const float dr = delta[r0 + r];
 #pragma omp simd
-          for (int64_t c = 0; c < cols; ++c) dSr[c] = Pr[c] * (dSr[c] - dr);
+            for (int64_t c = 0; c < cols; ++c) dSr[c] = Pr[c] * (dSr[c] - dr);
+          }
+        } else {
+          // With dropout M: O = (P * M) V. dP~ = dO V^T; dP = dP~ * M; dS = P * (dP - delta)
+          // (delta = rowsum(dO * O) is rowsum(P * dP) still); then P becomes P * M for dV.
+          mm_.run(tid, spec_dp(rows, cols), dOi, Vj, dS);
+          for (int64_t r = 0; r < rows; ++r) {
+            float* Pr = P + r * kBwdCols;
+            float* dSr = dS + r * kBwdCols;
+            const float dr = delta[r0 + r];
+            const uint64_t row = static_cast<uint64_t>(bh * Nq + r0 + r);
+            dropout_.apply(dSr, cols, row, c0);
+#pragma omp simd
+            for (int64_t c = 0; c < cols; ++c) dSr[c] = Pr[c] * (dSr[c] - dr);
+            dropout_.apply(Pr, cols, row, c0);
+          }
+          mm_.run(tid, spec_dv(rows, cols), P, dOi, dVj);
         }
         src.logits_backward(mm_, tid, b, h, r0, rows, c0, cols, dS, kBwdCols);
       }
     }
     src.backward_end(mm_, tid, b, h);
+  };
+  if (s_.static_schedule) {
+#pragma omp parallel for schedule(static, 1)
+    for (int64_t bh = 0; bh < BH; ++bh) backward_pair(bh);
+  } else {
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t bh = 0; bh < BH; ++bh) backward_pair(bh);
   }
 }
 

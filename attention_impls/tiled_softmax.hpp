@@ -129,6 +129,10 @@ struct TiledSoftmaxShape {
   // forward pass takes the heads of one block of rows together, so the rows they share in
   // memory are read while they are in cache.
   bool heads_inner = false;
+  // The backward pass hands (b, h) pairs to threads in a fixed order (pair bh to thread
+  // bh mod threads, in increasing bh) instead of on demand: a source that sums its parameters'
+  // gradients per thread (synthesizer) then sums in the same order at every run.
+  bool static_schedule = false;
 
   // Dense (or causal) attention of Nq queries over Nk keys with the default tiles.
   static TiledSoftmaxShape dense(int64_t B, int64_t H, int64_t Nq, int64_t Nk, int64_t D, bool causal,
@@ -195,6 +199,10 @@ class TiledSoftmax {
   // The run of query rows that use some key of [c0, c1).
   std::pair<int64_t, int64_t> queries_using(int64_t c0, int64_t c1) const;
   const MatmulCache& mm() const { return mm_; }
+  // Attention dropout for the calls that follow (core/dropout.hpp): the mask of element (i, j)
+  // of (b, h) hashes row (b H + h) Nq + i and column j of this engine's coordinates. The
+  // diagonal kernel does not apply it: a shape planned for dropout sets diagonal = false.
+  void set_dropout(const Dropout& d) { dropout_ = d; }
   // Useful (query, key) pairs: the sum over rows of their admissible keys.
   double pairs() const;
   // (query, key) pairs the forward pass scores: the area of every score tile it visits, per
@@ -214,6 +222,7 @@ class TiledSoftmax {
 
   TiledSoftmaxShape s_;
   Mode mode_ = Mode::fwd;
+  Dropout dropout_;
   MatmulCache mm_;
   Buffer<std::byte> scratch_;
   Buffer<float> tiles_, lse_, delta_;

@@ -11,6 +11,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "attention_impls/kv_cache.hpp"
@@ -59,13 +60,23 @@ class Vanilla final : public Attention {
 
   // Pass 1: S = s Q K^T (B, H, N, N). Pass 2: causal mask. Pass 3: P = softmax(S) in place.
   // Pass 4: O = P V.
+  // With dropout (pass 3'), the dropped probabilities P~ = P * M go to the backward pass's
+  // buffer (it has one in fwdbwd mode; fwd mode drops in place), so P stays for the backward.
   void forward(const AttnArgs& a) override {
     const Plan& pl = *plan_;
     pl.qk.run(0, a.q.data, a.k.data, scores_.data());
     if (p_.causal) mask_upper(scores_.data());
     pl.softmax.forward(scores_.data());
-    pl.pv.run(0, scores_.data(), a.v.data, a.o.data);
+    const float* probs = scores_.data();
+    if (dropout_.active()) {
+      float* dropped = dscores_.data() ? dscores_.data() : scores_.data();
+      for_each_score_row(scores_.data(), dropped, [&](float* row, int64_t r) { dropout_.apply(row, p_.shape.N, r, 0); });
+      probs = dropped;
+    }
+    pl.pv.run(0, probs, a.v.data, a.o.data);
   }
+
+  void set_dropout(const Dropout& d) override { dropout_ = d; }
 
   void decode_prefill(const AttnArgs& a, int64_t n) override { cache_.prefill(a, n); }
 
@@ -85,16 +96,31 @@ class Vanilla final : public Attention {
   }
 
   // dV = P^T dO; dP = dO V^T; dS = softmax_backward(P, dP); dQ = s dS K; dK = s dS^T Q.
+  // With dropout: dV = P~^T dO (P~ in the dscores buffer), dP~ = dO V^T, dP = dP~ * M.
   void backward(const AttnArgs& a) override {
     const Plan& pl = *plan_;
-    pl.dv.run(0, scores_.data(), a.dout.data, a.dv.data);
+    pl.dv.run(0, dropout_.active() ? dscores_.data() : scores_.data(), a.dout.data, a.dv.data);
     pl.dp.run(0, a.dout.data, a.v.data, dscores_.data());
+    if (dropout_.active())
+      for_each_score_row(dscores_.data(), dscores_.data(), [&](float* row, int64_t r) { dropout_.apply(row, p_.shape.N, r, 0); });
     pl.softmax.backward(scores_.data(), dscores_.data());
     pl.dq.run(0, dscores_.data(), a.k.data, a.dq.data);
     pl.dk.run(0, dscores_.data(), a.q.data, a.dk.data);
   }
 
  private:
+  // f(row of dst, r) for every score row r = (b H + h) N + i, dst's row a copy of src's first
+  // (when they differ).
+  template <class F>
+  void for_each_score_row(const float* src, float* dst, F&& f) const {
+    const int64_t rows = p_.shape.B * p_.shape.H * p_.shape.N, N = p_.shape.N;
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      if (dst != src) std::memcpy(dst + r * N, src + r * N, static_cast<size_t>(N) * sizeof(float));
+      f(dst + r * N, r);
+    }
+  }
+
   struct Plan {
     Matmul qk, pv, dv, dp, dq, dk;
     RowSoftmax softmax;
@@ -167,6 +193,7 @@ class Vanilla final : public Attention {
   }
 
   AttnProblem p_;
+  Dropout dropout_;
   mutable std::unique_ptr<Plan> plan_;
   mutable Mode plan_mode_ = Mode::fwd;
   Buffer<float> scores_, dscores_;
@@ -183,7 +210,7 @@ MechanismInfo vanilla_info() {
   m.summary = "softmax attention, (B,H,N,N) scores materialised, oneDNN batched matmul + softmax";
   m.complexity = "O(N^2 D) time, O(N^2) memory";
   m.caps = Capabilities{.exact = true, .causal = true, .backward = true, .decode = true,
-                        .constraints = ""};
+                        .constraints = "", .attn_dropout = true, .no_attn_dropout = ""};
   m.make = [](const AttnProblem& p, const ParamValues&) { return std::make_unique<Vanilla>(p); };
   return m;
 }
