@@ -6,6 +6,7 @@
 //   share_kv: F = E), O = softmax(s Q K'^T) V'. k is clipped to N.
 // Optimises: the projections are oneDNN matmuls per (batch, head); the attention over the k
 //   projected keys runs on the tiled online-softmax engine (reduced_keys.cpp, tiled_softmax.cpp).
+// Training: E and F are learned (their gradients with param_grads, summed over the batch).
 // Leaves out: causality (a projection along the sequence mixes future tokens; refused as
 //   SKIPPED), layer-wise or head-wise sharing of E beyond share_kv.
 #include <algorithm>

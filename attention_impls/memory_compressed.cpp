@@ -8,6 +8,7 @@
 // Optimises: the convolution is `stride` matmuls per (batch, head), one per offset r in the
 //   window, each reading every stride-th row (a strided view, no copy); the attention runs on
 //   the tiled online-softmax engine.
+// Training: the kernels are learned (their gradients with param_grads, summed over the batch).
 // Leaves out: causality (a window mixes later tokens; refused as SKIPPED), the local-attention
 //   half of the paper's model.
 #include <algorithm>

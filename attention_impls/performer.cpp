@@ -11,7 +11,9 @@
 //   pass treats it as a constant, as the reference implementation does (stop-gradient).
 // Optimises: Omega x' is a oneDNN matmul; the exponent is one vectorised pass; the rest is the
 //   kernel-attention core.
-// Leaves out: redrawing Omega during training (drawn once per run), the ReLU kernel variant.
+// Training: a fresh Omega every `redraw` steps (the paper's feature redrawing; 0, the default,
+//   keeps the first draw).
+// Leaves out: the ReLU kernel variant.
 #include <cmath>
 
 #include "attention_impls/feature_map_attention.hpp"

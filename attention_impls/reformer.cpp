@@ -27,6 +27,8 @@
 //   with normaliser L_i, so each round recomputes its chunk logits and applies the flash-style
 //   backward with the global L_i and delta_i = dO_i·O_i; gradients of the keys flow into dQ
 //   through the normalisation. Hashing and sorting are piecewise constant: no gradient.
+// Training: fresh rotations every step (redraw=step, the default, as the paper trains), or the
+//   first draw kept (redraw=never).
 // Leaves out: the paper's duplicate-attention correction across rounds (mechanisms.md combines
 //   rounds by log-sum-exp only), reversible layers and chunked feed-forward (model-level
 //   features), and running rounds of one head on different threads: rounds are combined online

@@ -15,9 +15,10 @@
 // Backward: through everything: the attention, the sort (dK += Pᵀ dK~, dP = dK~ Kᵀ + dV~ Vᵀ),
 //   the Sinkhorn iterations (recomputed in log space, each normalisation's Jacobian applied in
 //   reverse), the sorting network and the block means, into dQ.
+//   For training (param_grads) also the sorting network's dW1, dW2.
 // Leaves out: the paper's causal variant (SortCut and causal Sinkhorn balancing): refused as
-//   SKIPPED; gradients of W1, W2 themselves (the benchmark's backward gives dQ, dK, dV). FLOPs
-//   count the matrix products; the normalisation's exp and sums are not counted.
+//   SKIPPED; attention dropout. FLOPs count the matrix products; the normalisation's exp and
+//   sums are not counted.
 #include <omp.h>
 
 #include <cmath>

@@ -12,9 +12,10 @@
 // Optimises: the logits are produced tile by tile inside the tiled online-softmax engine (a
 //   oneDNN matmul per tile for dense and factorized, a copy for random), never as an N x N
 //   matrix beyond random's own parameter.
-// Leaves out: mixing with dot-product attention (the paper's hybrids); gradients for the
-//   synthesizer's own parameters (the benchmark's backward gives dQ, dK, dV: dK is zero, and so
-//   is dQ for random and factorized, whose logits do not depend on the input).
+// Backward: dQ, dK, dV (dK is zero, and so is dQ for random and factorized, whose logits do not
+//   depend on the input); for training (param_grads) also the gradients of W1 b1 W2 b2, R, or
+//   R1 R2, summed over the batch per thread in a fixed order.
+// Leaves out: mixing with dot-product attention (the paper's hybrids).
 #include <omp.h>
 
 #include <cmath>

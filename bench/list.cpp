@@ -12,13 +12,17 @@ namespace ab {
 
 int cmd_list(const std::string& what, const std::string& name) {
   if (what == "mechanisms") {
-    std::string out = "| mechanism | family | exact | causal | backward | decode | complexity | summary |\n"
-                      "|---|---|---|---|---|---|---|---|\n";
-    for (const auto& m : mechanisms())
-      out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} |\n", m.name, m.family,
+    std::string out = "| mechanism | family | exact | causal | backward | decode | attn dropout | complexity | summary |\n"
+                      "|---|---|---|---|---|---|---|---|---|\n";
+    std::string notes;
+    for (const auto& m : mechanisms()) {
+      out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", m.name, m.family,
                          m.caps.exact ? "exact" : "approximate", m.caps.causal ? "yes" : "no",
-                         m.caps.backward ? "yes" : "no", m.caps.decode ? "yes" : "no", m.complexity, m.summary);
-    std::cout << out;
+                         m.caps.backward ? "yes" : "no", m.caps.decode ? "yes" : "no",
+                         m.caps.attn_dropout ? "yes" : "no", m.complexity, m.summary);
+      if (!m.caps.attn_dropout) notes += fmt::format("- {}: no attention dropout: {}\n", m.name, m.caps.no_attn_dropout);
+    }
+    std::cout << out << (notes.empty() ? "" : "\n" + notes);
     return 0;
   }
   if (what == "params") {
