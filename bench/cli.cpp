@@ -15,6 +15,7 @@
 #include "bench/sweep.hpp"
 #include "bench/table.hpp"
 #include "bench/task_cli.hpp"
+#include "bench/train.hpp"
 
 namespace ab {
 
@@ -100,6 +101,22 @@ int cli_main(int argc, char** argv) {
   sweep->add_option("--time-limit", sweep_opts.time_limit_s, "seconds one point may take before it is stopped as TIMEOUT (0: none)")->capture_default_str();
   sweep->add_option("--shard", shard, "i/n: run only the i-th of n disjoint parts of the grid (merge the files afterwards)")->capture_default_str();
 
+  // train
+  GridOptions train_grid;
+  TrainCliOptions train_opts;
+  auto* train = app.add_subcommand("train", "train the model of a task to accuracy with any mechanism: held-out "
+                                            "validation and test, checkpoints, a learning curve, a result entry");
+  train_grid.add_to(train, true, true);
+  train->add_option("--checkpoint", train_opts.checkpoint_dir,
+                    "directory for the run's checkpoint (several runs: a subdirectory each)");
+  train->add_option("--checkpoint-every", train_opts.checkpoint_every, "steps between checkpoints (0: at the end and when stopped)")
+      ->capture_default_str();
+  train->add_flag("--resume", train_opts.resume, "continue from the checkpoint in --checkpoint");
+  train->add_option("--log", train_opts.log_path, "write the learning curve here, one JSON object per line");
+  train->add_option("--log-every", train_opts.log_every, "steps per log line (the loss averaged over them)")->capture_default_str();
+  train->add_option("--out", train_opts.out, "add each run's result entry to this result file (created if absent)");
+  train->add_option("--format", train_opts.format, "stdout: md | json")->capture_default_str();
+
   // table
   std::vector<std::string> table_files;
   TableOptions topts;
@@ -150,7 +167,7 @@ int cli_main(int argc, char** argv) {
     bool known = false;
     for (const auto* sub : app.get_subcommands([](CLI::App*) { return true; })) known |= sub->get_name() == verb;
     if (!known) {
-      std::cerr << "attnbench: error: unknown verb '" << verb << "'; verbs: list, run, sweep, table, compare, merge, dump, task\n";
+      std::cerr << "attnbench: error: unknown verb '" << verb << "'; verbs: list, run, sweep, train, table, compare, merge, dump, task\n";
       return 2;
     }
   }
@@ -178,6 +195,10 @@ int cli_main(int argc, char** argv) {
       if (sweep_opts.time_limit_s < 0) throw InvalidInput("--time-limit must not be negative");
       sweep_opts.command = command;
       return run_sweep(sweep_grid.grid(), sweep_measure.run, sweep_opts);
+    }
+    if (train->parsed()) {
+      train_opts.data_dir = train_grid.data_dir;
+      return cmd_train(train_grid.grid(), train_opts, command);
     }
     if (table->parsed()) return cmd_table(table_files, topts);
     if (compare->parsed()) return cmd_compare(base_file, new_file, copts);

@@ -13,12 +13,12 @@
 namespace ab {
 
 namespace {
-int64_t parse_positive(const std::string& s, const std::string& whole) {
+int64_t parse_at_least(const std::string& s, const std::string& whole, int64_t min_value) {
   char* end = nullptr;
   errno = 0;
   long long v = std::strtoll(s.c_str(), &end, 10);
-  if (s.empty() || *end != '\0' || errno || v <= 0)
-    throw InvalidInput(fmt::format("'{}' in '{}' is not a positive integer", s, whole));
+  if (s.empty() || *end != '\0' || errno || v < min_value)
+    throw InvalidInput(fmt::format("'{}' in '{}' is not a {} integer", s, whole, min_value > 0 ? "positive" : "non-negative"));
   return v;
 }
 }  // namespace
@@ -35,7 +35,8 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return out;
 }
 
-std::vector<int64_t> parse_int_list(const std::string& text) {
+std::vector<int64_t> parse_int_list(const std::string& text, int64_t min_value) {
+  auto parse_positive = [&](const std::string& s, const std::string& whole) { return parse_at_least(s, whole, min_value); };
   std::vector<int64_t> out;
   if (text.empty()) throw InvalidInput("empty list");
   for (const auto& item : split(text, ',')) {
@@ -44,7 +45,7 @@ std::vector<int64_t> parse_int_list(const std::string& text) {
       out.push_back(parse_positive(item, text));
     } else if (parts.size() == 3 && parts[2].size() > 1 && (parts[2][0] == 'x' || parts[2][0] == '+')) {
       const int64_t lo = parse_positive(parts[0], text), hi = parse_positive(parts[1], text);
-      const int64_t step = parse_positive(parts[2].substr(1), text);
+      const int64_t step = parse_at_least(parts[2].substr(1), text, 1);
       if (hi < lo) throw InvalidInput(fmt::format("range '{}' ends below its start", item));
       if (parts[2][0] == 'x' && step < 2) throw InvalidInput(fmt::format("range '{}' needs a factor >= 2", item));
       for (int64_t v = lo; v <= hi; v = parts[2][0] == 'x' ? v * step : v + step) out.push_back(v);
@@ -70,10 +71,26 @@ size_t parse_bytes(const std::string& text) {
   return static_cast<size_t>(v * mult);
 }
 
-void GridOptions::add_to(CLI::App* app, bool multi) {
+void GridOptions::use_training_defaults() {
+  training = true;
+  for (const auto& [k, v] : std::map<std::string, std::string>{
+           {"steps", "1000"}, {"lr", "0.001"}, {"schedule", "constant"}, {"warmup", "0"}, {"beta1", "0.9"},
+           {"beta2", "0.999"}, {"adam_eps", "1e-08"}, {"weight_decay", "0.01"}, {"clip", "0"}, {"clip_mode", "global"},
+           {"dropout", "0"}, {"attn_dropout", "0"}, {"positions", "sinusoidal"}, {"eval_every", "0"},
+           {"eval_examples", "1000"}, {"test_examples", "2000"}, {"seed", "0"}})
+    text[k] = v;
+  text["level"] = "model";
+  text["mode"] = "train";
+}
+
+void GridOptions::add_to(CLI::App* app, bool multi, bool train_verb) {
   const std::string list = " (list: 1,2 or a range like 256:16384:x2 or 64:256:+64)";
+  if (train_verb) use_training_defaults();
   for (const auto& f : point_fields()) {
     const std::string key = f.key, help = f.help;
+    if (f.scope == PointField::training && !training) continue;
+    // A training run is the model level's train mode: those two are not options of its verb.
+    if (training && (key == "level" || key == "mode")) continue;
     switch (f.type) {
       case PointFieldType::Mechanism:
         options_[key] = app->add_option(f.option, attn, multi ? help : "the mechanism")->delimiter(',')->capture_default_str();
@@ -85,17 +102,19 @@ void GridOptions::add_to(CLI::App* app, bool multi) {
         options_[key] = app->add_flag(f.option, causal, help);
         break;
       case PointFieldType::Text:
-        if (multi) options_[key] = app->add_option(f.option, text[key], help)->capture_default_str();
+        if (multi)
+          options_[key] = app->add_option(f.option, text[key], help + (f.scope == PointField::training ? " (list: a,b)" : ""))
+                              ->capture_default_str();
         break;
       case PointFieldType::Int:
-        if (!multi && f.model_only) break;
+        if (!multi && f.scope == PointField::model) break;
         options_[key] = app->add_option(f.option, text[key],
                                         help + (multi ? list : "") + (multi && f.task_default ? " (default with --task: the task's)" : ""))
                             ->capture_default_str();
         break;
     }
   }
-  app->add_option("--seed", seed, "seed of every random draw")->capture_default_str();
+  if (!training) app->add_option("--seed", seed, "seed of every random draw")->capture_default_str();
   if (multi) app->add_option("--data-dir", data_dir, "model level: read the task's real data from here");
 }
 
@@ -187,6 +206,10 @@ std::vector<PointId> GridOptions::grid() const {
   for (const auto& f : point_fields()) {
     const std::string key = f.key;
     std::vector<PointValue>& v = values[key];
+    if (f.scope == PointField::training && !training) {
+      v.push_back(f.type == PointFieldType::Int ? PointValue(int64_t{0}) : PointValue(std::string()));
+      continue;
+    }
     switch (f.type) {
       case PointFieldType::Mechanism:
         for (const auto& m : mechs) v.push_back(m);
@@ -211,17 +234,19 @@ std::vector<PointId> GridOptions::grid() const {
         std::vector<int64_t> ints;
         if (ti && f.task_default && !given(key)) {
           ints = {f.task_default(*ti)};
-        } else if (f.model_only && !given(key)) {
+        } else if (f.scope == PointField::model && !given(key)) {
           ints = {0};  // no task: no model point (refused below), and 0 at the attention level
         } else {
           try {
-            ints = parse_int_list(text_of(key));
+            ints = parse_int_list(text_of(key), f.scope == PointField::training ? 0 : 1);
           } catch (const InvalidInput& e) {
             throw InvalidInput(fmt::format("{}: {}", f.option, e.what()));
           }
         }
         for (int64_t x : ints) {
           if (key == "threads" && x > 1024) throw InvalidInput(fmt::format("--threads {} is more than 1024", x));
+          PointId probe;
+          f.set(probe, x);  // checks the value's range
           v.push_back(x);
         }
         break;
@@ -259,7 +284,13 @@ std::vector<PointId> GridOptions::grid() const {
     }
     std::vector<PointValue> vs = values[key];
     const bool model = p.level == Level::model;
-    if (f.model_only && !model) {
+    if (f.scope == PointField::training && !training) {
+      expand(k + 1, p);  // not a training run: the recipe stays empty
+      return;
+    }
+    if (key == "eval_every" && std::get<int64_t>(vs.front()) == 0 && vs.size() == 1) {
+      vs = {std::max<int64_t>(1, p.train.steps / 10)};  // ten validations over the run
+    } else if (f.scope == PointField::model && !model) {
       vs = {int64_t{0}};
     } else if (key == "dhead" && model) {
       if (p.model.dmodel % p.shape.H)
@@ -280,13 +311,16 @@ std::vector<PointId> GridOptions::grid() const {
 }
 
 std::vector<std::string> point_args(const PointId& id, const RunOptions& o) {
-  std::vector<std::string> a = {"run"};
+  // A training run is reproduced by `train` with its recipe (all identity fields); the timing
+  // protocol's options do not apply.
+  std::vector<std::string> a = {id.training() ? "train" : "run"};
   for (auto& x : point_identity_args(id)) a.push_back(std::move(x));
   auto add = [&](const char* flag, const std::string& value) {
     a.push_back(flag);
     a.push_back(value);
   };
   if (id.level == Level::model && !o.data_dir.empty()) add("--data-dir", o.data_dir);
+  if (id.training()) return a;
   add("--seed", std::to_string(o.seed));
   add("--reps", std::to_string(o.reps));
   if (o.rounds > 1) add("--rounds", std::to_string(o.rounds));

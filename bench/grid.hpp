@@ -20,7 +20,8 @@ namespace ab {
 
 // "256,512,1024", "256:16384:x2" (geometric) or "1024:4096:+1024" (arithmetic), mixed freely
 // with commas. Throws InvalidInput on malformed or non-positive items.
-std::vector<int64_t> parse_int_list(const std::string& text);
+// Items below `min_value` are refused (0 allows zero: a seed, a warm-up).
+std::vector<int64_t> parse_int_list(const std::string& text, int64_t min_value = 1);
 
 // "17179869184", "16G", "512M", "64K" (binary units). Throws InvalidInput.
 size_t parse_bytes(const std::string& text);
@@ -35,14 +36,18 @@ struct GridOptions {
                                              {"heads", "8"},         {"seq", "1024"}, {"dhead", "64"},
                                              {"threads", "1"}};
   std::vector<std::string> attn{"flash"};
+  // The train verb's defaults for the recipe (see point_fields()).
+  void use_training_defaults();
   std::vector<std::string> params;
   bool causal = false;
   uint64_t seed = 0;
   std::string data_dir;  // model level: the task's real data
 
   // Registers the options on a verb: `multi` for the verbs that expand a grid (every field; each
-  // size a list), else (dump) one point at the attention level.
-  void add_to(CLI::App* app, bool multi);
+  // size a list), else (dump) one point at the attention level. `training`: the train verb's
+  // points (model level, mode train, the recipe's fields; the seed is one of them, a list).
+  void add_to(CLI::App* app, bool multi, bool training = false);
+  bool training = false;
   // Whether the user gave the field's option (or a preset set it).
   bool given(const std::string& key) const;
   void set_by_preset(const std::string& key, const std::string& value);

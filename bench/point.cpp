@@ -5,7 +5,11 @@
 #include <map>
 #include <stdexcept>
 
+#include "model/trainer.hpp"
 #include "tasks/task.hpp"
+
+#include <cmath>
+#include <cstdlib>
 
 namespace ab {
 
@@ -64,94 +68,188 @@ int64_t as_int(const PointValue& v) { return std::get<int64_t>(v); }
 const std::string& as_text(const PointValue& v) { return std::get<std::string>(v); }
 bool is_model(const PointId& id) { return id.level == Level::model; }
 
+// Checks and canonical spellings of the training recipe's values (InvalidInput naming the option).
+int64_t at_least_one(const char* opt, int64_t v) {
+  if (v < 1) throw InvalidInput(fmt::format("{} must be at least 1, got {}", opt, v));
+  return v;
+}
+int64_t not_negative(const char* opt, int64_t v) {
+  if (v < 0) throw InvalidInput(fmt::format("{} must not be negative, got {}", opt, v));
+  return v;
+}
+double number(const char* opt, const std::string& text) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || !std::isfinite(v)) throw InvalidInput(fmt::format("{} '{}' is not a number", opt, text));
+  return v;
+}
+std::string canonical(double v) { return fmt::format("{:g}", v); }
+std::string positive_number(const char* opt, const std::string& text) {
+  const double v = number(opt, text);
+  if (!(v > 0)) throw InvalidInput(fmt::format("{} must be positive, got {}", opt, text));
+  return canonical(v);
+}
+std::string non_negative_number(const char* opt, const std::string& text) {
+  const double v = number(opt, text);
+  if (!(v >= 0)) throw InvalidInput(fmt::format("{} must not be negative, got {}", opt, text));
+  return canonical(v);
+}
+std::string unit_interval(const char* opt, const std::string& text) {
+  const double v = number(opt, text);
+  if (!(v >= 0 && v < 1)) throw InvalidInput(fmt::format("{} must be in [0, 1), got {}", opt, text));
+  return canonical(v);
+}
+std::string schedule_name(const char*, const std::string& text) {
+  Schedule::parse(text, 1.0, 1, 2);  // the spelling only: throws InvalidInput
+  return text;
+}
+std::string clip_mode_name(const char* opt, const std::string& text) {
+  if (text != "global" && text != "per-tensor")
+    throw InvalidInput(fmt::format("unknown {} '{}'; clip modes: global, per-tensor", opt, text));
+  return text;
+}
+std::string positions_name(const char*, const std::string& text) {
+  parse_positions(text);
+  return text;
+}
+
 // The fields, in name order. Accessors are captureless lambdas (plain function pointers).
 std::vector<PointField> make_fields() {
   using T = PointFieldType;
   using V = PointValue;
   using P = const PointId&;
   return {
-      {"attn", "attn", "--attn", "mechanism", 0, T::Mechanism, false, 0,
+      {"attn", "attn", "--attn", "mechanism", 0, T::Mechanism, PointField::all, 0,
        [](P p) -> V { return p.mechanism; }, [](PointId& p, const V& v) { p.mechanism = as_text(v); },
        [](P p) { return p.mechanism; }, nullptr,
        "mechanisms, comma-separated, or 'all'",
        nullptr, 0},
-      {"params", "", "--param", "params", 1, T::Params, false, 0,
+      {"params", "", "--param", "params", 1, T::Params, PointField::all, 0,
        [](P) -> V { return std::string(); }, [](PointId&, const V&) {},  // read and written by items
        [](P p) { return params_text(p.params); }, nullptr,
        "mechanism parameter name=value (repeatable; mech.name=value targets one mechanism; name=v1,v2 makes a grid of the values)",
        nullptr, 1},
-      {"level", "level", "--level", "level", 2, T::Text, false, 1,
+      {"level", "level", "--level", "level", 2, T::Text, PointField::all, 1,
        [](P p) -> V { return std::string(to_string(p.level)); }, [](PointId& p, const V& v) { p.level = parse_level(as_text(v)); },
-       [](P p) { return fmt::format("level {}", to_string(p.level)); }, nullptr,
+       [](P p) { return fmt::format("level {}", to_string(p.level)); }, [](P p) { return !p.training(); },
        "attention | model (a whole Transformer on --task's tokens), comma-separated",
        nullptr, 2},
-      {"mode", "mode", "--mode", "mode", 5, T::Text, false, 2,
+      {"mode", "mode", "--mode", "mode", 5, T::Text, PointField::all, 2,
        [](P p) -> V { return std::string(to_string(p.mode)); }, [](PointId& p, const V& v) { p.mode = parse_run_mode(as_text(v)); },
-       [](P p) { return fmt::format("mode {}", to_string(p.mode)); }, nullptr,
+       [](P p) { return fmt::format("mode {}", to_string(p.mode)); }, [](P p) { return !p.training(); },
        "fwd | fwdbwd | decode | train, comma-separated; decode: one new token after a context of N; train (model level): forward, backward and the AdamW step",
        nullptr, 3},
-      {"task", "task", "--task", "task", 3, T::Text, false, 3,
+      {"task", "task", "--task", "task", 3, T::Text, PointField::all, 3,
        [](P p) -> V { return p.task; }, [](PointId& p, const V& v) { p.task = as_text(v); },
        [](P p) { return fmt::format("task {}", p.task); }, [](P p) { return p.task != "none"; },
        "take the shape from this task's model (attnbench list tasks); needed by --level model",
        nullptr, 4},
-      {"layers", "L", "--layers", "model", 4, T::Int, true, 4,
+      {"layers", "L", "--layers", "model", 4, T::Int, PointField::model, 4,
        [](P p) -> V { return p.model.layers; }, [](PointId& p, const V& v) { p.model.layers = as_int(v); },
        [](P p) { return fmt::format("L={}", p.model.layers); }, nullptr,
        "model level: Transformer blocks",
        [](const TaskInfo& t) { return t.model.layers; }, 8},
-      {"dmodel", "dmodel", "--dmodel", "model", 4, T::Int, true, 4,
+      {"dmodel", "dmodel", "--dmodel", "model", 4, T::Int, PointField::model, 4,
        [](P p) -> V { return p.model.dmodel; }, [](PointId& p, const V& v) { p.model.dmodel = as_int(v); },
        [](P p) { return fmt::format("d_model={}", p.model.dmodel); }, nullptr,
        "model level: model width",
        [](const TaskInfo& t) { return t.model.dmodel; }, 9},
-      {"mlp", "mlp", "--mlp", "model", 4, T::Int, true, 4,
+      {"mlp", "mlp", "--mlp", "model", 4, T::Int, PointField::model, 4,
        [](P p) -> V { return p.model.mlp; }, [](PointId& p, const V& v) { p.model.mlp = as_int(v); },
        [](P p) { return fmt::format("mlp={}", p.model.mlp); }, nullptr,
        "model level: feed-forward width",
        [](const TaskInfo& t) { return t.model.mlp; }, 10},
-      {"batch", "B", "--batch", "B", 7, T::Int, false, 5,
+      {"batch", "B", "--batch", "B", 7, T::Int, PointField::all, 5,
        [](P p) -> V { return p.shape.B; }, [](PointId& p, const V& v) { p.shape.B = as_int(v); },
        [](P p) { return fmt::format("B={}", p.shape.B); }, nullptr,
        "batch size B",
        [](const TaskInfo& t) { return t.model.batch; }, 6},
-      {"heads", "H", "--heads", "H", 8, T::Int, false, 5,
+      {"heads", "H", "--heads", "H", 8, T::Int, PointField::all, 5,
        [](P p) -> V { return p.shape.H; }, [](PointId& p, const V& v) { p.shape.H = as_int(v); },
        [](P p) { return fmt::format("H={}", p.shape.H); }, nullptr,
        "heads H",
        [](const TaskInfo& t) { return t.model.heads; }, 7},
-      {"seq", "N", "--seq", "N", 9, T::Int, false, 0,
+      {"seq", "N", "--seq", "N", 9, T::Int, PointField::all, 0,
        [](P p) -> V { return p.shape.N; }, [](PointId& p, const V& v) { p.shape.N = as_int(v); },
        [](P p) { return fmt::format("N={}", p.shape.N); }, nullptr,
        "sequence lengths N",
        [](const TaskInfo& t) { return t.default_seq; }, 12},
       // The model's head size is dmodel / heads: named, but not an argument of its own.
-      {"dhead", "D", "--dhead", "D", 10, T::Int, false, 5,
+      {"dhead", "D", "--dhead", "D", 10, T::Int, PointField::all, 5,
        [](P p) -> V { return p.shape.D; }, [](PointId& p, const V& v) { p.shape.D = as_int(v); },
        [](P p) { return fmt::format("D={}", p.shape.D); }, [](P p) { return !is_model(p); },
        "head dimension D (attention level; with --task: dmodel / heads)",
        nullptr, 11},
       // A next-token task's model is causal by itself: --causal is only given where it is a choice.
-      {"causal", "causal", "--causal", "causal", 6, T::Flag, false, 6,
+      {"causal", "causal", "--causal", "causal", 6, T::Flag, PointField::all, 6,
        [](P p) -> V { return p.causal; }, [](PointId& p, const V& v) { p.causal = std::get<bool>(v); },
        [](P p) { return std::string(p.causal ? "causal" : "non-causal"); },
        [](P p) { return !(p.task != "none" && find_task(p.task).next_token); },
        "causal masking (query i uses keys j <= i)",
        nullptr, 13},
       // The thread count is Google Benchmark's own entry field "threads", not under "point".
-      {"threads", "threads", "--threads", "threads", 11, T::Int, false, 7,
+      {"threads", "threads", "--threads", "threads", 11, T::Int, PointField::all, 7,
        [](P p) -> V { return static_cast<int64_t>(p.threads); },
        [](PointId& p, const V& v) { p.threads = static_cast<int>(as_int(v)); },
        [](P p) { return fmt::format("{} thread{}", p.threads, p.threads == 1 ? "" : "s"); }, nullptr,
        "OpenMP threads",
        nullptr, 5},
+      // ---- training runs (the `train` verb): the recipe, one column, one title cluster ----
+#define AB_TRAIN_INT(key, seg, opt, member, help, rank, check)                                               \
+  {key, seg, opt, "training", 12, T::Int, PointField::training, 8,                                             \
+   [](P p) -> V { return p.train.member; },                                                                     \
+   [](PointId& p, const V& v) { p.train.member = check(opt, as_int(v)); },                                     \
+   [](P p) { return fmt::format("{}={}", seg, p.train.member); }, nullptr, help, nullptr, rank}
+#define AB_TRAIN_TEXT(key, seg, opt, member, help, rank, canon)                                              \
+  {key, seg, opt, "training", 12, T::Text, PointField::training, 8,                                            \
+   [](P p) -> V { return p.train.member; },                                                                     \
+   [](PointId& p, const V& v) { p.train.member = canon(opt, as_text(v)); },                                    \
+   [](P p) { return fmt::format("{}={}", seg, p.train.member); }, nullptr, help, nullptr, rank}
+      AB_TRAIN_INT("steps", "steps", "--steps", steps, "training steps (optimizer updates)", 14, at_least_one),
+      AB_TRAIN_TEXT("lr", "lr", "--lr", lr, "learning rate (linear-warmup-rsqrt: LRA's base rate)", 15, positive_number),
+      AB_TRAIN_TEXT("schedule", "schedule", "--schedule", schedule,
+                    "constant | linear-warmup-rsqrt | cosine | onecycle | step:S[:F] (F times the rate after step S)", 16,
+                    schedule_name),
+      AB_TRAIN_INT("warmup", "warmup", "--warmup-steps", warmup, "warm-up steps of the schedule", 17, not_negative),
+      AB_TRAIN_TEXT("beta1", "beta1", "--beta1", beta1, "AdamW's first-moment decay", 18, unit_interval),
+      AB_TRAIN_TEXT("beta2", "beta2", "--beta2", beta2, "AdamW's second-moment decay", 19, unit_interval),
+      AB_TRAIN_TEXT("adam_eps", "adam_eps", "--adam-eps", adam_eps, "AdamW's epsilon", 20, positive_number),
+      AB_TRAIN_TEXT("weight_decay", "wd", "--weight-decay", weight_decay,
+                    "decoupled weight decay (AdamW: w -= lr * wd * w)", 21, non_negative_number),
+      AB_TRAIN_TEXT("clip", "clip", "--clip", clip, "clip gradients to this norm (0: no clipping)", 22, non_negative_number),
+      AB_TRAIN_TEXT("clip_mode", "clip_mode", "--clip-mode", clip_mode,
+                    "global (the norm of every gradient together) | per-tensor (each tensor's own)", 23, clip_mode_name),
+      AB_TRAIN_TEXT("dropout", "dropout", "--dropout", dropout, "dropout on the embedding and the residual branches", 24,
+                    unit_interval),
+      AB_TRAIN_TEXT("attn_dropout", "attn_dropout", "--attn-dropout", attn_dropout,
+                    "dropout on the attention probabilities (mechanisms that form them; see attnbench list)", 25,
+                    unit_interval),
+      AB_TRAIN_TEXT("positions", "positions", "--positions", positions, "sinusoidal | learned | none", 26, positions_name),
+      AB_TRAIN_INT("eval_every", "eval_every", "--eval-every", eval_every,
+                   "steps between validations (0: ten over the run); the best one's parameters are tested", 27,
+                   not_negative),
+      AB_TRAIN_INT("eval_examples", "eval", "--eval-examples", eval_examples, "validation examples", 28, at_least_one),
+      AB_TRAIN_INT("test_examples", "test", "--test-examples", test_examples, "test examples", 29, at_least_one),
+      AB_TRAIN_INT("seed", "seed", "--seed", seed, "seed of the data, the initialisation, dropout and redraws", 13,
+                   not_negative),
+#undef AB_TRAIN_INT
+#undef AB_TRAIN_TEXT
   };
 }
 
-bool present(const PointField& f, const PointId& id) { return !f.model_only || is_model(id); }
+bool present(const PointField& f, const PointId& id) { return has_field(f, id); }
 // Fields Google Benchmark's entry has of its own, written there instead of under "point".
 bool in_entry(const PointField& f) { return std::string(f.key) == "threads"; }
 }  // namespace
+
+bool has_field(const PointField& f, const PointId& id) {
+  switch (f.scope) {
+    case PointField::all: return true;
+    case PointField::model: return id.level == Level::model;
+    case PointField::training: return id.training();
+  }
+  return false;
+}
 
 const std::vector<PointField>& point_fields() {
   static const std::vector<PointField> fields = make_fields();
@@ -204,12 +302,18 @@ PointId read_point(const nlohmann::json& entry, const std::string& name, const s
     return from.at(f.key);
   };
   auto wrong = [&](const PointField& f) { return InvalidInput(fmt::format("{} point: '{}' has the wrong type", where, f.key)); };
-  // The level first: it decides which fields a point has.
+  // The level first, and whether it is a training run (it has steps): they decide which fields
+  // a point has.
   for (const char* first : {"level", "attn"}) {
     const PointField& f = point_field(first);
     const auto& v = value_of(f);
     if (!v.is_string()) throw wrong(f);
     f.set(id, v.get<std::string>());
+  }
+  if (point.contains("steps")) {
+    const PointField& f = point_field("steps");
+    if (!point.at("steps").is_number_integer()) throw wrong(f);
+    f.set(id, point.at("steps").get<int64_t>());
   }
   for (const auto& f : point_fields()) {
     if (!present(f, id)) continue;

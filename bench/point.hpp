@@ -38,6 +38,14 @@ struct ModelDims {
   bool operator==(const ModelDims&) const = default;
 };
 
+// A training run's recipe (the `train` verb): everything that decides its accuracy beyond the
+// model and the data. Numbers are kept as their canonical spelling ("0.0001", "1e-08"), the text
+// of the name; steps == 0 means the point is not a training run.
+struct TrainSpec {
+  int64_t steps = 0, warmup = 0, eval_every = 0, eval_examples = 0, test_examples = 0, seed = 0;
+  std::string lr, schedule, beta1, beta2, adam_eps, weight_decay, clip, clip_mode, dropout, attn_dropout, positions;
+};
+
 // Everything that identifies a point; `name()` is the join key between result files.
 struct PointId {
   std::string mechanism;
@@ -49,6 +57,8 @@ struct PointId {
   ModelDims model;
   bool causal = false;
   int threads = 1;
+  TrainSpec train;  // training runs only
+  bool training() const { return train.steps > 0; }
   // attn:NAME/param:value/.../level:L/mode:M/task:T[/L:../dmodel:../mlp:..]/B:../H:../N:../D:../causal:0|1/threads:..
   std::string name() const;
 };
@@ -70,7 +80,8 @@ struct PointField {
   const char* column;   // `run`'s table column; fields sharing one show their descriptions side by side
   int column_rank;      // the columns' order, left to right
   PointFieldType type;
-  bool model_only;      // only model-level points have it (name, JSON, arguments)
+  // Which points have it (name, JSON, arguments): every point, model-level points, or training runs.
+  enum Scope { all, model, training } scope;
   // `table` draws one table per group of points equal in every field with a cluster > 0; its
   // title shows them cluster by cluster (" · " between clusters). 0: the rows (mechanism,
   // params) and columns (N) of the tables.
@@ -87,6 +98,8 @@ struct PointField {
 };
 // In name order.
 const std::vector<PointField>& point_fields();
+// Whether point `id` has field `f` (its scope).
+bool has_field(const PointField& f, const PointId& id);
 const PointField& point_field(const std::string& key);  // logic_error when unknown
 
 // A field's value as the name spells it: 64, fwd, 0/1.

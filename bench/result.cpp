@@ -101,6 +101,37 @@ const std::vector<Field>& result_fields() {
        },
        [](S, W rep, double v) { rep->loss = v; }},
   };
+  // Training runs: one field per TrainResult member.
+  struct TrainField {
+    const char* key;
+    const char* header;
+    int precision;
+    Better better;
+    double TrainResult::*member;
+  };
+  static const TrainField train_fields[] = {
+      {"accuracy", "accuracy", 4, Better::Higher, &TrainResult::accuracy},
+      {"final_accuracy", "final acc", 4, Better::Higher, &TrainResult::final_accuracy},
+      {"val_accuracy", "val acc", 4, Better::Higher, &TrainResult::val_accuracy},
+      {"token_accuracy", "token acc", 4, Better::Higher, &TrainResult::token_accuracy},
+      {"eval_loss", "test loss", 4, Better::Lower, &TrainResult::eval_loss},
+      {"train_steps", "steps", 0, Better::Neither, &TrainResult::train_steps},
+      {"best_step", "best step", 0, Better::Neither, &TrainResult::best_step},
+      {"train_seconds", "train s", 1, Better::Lower, &TrainResult::train_seconds},
+      {"data_seconds", "data s", 1, Better::Lower, &TrainResult::data_seconds},
+      {"eval_seconds", "eval s", 1, Better::Lower, &TrainResult::eval_seconds},
+      {"checkpoint_seconds", "ckpt s", 2, Better::Lower, &TrainResult::checkpoint_seconds},
+      {"checkpoint_bytes", "ckpt MiB", 1, Better::Lower, &TrainResult::checkpoint_bytes},
+  };
+  for (const auto& tf : train_fields) {
+    auto member = tf.member;
+    f.push_back({tf.key, tf.header, tf.precision, tf.better, std::string(tf.key) == "checkpoint_bytes" ? MiB : 1.0,
+                 [member](R r, double, P) -> O { return r.train ? O((*r.train).*member) : std::nullopt; },
+                 [member](S r, W, double v) {
+                   if (!r.train) r.train = TrainResult{};
+                   (*r.train).*member = v;
+                 }});
+  }
   // One column per layer type of the model's time breakdown.
   // (Field holds C strings: the names live in fixed static arrays.)
   static std::array<std::string, kLayerTypes> keys, headers;

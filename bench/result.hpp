@@ -29,6 +29,18 @@ struct Repetition {
   std::optional<double> loss;  // model level: mean loss of this repetition's steps
 };
 
+// What a training run (the train verb) measured beyond its step time.
+struct TrainResult {
+  double accuracy = 0;        // test, with the best-validation parameters (copy: exact-copy rate)
+  double final_accuracy = 0;  // test, with the final parameters
+  double val_accuracy = 0;    // the best validation accuracy
+  double token_accuracy = 0;  // copy: test per-token accuracy (best-validation parameters); else = accuracy
+  double eval_loss = 0;       // test loss per prediction (best-validation parameters)
+  double train_steps = 0, best_step = 0;
+  double train_seconds = 0;   // the training steps alone, over every resumed part
+  double data_seconds = 0, eval_seconds = 0, checkpoint_seconds = 0, checkpoint_bytes = 0;
+};
+
 struct PointResult {
   PointId id;
   std::string label;  // the command that reproduces the point
@@ -48,6 +60,7 @@ struct PointResult {
   // Model level: ms per step spent in each layer type (layer_type_names() order), from the
   // model's own timers over the measured steps.
   std::vector<double> layer_ms;
+  std::optional<TrainResult> train;  // training runs
   // Tokens processed per call: the whole sequence, or one new token per sequence in decode; the
   // retrieval model encodes two documents per example.
   int64_t tokens() const {

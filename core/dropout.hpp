@@ -33,6 +33,7 @@ struct Dropout {
   bool active() const { return rate > 0; }
   // Derived keys for the parts of one site (a layer's sub-sites, a pattern's segments).
   Dropout with_salt(uint64_t salt) const { return Dropout{rate, mix64(key ^ mix64(salt))}; }
+  Dropout with_rate(float r) const { return Dropout{r, key}; }
   uint32_t threshold() const { return static_cast<uint32_t>(static_cast<double>(rate) * 4294967296.0); }
   float scale() const { return 1.0f / (1.0f - rate); }
   uint32_t row_seed(uint64_t row) const { return static_cast<uint32_t>(mix64(key + mix64(row)) >> 32); }

@@ -196,29 +196,38 @@ void embedding_forward(const int32_t* tokens, int64_t rows, int64_t N, int64_t d
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t n = r % N;
     const float* e = E + static_cast<int64_t>(tokens[r]) * d;
-    const float* p = positions + n * d;
     float* y = x + r * d;
+    if (positions) {
+      const float* p = positions + n * d;
 #pragma omp simd
-    for (int64_t c = 0; c < d; ++c) y[c] = e[c] + p[c];
+      for (int64_t c = 0; c < d; ++c) y[c] = e[c] + p[c];
+    } else {
+      std::copy_n(e, d, y);
+    }
     if (cls && n == 0)
       for (int64_t c = 0; c < d; ++c) y[c] += cls[c];
   }
 }
 
 void embedding_backward(const int32_t* tokens, int64_t rows, int64_t N, int64_t d, const float* dx,
-                        float* dE, float* dcls) {
+                        float* dE, float* dcls, float* dpos) {
   constexpr int64_t kCols = 16;
 #pragma omp parallel for schedule(static)
   for (int64_t c0 = 0; c0 < d; c0 += kCols) {
     const int64_t c1 = std::min(d, c0 + kCols);
     if (dcls)
       for (int64_t c = c0; c < c1; ++c) dcls[c] = 0;
+    if (dpos)
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t c = c0; c < c1; ++c) dpos[n * d + c] = 0;
     for (int64_t r = 0; r < rows; ++r) {
       const float* g = dx + r * d;
       float* e = dE + static_cast<int64_t>(tokens[r]) * d;
       for (int64_t c = c0; c < c1; ++c) e[c] += g[c];
       if (dcls && r % N == 0)
         for (int64_t c = c0; c < c1; ++c) dcls[c] += g[c];
+      if (dpos)
+        for (int64_t c = c0; c < c1; ++c) dpos[(r % N) * d + c] += g[c];
     }
   }
 }

@@ -86,14 +86,15 @@ class Gelu {
 
 // ---- element-wise passes (OpenMP over rows) ----
 
-// x (B·N, d) = E[tokens] + positions (sinusoidal, (N, d)) (+ cls at every sequence's position 0
-// when cls is not null).
+// x (B·N, d) = E[tokens] + positions ((N, d); none when null) (+ cls at every sequence's
+// position 0 when cls is not null).
 void embedding_forward(const int32_t* tokens, int64_t rows, int64_t N, int64_t d, const float* E,
                        const float* positions, const float* cls, float* x);
-// dE += scatter of dx by token; dcls = sum of dx over position 0 rows (when not null).
-// Columns are shared out over the threads, so the scatter has no races and a fixed order.
+// dE += scatter of dx by token; dcls = sum of dx over position 0 rows, dpos (N, d) = sum of dx
+// over the sequences (each when not null). Columns are shared out over the threads, so the
+// scatter has no races and a fixed order.
 void embedding_backward(const int32_t* tokens, int64_t rows, int64_t N, int64_t d, const float* dx,
-                        float* dE, float* dcls);
+                        float* dE, float* dcls, float* dpos = nullptr);
 // The sinusoidal table of Vaswani et al.: P[n, 2i] = sin(n / 10000^(2i/d)), P[n, 2i+1] = cos(...).
 void sinusoidal_positions(int64_t N, int64_t d, float* P);
 

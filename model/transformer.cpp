@@ -27,6 +27,21 @@ const char* to_string(ModelMode m) {
   return "?";
 }
 
+const char* to_string(Positions p) {
+  switch (p) {
+    case Positions::sinusoidal: return "sinusoidal";
+    case Positions::learned: return "learned";
+    case Positions::none: return "none";
+  }
+  return "?";
+}
+
+Positions parse_positions(const std::string& text) {
+  for (Positions p : {Positions::sinusoidal, Positions::learned, Positions::none})
+    if (text == to_string(p)) return p;
+  throw InvalidInput(fmt::format("unknown positions '{}'; positions: sinusoidal, learned, none", text));
+}
+
 ModelConfig model_config_for_task(const TaskInfo& task, int64_t seq) {
   ModelConfig c;
   c.vocab = task.vocab;
@@ -90,6 +105,14 @@ TransformerModel::TransformerModel(const ModelConfig& c, ModelMode mode) : c_(c)
   p.causal = c.causal;
   p.strides = Strides3::contiguous(p.shape);
   p.threads = c.threads;
+  // Training: the mechanism's own tensors learn with the model, and it drops attention
+  // probabilities where it can (a mechanism without the capability runs without: `list` says
+  // which, and the trainer records it).
+  p.param_grads = backward_;
+  p.attn_dropout = mode == ModelMode::train && c.attn_dropout > 0 && info.caps.attn_dropout;
+  if (!(c.dropout >= 0 && c.dropout < 1) || !(c.attn_dropout >= 0 && c.attn_dropout < 1))
+    throw InvalidInput(fmt::format("dropout rates must be in [0, 1), got --dropout {} --attn-dropout {}", c.dropout, c.attn_dropout));
+  attn_dropout_planned_ = p.attn_dropout;
   for (int64_t l = 0; l < L; ++l) {
     attn_.push_back(info.make(p, c.params));
     attn_.back()->validate();
@@ -99,6 +122,8 @@ TransformerModel::TransformerModel(const ModelConfig& c, ModelMode mode) : c_(c)
   const float sd = 1.0f / std::sqrt(static_cast<float>(d)), sf = 1.0f / std::sqrt(static_cast<float>(F));
   emb_ = param("embedding", c.vocab * d, 1.0f);
   if (c.pooling == Pooling::cls) cls_ = param("cls", d, 0.02f);
+  // Learned absolute positions, N(0, 0.02) as the PyTorch LRA ports initialise them.
+  if (c.positions == Positions::learned) positions_ = param("positions", N * d, 0.02f);
   for (int64_t l = 0; l < L; ++l) {
     auto n = [&](const char* s) { return fmt::format("layer{}.{}", l, s); };
     LayerParams q;
@@ -130,7 +155,7 @@ TransformerModel::TransformerModel(const ModelConfig& c, ModelMode mode) : c_(c)
 
   // 3. The arena. The residual stream has L + 1 slots; the per-layer activations have L slots
   // when a backward pass reads them, else one shared slot.
-  pos_ = act(N * d);
+  if (c.positions == Positions::sinusoidal) pos_ = act(N * d);
   for (int64_t l = 0; l <= L; ++l) x_.push_back(act(T_ * d));
   const int64_t slots = backward_ ? L : 1;
   for (int64_t s = 0; s < slots; ++s) {
@@ -224,11 +249,20 @@ std::vector<std::pair<std::string, size_t>> TransformerModel::memory_parts() con
   for (const auto& a : attn_) attention += a->working_bytes(backward_ ? Mode::fwdbwd : Mode::fwd);
   return {{"parameters", pbytes},
           {"gradients", backward_ ? pbytes : 0},
-          {"optimizer", mode_ == ModelMode::train ? 2 * pbytes : 0},
+          {"optimizer", mode_ == ModelMode::train ? 2 * pbytes + 2 * learned_bytes() : 0},
           {"activations", static_cast<size_t>(n_act_) * sizeof(float)},
           {"tokens", static_cast<size_t>(T_ + rows_) * sizeof(int32_t)},
           {"scratchpad", scratch_bytes_},
           {"attention", attention}};
+}
+
+// The mechanisms' learned tensors (known before setup: each mechanism's declared tensors).
+size_t TransformerModel::learned_bytes() const {
+  if (!backward_) return 0;
+  size_t n = 0;
+  for (const auto& a : attn_)
+    for (const auto& t : a->learned()) n += static_cast<size_t>(t.count);  // counts are known before setup
+  return n * sizeof(float);
 }
 
 size_t TransformerModel::working_bytes() const {
@@ -286,13 +320,53 @@ void TransformerModel::setup(uint64_t seed) {
     if (p.init_stddev > 0) rng.fill_normal(W(p.offset), p.count, p.init_stddev);
     else std::fill_n(W(p.offset), p.count, p.init_value);
   }
-  sinusoidal_positions(c_.seq, d, A(pos_));
+  if (c_.positions == Positions::sinusoidal) sinusoidal_positions(c_.seq, d, A(pos_));
   for (size_t l = 0; l < attn_.size(); ++l) {
     Rng r(seed, kStreamLayerMechanism + l);
     attn_[l]->setup(backward_ ? Mode::fwdbwd : Mode::fwd, r);
   }
+  // The mechanisms' learned tensors train beside the model's (their moments are declared under
+  // "optimizer").
+  learned_.clear();
+  learned_floats_ = 0;
+  if (backward_)
+    for (auto& a : attn_)
+      for (auto& t : a->learned()) {
+        learned_.push_back(t);
+        learned_floats_ += t.count;
+      }
+  if (mode_ == ModelMode::train) {
+    learned_m_ = Buffer<float>(static_cast<size_t>(learned_floats_));
+    learned_v_ = Buffer<float>(static_cast<size_t>(learned_floats_));
+    learned_m_.zero();
+    learned_v_.zero();
+  }
+  tensor_norms_.assign(slices_.size() + learned_.size(), 0.0);
+  seed_ = seed;
   steps_ = 0;
   reset_timers();
+}
+
+Dropout TransformerModel::dropout_at(int64_t layer, int site) const {
+  if (!dropping_ || (c_.dropout <= 0 && site != 3)) return Dropout{};
+  const uint64_t where = (static_cast<uint64_t>(layer + 1) << 2) | static_cast<uint64_t>(site);
+  return Dropout{c_.dropout, mix64(mix64(seed_ ^ 0x44524f504f5554ull) ^ mix64((static_cast<uint64_t>(steps_) << 16) ^ where))};
+}
+
+// x (T, d) *= the mask of site d, row by row (token rows of the encoder's batch).
+void TransformerModel::drop_rows(float* x, const Dropout& d) const {
+  if (!d.active()) return;
+  const int64_t dm = c_.dmodel;
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < T_; ++t) d.apply(x + t * dm, dm, static_cast<uint64_t>(t), 0);
+}
+
+// src, or (with dropout) a copy of it in dst with the mask applied: a branch's gradient.
+const float* TransformerModel::dropped_copy(const float* src, float* dst, const Dropout& d) const {
+  if (!d.active()) return src;
+  std::copy_n(src, T_ * c_.dmodel, dst);
+  drop_rows(dst, d);
+  return dst;
 }
 
 template <class F>
@@ -328,8 +402,10 @@ void TransformerModel::load(const Batch& b) {
 double TransformerModel::forward_and_loss(bool with_grad) {
   const int64_t N = c_.seq, d = c_.dmodel, H = c_.heads, B = c_.batch, L = c_.layers;
   // 1. Embedding and positions.
+  const float* positions = c_.positions == Positions::sinusoidal ? A(pos_) : positions_ >= 0 ? W(positions_) : nullptr;
   timed(LayerType::embedding, [&] {
-    embedding_forward(tokens_.data(), T_, N, d, W(emb_), A(pos_), cls_ >= 0 ? W(cls_) : nullptr, A(x_[0]));
+    embedding_forward(tokens_.data(), T_, N, d, W(emb_), positions, cls_ >= 0 ? W(cls_) : nullptr, A(x_[0]));
+    drop_rows(A(x_[0]), dropout_at(-1, 0));
   });
   // 2. The blocks.
   for (int64_t l = 0; l < L; ++l) {
@@ -340,10 +416,15 @@ double TransformerModel::forward_and_loss(bool with_grad) {
       qkv_lin_.forward(A(a.h1), W(p.wqkv), W(p.bqkv), A(qkv_));
       split_heads(A(qkv_), Benc_, N, H, Dh_, A(a.q), A(a.k), A(a.v));
     });
-    timed(LayerType::attention, [&] { attn_[static_cast<size_t>(l)]->forward(attention_args(l)); });
+    timed(LayerType::attention, [&] {
+      Attention& mech = *attn_[static_cast<size_t>(l)];
+      if (attn_dropout_planned_) mech.set_dropout(dropping_ ? dropout_at(l, 3).with_rate(c_.attn_dropout) : Dropout{});
+      mech.forward(attention_args(l));
+    });
     timed(LayerType::projections, [&] {
       merge_heads(A(a.o), Benc_, N, H, Dh_, A(a.a));
       o_lin_.forward(A(a.a), W(p.wo), W(p.bo), A(a.xm));
+      drop_rows(A(a.xm), dropout_at(l, 1));
       add_inplace(A(a.xm), A(x_[l]), T_ * d);
     });
     timed(LayerType::layernorm, [&] { ln_.forward(A(a.xm), W(p.ln2_g), W(p.ln2_b), A(a.h2), A(a.mean2), A(a.var2)); });
@@ -351,6 +432,7 @@ double TransformerModel::forward_and_loss(bool with_grad) {
       ff1_lin_.forward(A(a.h2), W(p.w1), W(p.b1), A(a.u));
       ff_gelu_.forward(A(a.u), A(a.g));
       ff2_lin_.forward(A(a.g), W(p.w2), W(p.b2), A(x_[l + 1]));
+      drop_rows(A(x_[l + 1]), dropout_at(l, 2));
       add_inplace(A(x_[l + 1]), A(a.xm), T_ * d);
     });
   }
@@ -437,7 +519,9 @@ void TransformerModel::backward() {
     const LayerParams& p = lp_[static_cast<size_t>(l)];
     const LayerActs& a = la_[static_cast<size_t>(l)];
     timed(LayerType::feedforward, [&] {
-      ff2_lin_.backward(A(a.g), W(p.w2), A(dres_), A(dff_), G(p.w2), G(p.b2));
+      // Through the branch's dropout: the same mask on the gradient (a copy: dres goes on).
+      const float* dbranch = dropped_copy(A(dres_), A(dtmp2_), dropout_at(l, 2));
+      ff2_lin_.backward(A(a.g), W(p.w2), dbranch, A(dff_), G(p.w2), G(p.b2));
       ff_gelu_.backward(A(a.u), A(dff_), A(dff_));
       ff1_lin_.backward(A(a.h2), W(p.w1), A(dff_), A(dtmp_), G(p.w1), G(p.b1));
     });
@@ -446,7 +530,8 @@ void TransformerModel::backward() {
       add_inplace(A(dres_), A(dtmp2_), T_ * d);
     });
     timed(LayerType::projections, [&] {
-      o_lin_.backward(A(a.a), W(p.wo), A(dres_), A(dtmp_), G(p.wo), G(p.bo));
+      const float* dbranch = dropped_copy(A(dres_), A(dtmp2_), dropout_at(l, 1));
+      o_lin_.backward(A(a.a), W(p.wo), dbranch, A(dtmp_), G(p.wo), G(p.bo));
       split_single(A(dtmp_), Benc_, N, H, Dh_, A(do_));
     });
     timed(LayerType::attention, [&] { attn_[static_cast<size_t>(l)]->backward(attention_args(l)); });
@@ -462,19 +547,164 @@ void TransformerModel::backward() {
   // 1'. Embedding: a scatter-add into a zeroed table.
   timed(LayerType::embedding, [&] {
     std::fill_n(G(emb_), c_.vocab * d, 0.0f);
-    embedding_backward(tokens_.data(), T_, N, d, A(dres_), G(emb_), cls_ >= 0 ? G(cls_) : nullptr);
+    drop_rows(A(dres_), dropout_at(-1, 0));
+    embedding_backward(tokens_.data(), T_, N, d, A(dres_), G(emb_), cls_ >= 0 ? G(cls_) : nullptr,
+                       positions_ >= 0 ? G(positions_) : nullptr);
   });
 }
 
 double TransformerModel::step(const Batch& batch) {
+  if (mode_ == ModelMode::train) return train_step(batch, steps_ + 1, c_.optimizer.lr).loss;
   omp_set_num_threads(c_.threads);
   load(batch);
   const double loss = forward_and_loss(backward_);
-  if (!backward_) return loss;
-  backward();
-  if (mode_ == ModelMode::train)
-    timed(LayerType::optimizer, [&] { c_.optimizer.update(w_.data(), g_.data(), m_.data(), v_.data(), n_params_, ++steps_); });
+  if (backward_) backward();
   return loss;
+}
+
+// 1. The mechanisms' redraws for this step. 2. Forward with dropout. 3. Backward. 4. Clipping.
+// 5. AdamW on the model's parameters and the mechanisms' learned tensors.
+TransformerModel::StepOutcome TransformerModel::train_step(const Batch& batch, int64_t step, float lr) {
+  if (mode_ != ModelMode::train) throw std::logic_error("train_step needs a model in train mode");
+  omp_set_num_threads(c_.threads);
+  steps_ = step;
+  for (size_t l = 0; l < attn_.size(); ++l) {
+    Rng r(seed_ ^ mix64(static_cast<uint64_t>(step)), kStreamLayerMechanism + l);
+    attn_[l]->begin_train_step(step, r);
+  }
+  load(batch);
+  StepOutcome out;
+  dropping_ = true;
+  out.loss = forward_and_loss(true);
+  backward();
+  dropping_ = false;
+  timed(LayerType::optimizer, [&] {
+    out.grad_norm = clip_gradients();
+    c_.optimizer.lr = lr;
+    c_.optimizer.update(w_.data(), g_.data(), m_.data(), v_.data(), n_params_, step);
+    int64_t at = 0;
+    for (const auto& t : learned_) {
+      c_.optimizer.update(t.value, t.grad, learned_m_.data() + at, learned_v_.data() + at, t.count, step);
+      at += t.count;
+    }
+  });
+  return out;
+}
+
+namespace {
+// Sum of squares in a fixed order: a static share per thread, the shares added in thread order
+// (an OpenMP reduction adds them in whatever order the threads finish).
+double squared_norm(const float* g, int64_t n) {
+  constexpr int kMaxThreads = 1024;
+  double part[kMaxThreads] = {};
+  int used = 1;
+#pragma omp parallel
+  {
+    const int t = omp_get_thread_num(), T = omp_get_num_threads();
+    const int64_t lo = n * t / T, hi = n * (t + 1) / T;
+    double s = 0;
+    for (int64_t i = lo; i < hi; ++i) s += static_cast<double>(g[i]) * g[i];
+    if (t < kMaxThreads) part[t] = s;
+#pragma omp single
+    used = std::min(T, kMaxThreads);
+  }
+  double s = 0;
+  for (int t = 0; t < used; ++t) s += part[t];
+  return s;
+}
+void scale_by(float* g, int64_t n, float f) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) g[i] *= f;
+}
+}  // namespace
+
+// The global norm of every gradient; with clipping, the gradients scaled so that the global norm
+// (or each tensor's own norm) is at most c_.clip. Sums run in a fixed order per thread count.
+double TransformerModel::clip_gradients() {
+  double total = 0;
+  std::vector<double>& norms = tensor_norms_;  // per tensor (sized in setup: no allocation here)
+  size_t k = 0;
+  for (const Slice& s : slices_) norms[k++] = squared_norm(G(s.offset), s.count);
+  for (const auto& t : learned_) norms[k++] = squared_norm(t.grad, t.count);
+  for (double n : norms) total += n;
+  const double global = std::sqrt(total);
+  if (c_.clip <= 0) return global;
+  auto clip = [&](float* g, int64_t n, double norm) {
+    if (norm > c_.clip) scale_by(g, n, static_cast<float>(c_.clip / norm));
+  };
+  size_t i = 0;
+  for (const Slice& s : slices_) clip(G(s.offset), s.count, c_.clip_mode == ClipMode::global ? global : std::sqrt(norms[i++]));
+  for (const auto& t : learned_) clip(t.grad, t.count, c_.clip_mode == ClipMode::global ? global : std::sqrt(norms[i++]));
+  return global;
+}
+
+TransformerModel::Evaluation TransformerModel::evaluate(const Batch& batch, int64_t valid) {
+  omp_set_num_threads(c_.threads);
+  load(batch);
+  dropping_ = false;
+  forward_and_loss(false);  // the logits buffer now holds the probabilities
+  const float* probs = A(logits_);
+  Evaluation e;
+  const int64_t N = c_.seq;
+  auto argmax = [&](int64_t r) {
+    const float* p = probs + r * C_;
+    return static_cast<int32_t>(std::max_element(p, p + C_) - p);
+  };
+  auto score = [&](int64_t r) {  // the loss and correctness of row r; false when it does not count
+    const int32_t t = targets_[static_cast<size_t>(r)];
+    if (t < 0) return std::optional<bool>();
+    e.loss_sum -= std::log(std::max(static_cast<double>(probs[r * C_ + t]), static_cast<double>(std::numeric_limits<float>::min())));
+    ++e.predictions;
+    const bool right = argmax(r) == t;
+    e.correct += right ? 1 : 0;
+    return std::optional<bool>(right);
+  };
+  for (int64_t b = 0; b < std::min(valid, c_.batch); ++b) {
+    ++e.sequences;
+    if (c_.pooling != Pooling::lm) {
+      e.exact += score(b).value_or(false) ? 1 : 0;
+      continue;
+    }
+    bool all = true;
+    for (int64_t n = 0; n < N; ++n)
+      if (const auto right = score(b * N + n)) all = all && *right;
+    e.exact += all ? 1 : 0;
+  }
+  return e;
+}
+
+std::vector<TransformerModel::StateTensor> TransformerModel::trained_tensors() const {
+  std::vector<StateTensor> out;
+  for (const Slice& s : slices_) out.push_back({s.name, W(s.offset), s.count});
+  for (size_t l = 0, k = 0; l < attn_.size(); ++l)
+    for (const auto& t : attn_[l]->learned()) {
+      out.push_back({fmt::format("layer{}.mechanism.{}", l, t.name), t.value, t.count});
+      ++k;
+    }
+  return out;
+}
+
+std::vector<TransformerModel::StateTensor> TransformerModel::state() {
+  if (mode_ != ModelMode::train) throw std::logic_error("state() needs a model in train mode");
+  std::vector<StateTensor> out = trained_tensors();
+  const size_t n = out.size();
+  for (size_t i = 0; i < n; ++i) {
+    // The moments live beside each tensor: the model's at the same offset in m_, v_; the
+    // mechanisms' in learned_m_, learned_v_ in learned_ order.
+    float *m = nullptr, *v = nullptr;
+    if (i < slices_.size()) {
+      m = m_.data() + slices_[i].offset;
+      v = v_.data() + slices_[i].offset;
+    } else {
+      int64_t at = 0;
+      for (size_t k = 0; k < i - slices_.size(); ++k) at += learned_[k].count;
+      m = learned_m_.data() + at;
+      v = learned_v_.data() + at;
+    }
+    out.push_back({out[i].name + ".adam_m", m, out[i].count});
+    out.push_back({out[i].name + ".adam_v", v, out[i].count});
+  }
+  return out;
 }
 
 double TransformerModel::loss(const Batch& batch) {

@@ -2,8 +2,9 @@
 // tokens, whose attention core is any registered mechanism: the LRA efficiency table measures
 // this whole training step, not the attention call alone.
 //
-//   tokens (B, N) -> embedding + sinusoidal positions (+ a learned CLS vector at position 0)
-//   L x [ x += Wo · attention(split(LN1(x) · Wqkv)) ;  x += W2 · gelu(W1 · LN2(x)) ]
+//   tokens (B, N) -> embedding + positions (sinusoidal, learned or none) (+ a learned CLS vector
+//   at position 0) -> dropout
+//   L x [ x += dropout(Wo · attention(split(LN1(x) · Wqkv))) ;  x += dropout(W2 · gelu(W1 · LN2(x))) ]
 //   LN_f -> pooling (CLS: position 0; mean; retrieval: both documents through the same encoder,
 //   head on [e1, e2, e1·e2, e1-e2]) -> W_c2 · gelu(W_c1 · ·) -> softmax cross-entropy;
 //   copy: next-token logits at every position, loss where the task's loss mask is set.
@@ -15,10 +16,14 @@
 // exact tracked peak of a step. In fwd mode the per-layer activations share one slot, since
 // nothing is kept for a backward pass.
 //
-// What it leaves out: dropout (LRA trains with 0.1), learning-rate schedules, and training of the
-// mechanisms' own random or learned tensors (Linformer's E, F, Sinkhorn's W1, W2, Synthesizer's
-// logits, Performer's features): they keep their seeded values, so their cost is measured but
-// they are not learned.
+// Training (model/trainer.hpp drives it): train_step() redraws the mechanisms' random tensors
+// (reformer's rotations, performer's features), runs forward with dropout on the embedding and
+// the residual branches and, where the mechanism applies it, on the attention probabilities,
+// backward (the mechanisms' own learned tensors included: Linformer's E, F, Sinkhorn's W1, W2,
+// Synthesizer's logits, the compressed attention's kernels), clips the gradients and takes the
+// AdamW step at the given learning rate. Dropout masks are hashes of (seed, step, site, position)
+// (core/dropout.hpp): nothing is stored, and a resumed run draws the same masks. evaluate() runs
+// the forward pass without dropout and counts correct predictions.
 #pragma once
 #include <array>
 #include <memory>
@@ -41,6 +46,15 @@ const std::array<const char*, kLayerTypes>& layer_type_names();
 enum class ModelMode { fwd, fwdbwd, train };
 const char* to_string(ModelMode m);  // fwd | fwdbwd | train
 
+// The positions added to the token embedding.
+enum class Positions { sinusoidal, learned, none };
+const char* to_string(Positions p);
+Positions parse_positions(const std::string& text);  // throws InvalidInput
+
+// Gradient clipping before the optimizer step: none, the global norm of every gradient (LRA's
+// PyTorch ports), or each tensor's own norm ("Transformers are RNNs").
+enum class ClipMode { global, per_tensor };
+
 struct ModelConfig {
   int64_t vocab = 0, classes = 0;  // classes 0: next-token head over the vocabulary (copy)
   int64_t seq = 0, batch = 0, layers = 0, dmodel = 0, heads = 0, mlp = 0;
@@ -51,6 +65,12 @@ struct ModelConfig {
   ParamValues params;      // the mechanism's, resolved
   int threads = 1;
   AdamW optimizer;
+  Positions positions = Positions::sinusoidal;
+  // Training: dropout on the embedding and on both residual branches, and on the attention
+  // probabilities (mechanisms with the capability; 0 elsewhere). Evaluation runs without.
+  float dropout = 0, attn_dropout = 0;
+  float clip = 0;  // 0: no clipping
+  ClipMode clip_mode = ClipMode::global;
 };
 
 // The model config of a task (tasks.md shapes); overrides of 0 keep the task's value.
@@ -71,8 +91,39 @@ class TransformerModel {
 
   void setup(uint64_t seed);
   // One step on a batch of the task (batch.size == config batch, batch.seq == seq). Returns the
-  // loss of the forward pass (before the optimizer step).
+  // loss of the forward pass (before the optimizer step). In train mode this is train_step at the
+  // configured learning rate and the model's own step count: the step `run --mode train` times.
   double step(const Batch& batch);
+
+  // A training step (train mode): step number `step` (from 1: it keys the dropout masks and the
+  // redraws, and AdamW's bias correction), the learning rate `lr`.
+  struct StepOutcome {
+    double loss = 0;       // of the forward pass, with dropout
+    double grad_norm = 0;  // the global gradient norm, before clipping
+  };
+  StepOutcome train_step(const Batch& batch, int64_t step, float lr);
+
+  // Forward without dropout on a batch whose first `valid` examples count (a final partial batch
+  // is padded with repeats): the summed loss and the correct predictions. Classifiers count one
+  // prediction per example; the language model (copy) one per counted position, and a sequence
+  // is exact when all of its counted positions are right.
+  struct Evaluation {
+    double loss_sum = 0;
+    int64_t predictions = 0, correct = 0;
+    int64_t sequences = 0, exact = 0;
+  };
+  Evaluation evaluate(const Batch& batch, int64_t valid);
+
+  // Everything a checkpoint must hold to continue bit for bit: every trained tensor (the model's
+  // parameters, then each mechanism's learned tensors) and AdamW's two moments of each, by name.
+  struct StateTensor {
+    std::string name;
+    float* data = nullptr;
+    int64_t count = 0;
+  };
+  std::vector<StateTensor> state();
+  // The trained tensors alone (for the best-validation copy and tests), in state() order.
+  std::vector<StateTensor> trained_tensors() const;
   // Forward and loss only (whatever the mode); for finite differences.
   double loss(const Batch& batch);
 
@@ -105,6 +156,15 @@ class TransformerModel {
   void load(const Batch& batch);
   double forward_and_loss(bool with_grad);
   void backward();
+  // The dropout of site `site` (0 the embedding, 1 the attention branch, 2 the feed-forward
+  // branch, 3 the attention probabilities: its key; the caller sets the rate) of layer `layer`
+  // (-1: below the first) at the current step; rate 0 outside train_step.
+  Dropout dropout_at(int64_t layer, int site) const;
+  void drop_rows(float* x, const Dropout& d) const;
+  const float* dropped_copy(const float* src, float* dst, const Dropout& d) const;
+  // The squared norm of every gradient, and clipping by c_.clip (global or per tensor).
+  double clip_gradients();
+  size_t learned_bytes() const;
   template <class F> void timed(LayerType t, F&& f);
 
   ModelConfig c_;
@@ -114,7 +174,7 @@ class TransformerModel {
   // Parameter layout.
   std::vector<Slice> slices_;
   int64_t n_params_ = 0;
-  int64_t emb_ = 0, cls_ = -1, lnf_g_ = 0, lnf_b_ = 0, wc1_ = 0, bc1_ = 0, wc2_ = 0, bc2_ = 0;
+  int64_t emb_ = 0, cls_ = -1, positions_ = -1, lnf_g_ = 0, lnf_b_ = 0, wc1_ = 0, bc1_ = 0, wc2_ = 0, bc2_ = 0;
   std::vector<LayerParams> lp_;
   // Arena layout (float offsets).
   int64_t n_act_ = 0;
@@ -135,6 +195,15 @@ class TransformerModel {
   Buffer<std::byte> scratch_;
   Buffer<int32_t> tokens_, targets_;
   int64_t steps_ = 0;
+  // Training: the mechanisms' learned tensors and their AdamW moments, the dropout seed, and
+  // whether this forward pass drops (train_step) or not (evaluate, loss).
+  std::vector<LearnedTensor> learned_;
+  Buffer<float> learned_m_, learned_v_;
+  int64_t learned_floats_ = 0;
+  uint64_t seed_ = 0;
+  bool dropping_ = false;
+  bool attn_dropout_planned_ = false;
+  std::vector<double> tensor_norms_;
   std::array<double, kLayerTypes> seconds_{};
 };
 

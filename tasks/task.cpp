@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "core/dropout.hpp"  // mix64
 #include "core/params.hpp"  // InvalidInput
 
 namespace ab {
@@ -32,6 +33,38 @@ std::string pooling_text(const TaskInfo& t) {
   return t.two_tower ? "CLS per document, MLP on [e1, e2, e1*e2, e1-e2]" : "CLS";
 }
 
+const char* to_string(Split s) {
+  switch (s) {
+    case Split::train: return "train";
+    case Split::val: return "val";
+    case Split::test: return "test";
+  }
+  return "?";
+}
+
+Split parse_split(const std::string& text) {
+  for (Split s : {Split::train, Split::val, Split::test})
+    if (text == to_string(s)) return s;
+  throw InvalidInput(fmt::format("unknown split '{}'; splits: train, val, test", text));
+}
+
+uint64_t split_seed(uint64_t seed, Split split) {
+  if (split == Split::train) return seed;
+  const uint64_t salt = split == Split::val ? 0x56414c49444154ull : 0x54455354534554ull;  // "VALIDAT", "TESTSET"
+  return mix64(seed ^ mix64(salt));
+}
+
+std::pair<size_t, size_t> split_range(size_t n, Split split) {
+  const size_t held = n >= 3 ? std::max<size_t>(1, n / 20) : 0;  // 5% each for val and test
+  const size_t train_end = n - 2 * held, val_end = n - held;
+  switch (split) {
+    case Split::train: return {0, train_end};
+    case Split::val: return {train_end, val_end};
+    case Split::test: return {val_end, n};
+  }
+  return {0, 0};
+}
+
 const std::vector<TaskInfo>& tasks() {
   static const std::vector<TaskInfo> all = {copy_task_info(),  listops_task_info(),    text_task_info(),
                                             retrieval_task_info(), image_task_info(), pathfinder_task_info(),
@@ -50,12 +83,21 @@ const TaskInfo& find_task(const std::string& name) {
 std::unique_ptr<Task> make_task(const std::string& name, const TaskOptions& opts) {
   const auto& info = find_task(name);
   if (opts.seq < 0) throw InvalidInput(fmt::format("{}: --seq must be positive", name));
-  return info.make(opts);
+  TaskOptions o = opts;
+  o.seed = split_seed(opts.seed, opts.split);
+  return info.make(o);
 }
 
 uint64_t example_stream(int64_t index) { return 0x7a5c0000ull + static_cast<uint64_t>(index); }
 
 Batch Task::batch(int64_t first, int64_t size) const {
+  std::vector<int64_t> indices(static_cast<size_t>(size));
+  for (int64_t i = 0; i < size; ++i) indices[static_cast<size_t>(i)] = first + i;
+  return batch_of(indices);
+}
+
+Batch Task::batch_of(const std::vector<int64_t>& indices) const {
+  const int64_t size = static_cast<int64_t>(indices.size());
   Batch b;
   b.size = size;
   b.seq = seq_;
@@ -65,7 +107,7 @@ Batch Task::batch(int64_t first, int64_t size) const {
   bool two = false, mask = false;
   std::vector<Example> ex(static_cast<size_t>(size));
 #pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t i = 0; i < size; ++i) ex[static_cast<size_t>(i)] = example(first + i);
+  for (int64_t i = 0; i < size; ++i) ex[static_cast<size_t>(i)] = example(indices[static_cast<size_t>(i)]);
   for (int64_t i = 0; i < size; ++i) {
     const Example& e = ex[static_cast<size_t>(i)];
     std::copy(e.tokens.begin(), e.tokens.end(), b.tokens.begin() + i * seq_);

@@ -29,8 +29,16 @@ struct ModelShape {
   Pooling pooling = Pooling::cls;
 };
 
+// Training, validation and test data are disjoint by construction: a generated task draws each
+// split from a stream of its own (split_seed), a task with real files reads each split's file or
+// its own range of records (split_range).
+enum class Split { train, val, test };
+const char* to_string(Split s);  // train | val | test
+Split parse_split(const std::string& text);  // throws InvalidInput
+
 struct TaskOptions {
   int64_t seq = 0;  // 0: the task's default length
+  Split split = Split::train;
   uint64_t seed = 1;
   std::string data_dir;             // real data, for the tasks that read it
   std::string difficulty = "hard";  // pathfinder, pathx: easy | intermediate | hard
@@ -67,8 +75,12 @@ class Task {
   // Side of the square image for the image tasks, else 0.
   virtual int64_t image_side() const { return 0; }
   int64_t seq() const { return seq_; }
-  // Examples generated in parallel (OpenMP over examples).
+  // Real data: the records in this split (the examples cycle through them); 0 for a generator,
+  // whose examples never repeat.
+  virtual int64_t size() const { return 0; }
+  // Examples generated in parallel (OpenMP over examples): [first, first + size), or the given ones.
   Batch batch(int64_t first, int64_t size) const;
+  Batch batch_of(const std::vector<int64_t>& indices) const;
 
  protected:
   int64_t seq_ = 0;
@@ -83,7 +95,8 @@ struct TaskInfo {
   // Two documents per example through one shared encoder (retrieval), the head on
   // [e1, e2, e1*e2, e1-e2].
   bool two_tower = false;
-  std::string real_data;  // what --data-dir is read for ("" when the task has no real source)
+  // What --data-dir is read for, per split ("" when the task has no real source).
+  std::string real_data;
   std::function<std::unique_ptr<Task>(const TaskOptions&)> make;
 };
 
@@ -104,6 +117,12 @@ TaskInfo pathfinder_task_info();
 TaskInfo pathx_task_info();
 
 // ---- shared helpers ----
+// The seed of a split's generated examples: the training split keeps the run's seed (the data
+// the benchmarks have always timed), validation and test get streams of their own.
+uint64_t split_seed(uint64_t seed, Split split);
+// A split's records [begin, end) of `n` read from one file that holds them all: the first
+// 90% train, the next 5% validation, the last 5% test (at least one record each when n >= 3).
+std::pair<size_t, size_t> split_range(size_t n, Split split);
 // The generator of example `index`: a stream of its own, so examples are independent.
 uint64_t example_stream(int64_t index);
 // ListOps: the value of a token sequence (pads ignored); throws InvalidInput when malformed.

@@ -106,14 +106,35 @@ std::vector<std::pair<int32_t, std::vector<std::string>>> read_tsv(const fs::pat
   return out;
 }
 
+// The file of a split: DIR/STEM.SPLIT.tsv (SPLIT spelt train, `val_word`, test) when the
+// directory has them, else DIR/WHOLE read whole and cut by split_range (`*whole_file` true).
+fs::path split_file(const std::string& dir, const std::string& stem, const char* val_word, const std::string& whole,
+                    Split split, bool* whole_file) {
+  const std::string word = split == Split::val ? val_word : to_string(split);
+  const fs::path own = fs::path(dir) / fmt::format("{}.{}.tsv", stem, word);
+  *whole_file = !fs::exists(own) && fs::exists(fs::path(dir) / whole);
+  return *whole_file ? fs::path(dir) / whole : own;
+}
+
+// Keeps a split's records of a file that holds them all.
+template <class T>
+void keep_split(std::vector<T>& records, Split split, bool whole_file) {
+  if (!whole_file) return;
+  const auto [b, e] = split_range(records.size(), split);
+  records = std::vector<T>(records.begin() + static_cast<int64_t>(b), records.begin() + static_cast<int64_t>(e));
+}
+
 class TextTask final : public Task {
  public:
   TextTask(const TaskOptions& o) : seed_(o.seed) {
     seq_ = o.seq > 0 ? o.seq : 4000;
     if (seq_ < 64) throw InvalidInput(fmt::format("text: --seq {} is too short; at least 64", seq_));
     if (!o.data_dir.empty()) {
-      path_ = fs::path(o.data_dir) / "text.tsv";
+      bool whole = false;
+      path_ = split_file(o.data_dir, "text", "val", "text.tsv", o.split, &whole);
       for (auto& [label, f] : read_tsv(path_, 2)) records_.push_back({label, f[1]});
+      keep_split(records_, o.split, whole);
+      if (records_.empty()) throw InvalidInput(fmt::format("{}: no records for the {} split", path_.string(), to_string(o.split)));
     }
   }
   Example example(int64_t index) const override {
@@ -138,6 +159,7 @@ class TextTask final : public Task {
   std::string source() const override {
     return records_.empty() ? Task::source() : fmt::format("real: {} ({} records)", path_.string(), records_.size());
   }
+  int64_t size() const override { return static_cast<int64_t>(records_.size()); }
 
  private:
   uint64_t seed_;
@@ -151,10 +173,12 @@ class RetrievalTask final : public Task {
     seq_ = o.seq > 0 ? o.seq : 4000;
     if (seq_ < 64) throw InvalidInput(fmt::format("retrieval: --seq {} is too short; at least 64", seq_));
     if (!o.data_dir.empty()) {
-      path_ = fs::path(o.data_dir) / "retrieval.tsv";
-      if (!fs::exists(path_) && fs::exists(fs::path(o.data_dir) / "new_aan_pairs.train.tsv"))
-        path_ = fs::path(o.data_dir) / "new_aan_pairs.train.tsv";
+      // LRA's files are new_aan_pairs.{train,eval,test}.tsv.
+      bool whole = false;
+      path_ = split_file(o.data_dir, "new_aan_pairs", "eval", "retrieval.tsv", o.split, &whole);
       for (auto& [label, f] : read_tsv(path_, 5)) records_.push_back({label, {f[3], f[4]}});
+      keep_split(records_, o.split, whole);
+      if (records_.empty()) throw InvalidInput(fmt::format("{}: no records for the {} split", path_.string(), to_string(o.split)));
     }
   }
   Example example(int64_t index) const override {
@@ -181,6 +205,7 @@ class RetrievalTask final : public Task {
   std::string source() const override {
     return records_.empty() ? Task::source() : fmt::format("real: {} ({} records)", path_.string(), records_.size());
   }
+  int64_t size() const override { return static_cast<int64_t>(records_.size()); }
 
  private:
   // Four rare words of five random letters.
@@ -208,7 +233,7 @@ TaskInfo text_task_info() {
   t.vocab = 257;
   t.classes = 2;
   t.model = ModelShape{4, 256, 4, 1024, 32, Pooling::cls};
-  t.real_data = "DIR/text.tsv: label<TAB>text";
+  t.real_data = "DIR/text.{train,val,test}.tsv, or DIR/text.tsv cut 90/5/5 by record: label<TAB>text";
   t.make = [](const TaskOptions& o) { return std::make_unique<TextTask>(o); };
   return t;
 }
@@ -223,7 +248,9 @@ TaskInfo retrieval_task_info() {
   t.classes = 2;
   t.model = ModelShape{4, 128, 4, 512, 32, Pooling::cls};
   t.two_tower = true;
-  t.real_data = "DIR/retrieval.tsv or DIR/new_aan_pairs.train.tsv: label<TAB>id1<TAB>id2<TAB>text1<TAB>text2";
+  t.real_data =
+      "DIR/new_aan_pairs.{train,eval,test}.tsv (LRA's), or DIR/retrieval.tsv cut 90/5/5 by record: "
+      "label<TAB>id1<TAB>id2<TAB>text1<TAB>text2";
   t.make = [](const TaskOptions& o) { return std::make_unique<RetrievalTask>(o); };
   return t;
 }

@@ -1,0 +1,43 @@
+#include "bench/terminal.hpp"
+
+#include <fmt/format.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+namespace ab {
+
+int terminal_columns(int fd) {
+  if (!isatty(fd)) return 0;
+  winsize w{};
+  if (ioctl(fd, TIOCGWINSZ, &w) != 0 || w.ws_col == 0) return 80;
+  return w.ws_col;
+}
+
+int display_columns(const std::string& text) {
+  int n = 0;
+  for (unsigned char c : text) n += (c & 0xC0) != 0x80 ? 1 : 0;  // count lead bytes only
+  return n;
+}
+
+std::string fit_columns(const std::string& line, int width) {
+  if (width <= 0 || display_columns(line) <= width) return line;
+  std::string out;
+  int cols = 0;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(line[i]);
+    const bool lead = (c & 0xC0) != 0x80;
+    if (lead && cols == width - 1) break;  // room for the ellipsis
+    cols += lead ? 1 : 0;
+    out += line[i];
+  }
+  return out + "\u2026";
+}
+
+std::string format_duration(double s) {
+  const long t = static_cast<long>(s + 0.5);
+  if (t >= 3600) return fmt::format("{}h{:02}m", t / 3600, t % 3600 / 60);
+  if (t >= 60) return fmt::format("{}m{:02}s", t / 60, t % 60);
+  return fmt::format("{}s", t);
+}
+
+}  // namespace ab

@@ -1,0 +1,407 @@
+#include "model/trainer.hpp"
+
+#include <fmt/format.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <sstream>
+
+#include "core/dropout.hpp"
+#include "core/memory.hpp"
+#include "core/rng.hpp"
+
+namespace ab {
+
+// ---- schedules ----
+double Schedule::at(int64_t s) const {
+  const double S = static_cast<double>(s), W = static_cast<double>(std::max<int64_t>(warmup, 0));
+  switch (kind) {
+    case constant: return lr;
+    case linear_warmup_rsqrt: {
+      const double w = std::max(W, 1.0);
+      return lr * std::min(1.0, S / w) / std::sqrt(std::max(S, w));
+    }
+    case cosine: {
+      if (s <= warmup) return lr * S / std::max(W, 1.0);
+      const double span = std::max(1.0, static_cast<double>(steps) - W);
+      return lr * 0.5 * (1.0 + std::cos(M_PI * std::min(1.0, (S - W) / span)));
+    }
+    case onecycle: {
+      // PyTorch's OneCycleLR (anneal_strategy='linear', div_factor 25, final_div_factor 1e4)
+      // at its step_num = s - 1.
+      const double initial = lr / 25.0, minimum = initial / 1e4;
+      const double total = static_cast<double>(steps), k = S - 1;
+      const double end1 = std::max(1.0, W) - 1, end2 = total - 1;
+      if (k <= end1) return end1 > 0 ? initial + (lr - initial) * k / end1 : lr;
+      return end2 > end1 ? lr + (minimum - lr) * (k - end1) / (end2 - end1) : minimum;
+    }
+    case step: return s <= decay_at ? lr : lr * decay_factor;
+  }
+  return lr;
+}
+
+Schedule Schedule::parse(const std::string& text, double lr, int64_t warmup, int64_t steps) {
+  Schedule s;
+  s.lr = lr;
+  s.warmup = warmup;
+  s.steps = steps;
+  if (text == "constant") s.kind = constant;
+  else if (text == "linear-warmup-rsqrt") s.kind = linear_warmup_rsqrt;
+  else if (text == "cosine") s.kind = cosine;
+  else if (text == "onecycle") s.kind = onecycle;
+  else if (text.rfind("step:", 0) == 0) {
+    s.kind = step;
+    const auto colon = text.find(':', 5);
+    char* end = nullptr;
+    const std::string at = text.substr(5, colon == std::string::npos ? std::string::npos : colon - 5);
+    s.decay_at = std::strtoll(at.c_str(), &end, 10);
+    const bool at_ok = !at.empty() && *end == '\0' && s.decay_at > 0;
+    s.decay_factor = colon == std::string::npos ? 0.1 : std::strtod(text.c_str() + colon + 1, &end);
+    if (!at_ok || (colon != std::string::npos && *end != '\0') || !(s.decay_factor > 0 && s.decay_factor <= 1))
+      throw InvalidInput(fmt::format("--schedule '{}': step takes step:S or step:S:F (S a step, 0 < F <= 1)", text));
+  } else {
+    throw InvalidInput(fmt::format(
+        "unknown schedule '{}'; schedules: constant, linear-warmup-rsqrt, cosine, onecycle, step:S[:F]", text));
+  }
+  if ((s.kind == linear_warmup_rsqrt || s.kind == onecycle) && warmup < 1)
+    throw InvalidInput(fmt::format("--schedule {} needs --warmup-steps of at least 1", text));
+  return s;
+}
+
+namespace {
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+nlohmann::json eval_json(const EvalResult& e) {
+  return {{"loss", e.loss}, {"accuracy", e.accuracy}, {"token_accuracy", e.token_accuracy}, {"examples", e.examples}};
+}
+EvalResult eval_from(const nlohmann::json& j) {
+  EvalResult e;
+  e.loss = j.at("loss").get<double>();
+  e.accuracy = j.at("accuracy").get<double>();
+  e.token_accuracy = j.at("token_accuracy").get<double>();
+  e.examples = j.at("examples").get<int64_t>();
+  return e;
+}
+
+// Copies between the trained tensors and one flat buffer.
+void copy_out(const std::vector<TransformerModel::StateTensor>& ts, float* flat) {
+  for (const auto& t : ts) flat = std::copy_n(t.data, t.count, flat);
+}
+void copy_in(const std::vector<TransformerModel::StateTensor>& ts, const float* flat) {
+  for (const auto& t : ts) {
+    std::copy_n(flat, t.count, t.data);
+    flat += t.count;
+  }
+}
+int64_t floats_of(const std::vector<TransformerModel::StateTensor>& ts) {
+  int64_t n = 0;
+  for (const auto& t : ts) n += t.count;
+  return n;
+}
+constexpr char kMagic[] = "ATTNBENCH-CHECKPOINT\n";
+}  // namespace
+
+// ---- the run's state ----
+struct Trainer::State {
+  int64_t step = 0;  // steps done
+  double best_val = -1;
+  int64_t best_step = 0;
+  double elapsed = 0, train_seconds = 0;  // totals over every process of the run
+  EvalResult last_val;
+  Buffer<float> best;  // the trained tensors at the best validation accuracy
+  bool has_best = false;
+};
+
+Trainer::Trainer(TrainConfig c) : c_(std::move(c)) {
+  if (c_.steps < 1) throw InvalidInput("--steps must be at least 1");
+  if (c_.eval_every < 0 || c_.checkpoint_every < 0) throw InvalidInput("--eval-every and --checkpoint-every must not be negative");
+  if (c_.eval_examples < 1 || c_.test_examples < 1) throw InvalidInput("--eval-examples and --test-examples must be at least 1");
+  if (c_.log_every < 1) throw InvalidInput("--log-every must be at least 1");
+  c_.model.optimizer.lr = static_cast<float>(c_.schedule.at(1));
+  model_ = std::make_unique<TransformerModel>(c_.model, ModelMode::train);
+  // The three splits (real data is read here, once, and checked).
+  for (auto [split, task] : {std::pair{Split::train, &train_}, std::pair{Split::val, &val_}, std::pair{Split::test, &test_}}) {
+    TaskOptions o = c_.data;
+    o.split = split;
+    *task = make_task(c_.task, o);
+  }
+}
+
+Trainer::~Trainer() = default;
+
+size_t Trainer::working_bytes() const {
+  // The best-validation copy holds the trained tensors (the parameters and the mechanisms' own;
+  // their sizes are known before setup).
+  return model_->working_bytes() + static_cast<size_t>(floats_of(model_->trained_tensors())) * sizeof(float);
+}
+
+// Real data cycles through the split in a fresh permutation per epoch, seeded by (seed, epoch);
+// a generator's examples are fresh every step.
+Batch Trainer::training_batch(int64_t step) {
+  const int64_t B = c_.model.batch, first = (step - 1) * B;
+  const int64_t size = train_->size();
+  if (size == 0) return train_->batch(first, B);
+  std::vector<int64_t> indices(static_cast<size_t>(B));
+  for (int64_t j = 0; j < B; ++j) {
+    const int64_t i = first + j, epoch = i / size;
+    if (epoch != order_epoch_) {
+      order_.resize(static_cast<size_t>(size));
+      std::iota(order_.begin(), order_.end(), 0);
+      Rng rng(c_.seed ^ mix64(static_cast<uint64_t>(epoch) + 1), 0x5348554646ull);  // "SHUFF"
+      for (int64_t k = size - 1; k > 0; --k)
+        std::swap(order_[static_cast<size_t>(k)], order_[rng.below(static_cast<uint64_t>(k + 1))]);
+      order_epoch_ = epoch;
+    }
+    indices[static_cast<size_t>(j)] = order_[static_cast<size_t>(i % size)];
+  }
+  return train_->batch_of(indices);
+}
+
+// The first `count` examples of a split (all of a real split when it has fewer), in batches of
+// the model's size; the last batch padded with the first examples, which do not count.
+EvalResult Trainer::evaluate(Task& task, int64_t count) {
+  const int64_t B = c_.model.batch;
+  const int64_t n = task.size() > 0 ? std::min(count, task.size()) : count;
+  TransformerModel::Evaluation total;
+  for (int64_t first = 0; first < n; first += B) {
+    const int64_t valid = std::min(B, n - first);
+    std::vector<int64_t> idx(static_cast<size_t>(B));
+    for (int64_t j = 0; j < B; ++j) idx[static_cast<size_t>(j)] = j < valid ? first + j : j - valid;
+    const auto e = model_->evaluate(task.batch_of(idx), valid);
+    total.loss_sum += e.loss_sum;
+    total.predictions += e.predictions;
+    total.correct += e.correct;
+    total.sequences += e.sequences;
+    total.exact += e.exact;
+  }
+  EvalResult r;
+  r.examples = n;
+  r.loss = total.predictions ? total.loss_sum / static_cast<double>(total.predictions) : 0;
+  r.token_accuracy = total.predictions ? static_cast<double>(total.correct) / static_cast<double>(total.predictions) : 0;
+  r.accuracy = total.sequences ? static_cast<double>(total.exact) / static_cast<double>(total.sequences) : 0;
+  return r;
+}
+
+
+std::string checkpoint_path(const std::string& dir) { return (std::filesystem::path(dir) / "checkpoint.bin").string(); }
+
+// The file: the magic line, the header's length in decimal and a newline, the JSON header
+// (identity, step, bookkeeping, the tensors' names and sizes, the payload's CRC-32), then the
+// payload: every state tensor, then the best-validation copy. Written to a temporary file,
+// synced and renamed over the last checkpoint, which stays whole until the new one is complete.
+void Trainer::save_checkpoint(const State& st, TrainOutcome& out) {
+  namespace fs = std::filesystem;
+  const double t0 = now();
+  const auto state = model_->state();
+  nlohmann::json tensors = nlohmann::json::array();
+  uLong crc = crc32(0L, Z_NULL, 0);
+  int64_t floats = 0;
+  for (const auto& t : state) {
+    tensors.push_back({{"name", t.name}, {"count", t.count}});
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(t.data), static_cast<uInt>(t.count * sizeof(float)));
+    floats += t.count;
+  }
+  const int64_t best_floats = st.has_best ? static_cast<int64_t>(st.best.size()) : 0;
+  if (best_floats) crc = crc32(crc, reinterpret_cast<const Bytef*>(st.best.data()), static_cast<uInt>(best_floats * sizeof(float)));
+  const nlohmann::json header = {{"version", kCheckpointVersion},
+                                 {"identity", c_.identity},
+                                 {"step", st.step},
+                                 {"best_val_accuracy", st.best_val},
+                                 {"best_step", st.best_step},
+                                 {"has_best", st.has_best},
+                                 {"elapsed_seconds", st.elapsed},
+                                 {"train_seconds", st.train_seconds},
+                                 {"last_val", eval_json(st.last_val)},
+                                 {"tensors", tensors},
+                                 {"best_floats", best_floats},
+                                 {"payload_bytes", (floats + best_floats) * static_cast<int64_t>(sizeof(float))},
+                                 {"crc32", crc},
+                                 {"rng", "none stored: data, permutations, dropout masks and redraws derive from (seed, step)"}};
+  const std::string head = header.dump();
+  const std::string path = checkpoint_path(c_.checkpoint_dir);
+  const std::string tmp = fmt::format("{}.tmp.{}", path, static_cast<long>(getpid()));
+  FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) throw std::runtime_error(fmt::format("cannot write the checkpoint {}", tmp));
+  bool ok = std::fputs(kMagic, f) >= 0 && std::fprintf(f, "%zu\n", head.size()) > 0 &&
+            std::fwrite(head.data(), 1, head.size(), f) == head.size();
+  for (const auto& t : state) ok = ok && std::fwrite(t.data, sizeof(float), static_cast<size_t>(t.count), f) == static_cast<size_t>(t.count);
+  if (best_floats) ok = ok && std::fwrite(st.best.data(), sizeof(float), static_cast<size_t>(best_floats), f) == static_cast<size_t>(best_floats);
+  ok = std::fflush(f) == 0 && ok;
+  ok = fsync(fileno(f)) == 0 && ok;
+  const long bytes = std::ftell(f);
+  ok = std::fclose(f) == 0 && ok;
+  std::error_code ec;
+  if (ok) fs::rename(tmp, path, ec);
+  if (!ok || ec) {
+    fs::remove(tmp, ec);
+    throw std::runtime_error(fmt::format("writing the checkpoint {} failed (disk full?); the previous one is intact", path));
+  }
+  out.checkpoints += 1;
+  out.checkpoint_bytes = bytes;
+  out.checkpoint_seconds += now() - t0;
+}
+
+void Trainer::load_checkpoint(State& st) {
+  const std::string path = checkpoint_path(c_.checkpoint_dir);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InvalidInput(fmt::format("--resume: no checkpoint {} to resume from", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string all = ss.str();
+  auto corrupt = [&](const std::string& why) {
+    return InvalidInput(fmt::format("{} is not a usable checkpoint ({}); nothing was loaded", path, why));
+  };
+  const size_t magic = sizeof(kMagic) - 1;
+  if (all.compare(0, magic, kMagic) != 0) throw corrupt("no checkpoint header");
+  const size_t nl = all.find('\n', magic);
+  if (nl == std::string::npos) throw corrupt("truncated header");
+  char* end = nullptr;
+  const unsigned long long head_len = std::strtoull(all.c_str() + magic, &end, 10);
+  if (end != all.c_str() + nl || head_len > all.size() - nl - 1) throw corrupt("truncated header");
+  nlohmann::json h;
+  try {
+    h = nlohmann::json::parse(all.substr(nl + 1, head_len));
+    if (h.at("version").get<int>() != kCheckpointVersion)
+      throw corrupt(fmt::format("format version {}, this attnbench writes {}", h.at("version").get<int>(), kCheckpointVersion));
+    const std::string identity = h.at("identity").get<std::string>();
+    if (identity != c_.identity)
+      throw InvalidInput(fmt::format("{} belongs to another run:\n  it holds  {}\n  this run  {}\n(refused; nothing was loaded)",
+                                     path, identity, c_.identity));
+    const auto state = model_->state();
+    const auto& tensors = h.at("tensors");
+    if (tensors.size() != state.size()) throw corrupt("its tensors do not match this model's");
+    for (size_t i = 0; i < state.size(); ++i)
+      if (tensors[i].at("name").get<std::string>() != state[i].name || tensors[i].at("count").get<int64_t>() != state[i].count)
+        throw corrupt(fmt::format("tensor {} is {} x {}, this model has {} x {}", i, tensors[i].at("name").get<std::string>(),
+                                  tensors[i].at("count").get<int64_t>(), state[i].name, state[i].count));
+    const int64_t floats = floats_of(state), best_floats = h.at("best_floats").get<int64_t>();
+    const size_t payload = static_cast<size_t>(floats + best_floats) * sizeof(float);
+    const size_t at = nl + 1 + head_len;
+    if (all.size() - at != payload) throw corrupt(fmt::format("{} bytes of tensors, {} expected: truncated", all.size() - at, payload));
+    uLong crc = crc32(0L, Z_NULL, 0);
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(all.data() + at), static_cast<uInt>(payload));
+    if (crc != h.at("crc32").get<uLong>()) throw corrupt("checksum mismatch");
+    if (best_floats && best_floats != floats_of(model_->trained_tensors())) throw corrupt("the best copy's size");
+    // Everything checked: load.
+    const float* p = reinterpret_cast<const float*>(all.data() + at);
+    for (const auto& t : state) {
+      std::memcpy(t.data, p, static_cast<size_t>(t.count) * sizeof(float));
+      p += t.count;
+    }
+    st.has_best = h.at("has_best").get<bool>();
+    if (best_floats) std::memcpy(st.best.data(), p, static_cast<size_t>(best_floats) * sizeof(float));
+    st.step = h.at("step").get<int64_t>();
+    st.best_val = h.at("best_val_accuracy").get<double>();
+    st.best_step = h.at("best_step").get<int64_t>();
+    st.elapsed = h.at("elapsed_seconds").get<double>();
+    st.train_seconds = h.at("train_seconds").get<double>();
+    st.last_val = eval_from(h.at("last_val"));
+  } catch (const nlohmann::json::exception& e) {
+    throw corrupt(fmt::format("header: {}", e.what()));
+  }
+  if (st.step > c_.steps) throw corrupt(fmt::format("it is at step {}, past this run's {} steps", st.step, c_.steps));
+}
+
+TrainOutcome Trainer::run(bool resume, const std::function<void(const CurvePoint&)>& curve,
+                          const std::atomic<bool>* interrupt) {
+  TrainOutcome out;
+  const size_t before = MemoryMeter::current();
+  MemoryMeter::reset_peak();
+  model_->setup(c_.seed);
+  State st;
+  st.best = Buffer<float>(static_cast<size_t>(floats_of(model_->trained_tensors())));
+  if (resume) {
+    load_checkpoint(st);
+    out.resumed = true;
+    out.resumed_at = st.step;
+  }
+  const int64_t tokens_per_step = c_.model.batch * c_.model.seq * (c_.model.two_tower ? 2 : 1);
+  const double t_run = now() - st.elapsed;  // elapsed counts across resumes
+  double window_loss = 0, window_train = 0;
+  int64_t window_steps = 0;
+  auto evaluate_val = [&](int64_t step) {
+    const double t0 = now();
+    const EvalResult v = evaluate(*val_, c_.eval_examples);
+    out.eval_seconds += now() - t0;
+    st.last_val = v;
+    if (v.accuracy > st.best_val) {
+      st.best_val = v.accuracy;
+      st.best_step = step;
+      copy_out(model_->trained_tensors(), st.best.data());
+      st.has_best = true;
+    }
+    CurvePoint p;
+    p.step = step;
+    p.samples = step * c_.model.batch;
+    p.elapsed_s = now() - t_run;
+    p.val = v;
+    if (curve) curve(p);
+  };
+  for (int64_t step = st.step + 1; step <= c_.steps; ++step) {
+    const double t0 = now();
+    const Batch batch = training_batch(step);
+    const double t1 = now();
+    const double lr = c_.schedule.at(step);
+    const auto r = model_->train_step(batch, step, static_cast<float>(lr));
+    const double t2 = now();
+    out.data_seconds += t1 - t0;
+    st.train_seconds += t2 - t1;
+    window_train += t2 - t1;
+    if (!std::isfinite(r.loss)) throw std::runtime_error(fmt::format("the training loss is not finite at step {}", step));
+    window_loss += r.loss;
+    ++window_steps;
+    st.step = step;
+    if (step % c_.log_every == 0 || step == c_.steps) {
+      CurvePoint p;
+      p.step = step;
+      p.samples = step * c_.model.batch;
+      p.loss = window_loss / static_cast<double>(window_steps);
+      p.lr = lr;
+      p.grad_norm = r.grad_norm;
+      p.tokens_per_s = window_train > 0 ? static_cast<double>(tokens_per_step * window_steps) / window_train : 0;
+      p.elapsed_s = now() - t_run;
+      if (curve) curve(p);
+      window_loss = window_train = 0;
+      window_steps = 0;
+    }
+    if ((c_.eval_every > 0 && step % c_.eval_every == 0) || step == c_.steps) evaluate_val(step);
+    const bool stop = interrupt && interrupt->load();
+    st.elapsed = now() - t_run;
+    if (!c_.checkpoint_dir.empty() &&
+        ((c_.checkpoint_every > 0 && step % c_.checkpoint_every == 0) || step == c_.steps || stop))
+      save_checkpoint(st, out);
+    if (stop && step < c_.steps) {
+      out.interrupted = true;
+      break;
+    }
+  }
+  out.steps_done = st.step;
+  out.train_seconds = st.train_seconds;
+  out.best_val_accuracy = std::max(st.best_val, 0.0);
+  out.best_step = st.best_step;
+  out.last_val = st.last_val;
+  if (!out.interrupted) {
+    const double t0 = now();
+    out.test_final = evaluate(*test_, c_.test_examples);
+    if (st.has_best) {
+      copy_in(model_->trained_tensors(), st.best.data());
+      out.test_best = evaluate(*test_, c_.test_examples);
+    } else {
+      out.test_best = out.test_final;
+    }
+    out.eval_seconds += now() - t0;
+  }
+  out.peak_bytes = MemoryMeter::peak() - before;
+  return out;
+}
+
+}  // namespace ab
