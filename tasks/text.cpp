@@ -112,7 +112,7 @@ fs::path split_file(const std::string& dir, const std::string& stem, const char*
                     Split split, bool* whole_file) {
   const std::string word = split == Split::val ? val_word : to_string(split);
   const fs::path own = fs::path(dir) / fmt::format("{}.{}.tsv", stem, word);
-  *whole_file = !fs::exists(own) && fs::exists(fs::path(dir) / whole);
+  *whole_file = !fs::exists(own);
   return *whole_file ? fs::path(dir) / whole : own;
 }
 

@@ -306,6 +306,32 @@ PointResult model_fixture_point() {
   return r;
 }
 
+// A training run (the train verb): the model point with a recipe and its accuracy figures.
+PointResult train_fixture_point() {
+  PointResult r = model_fixture_point();
+  for (auto& rep : r.reps) rep.loss.reset();
+  TrainSpec& t = r.id.train;
+  t.steps = 500;
+  t.warmup = 50;
+  t.eval_every = 100;
+  t.eval_examples = 200;
+  t.test_examples = 400;
+  t.seed = 3;
+  t.lr = "0.0001";
+  t.schedule = "onecycle";
+  t.beta1 = "0.9";
+  t.beta2 = "0.98";
+  t.adam_eps = "1e-09";
+  t.weight_decay = "0.01";
+  t.clip = "1";
+  t.clip_mode = "global";
+  t.dropout = "0.1";
+  t.attn_dropout = "0.1";
+  t.positions = "learned";
+  r.train = TrainResult{0.625, 0.6, 0.64, 0.625, 0.71, 500, 400, 120.5, 3.5, 9.25, 0.5, 1 << 22};
+  return r;
+}
+
 TEST(Results, ModelPointsCarryLossPerRepetitionAndTheirSizesInTheName) {
   const PointResult r = model_fixture_point();
   EXPECT_EQ(r.id.name(), "attn:flash/level:model/mode:train/task:text/L:4/dmodel:256/mlp:1024/B:4/H:4/N:1024/D:64/causal:0/threads:2");
@@ -328,8 +354,9 @@ TEST(Results, ModelPointsCarryLossPerRepetitionAndTheirSizesInTheName) {
 // Every result field survives a result file: written, read back, evaluated the same (so
 // `table` and `compare` see what `run` measured).
 TEST(Results, EveryFieldReadsBackFromTheFile) {
-  for (const PointResult& r : {fixture_point(Status::OK), model_fixture_point()}) {
+  for (const PointResult& r : {fixture_point(Status::OK), model_fixture_point(), train_fixture_point()}) {
     const ResultFile rf = parse_result_document(results_document(nlohmann::json::object(), {r}), "mem");
+    EXPECT_EQ(rf.points.at(0).id.name(), r.id.name());
     ASSERT_EQ(rf.points.size(), 1u);
     const double t = real_stats(r).median;
     for (const auto& f : result_fields()) {
@@ -393,7 +420,8 @@ TEST(Results, MergeRoundAppendsRepetitionsAndKeepsTheWorstMemory) {
 }
 
 TEST(Results, MarkdownAndCsvComeFromTheSameFields) {
-  std::vector<PointResult> rs = {fixture_point(Status::OK), fixture_point(Status::SKIPPED), model_fixture_point()};
+  std::vector<PointResult> rs = {fixture_point(Status::OK), fixture_point(Status::SKIPPED), model_fixture_point(),
+                                 train_fixture_point()};
   const std::string md = to_markdown(rs), csv = to_csv(rs);
   for (const auto& f : result_fields()) {
     EXPECT_NE(md.find(f.header), std::string::npos) << f.header;
