@@ -125,6 +125,9 @@ int cli_main(int argc, char** argv) {
   table->add_option("--metric", topts.metric, "time | cpu_time | " + table_metric_names())->capture_default_str();
   auto* table_baseline = table->add_option("--baseline", topts.baseline, "mechanism the ratios are taken against ('none' for no ratios)")->capture_default_str();
   table->add_option("--format", topts.format, "md | csv | latex")->capture_default_str();
+  table->add_option("--published", topts.published,
+                    "with --metric accuracy: 'lra' prints LRA Table 1's published row under each mechanism's, and the "
+                    "rank correlation per task");
   table->add_flag("--growth", topts.growth,
                   "in brackets: each value over the same row's value at the previous N (how a time grows with N), "
                   "instead of the ratio to --baseline")

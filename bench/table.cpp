@@ -8,6 +8,7 @@
 #include <set>
 
 #include "attention_impls/registry.hpp"
+#include "bench/accuracy_table.hpp"
 #include "bench/stats.hpp"
 
 namespace ab {
@@ -250,6 +251,9 @@ std::string table_metric_names() {
 std::string make_table(const std::vector<ResultFile>& files, const TableOptions& o) {
   if (o.format != "md" && o.format != "csv" && o.format != "latex")
     throw InvalidInput(fmt::format("unknown format '{}'; formats: md, csv, latex", o.format));
+  // A training run's quality: LRA Table 1's layout (rows mechanisms, columns tasks, avg).
+  if (is_accuracy_metric(o.metric)) return accuracy_table(files, AccuracyTableOptions{o.metric, o.format, o.published});
+  if (!o.published.empty()) throw InvalidInput("--published goes with an accuracy metric (--metric accuracy)");
   return render(build_tables(files, o), o.format);
 }
 

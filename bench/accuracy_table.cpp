@@ -1,0 +1,295 @@
+#include "bench/accuracy_table.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <numeric>
+#include <set>
+
+#include "attention_impls/registry.hpp"
+#include "tasks/task.hpp"
+
+namespace ab {
+
+namespace {
+
+// LRA Table 1 (Tay et al. 2020; ../shared/spec/published.md), test accuracy in %, by the
+// mechanism that computes each row here (the Transformer is `flash`, and `vanilla` computes it
+// too). -1: FAIL.
+struct PublishedRow {
+  const char* mechanism;
+  const char* model;
+  double listops, text, retrieval, image, pathfinder, pathx;
+};
+const PublishedRow kLraTable1[] = {
+    {"flash", "Transformer", 36.37, 64.27, 57.46, 42.44, 71.40, -1},
+    {"vanilla", "Transformer", 36.37, 64.27, 57.46, 42.44, 71.40, -1},
+    {"local", "Local", 15.82, 52.98, 53.39, 41.46, 66.63, -1},
+    {"strided", "Sparse Transformer", 17.07, 63.58, 59.59, 44.24, 71.71, -1},
+    {"longformer", "Longformer", 35.63, 62.85, 56.89, 42.22, 69.71, -1},
+    {"linformer", "Linformer", 35.70, 53.94, 52.27, 38.56, 76.34, -1},
+    {"reformer", "Reformer", 37.27, 56.10, 53.40, 38.07, 68.50, -1},
+    {"sinkhorn", "Sinkhorn", 33.67, 61.20, 53.83, 41.23, 67.45, -1},
+    {"synthesizer", "Synthesizer", 36.99, 61.68, 54.67, 41.61, 69.45, -1},
+    {"bigbird", "BigBird", 36.05, 64.02, 59.29, 40.83, 74.87, -1},
+    {"linear", "Linear Transformer", 16.13, 65.90, 53.09, 42.34, 75.30, -1},
+    {"performer", "Performer", 18.01, 65.40, 53.82, 42.77, 77.05, -1},
+};
+std::optional<double> published(const PublishedRow& r, const std::string& task) {
+  const double v = task == "listops" ? r.listops : task == "text" ? r.text : task == "retrieval" ? r.retrieval
+                 : task == "image" ? r.image : task == "pathfinder" ? r.pathfinder : task == "pathx" ? r.pathx : -2;
+  if (v == -2) return std::nullopt;
+  return v;
+}
+const PublishedRow* published_row(const std::string& mechanism) {
+  for (const auto& r : kLraTable1)
+    if (mechanism == r.mechanism) return &r;
+  return nullptr;
+}
+
+// A point's name without its seed: the configuration it is a seed of.
+std::string configuration(const PointId& id) {
+  PointId c = id;
+  c.train.seed = 0;
+  return c.name();
+}
+
+struct Cell {
+  std::vector<double> values;  // one per seed that finished
+  std::vector<std::string> failures;
+  std::string config;
+  bool any = false;
+  std::optional<double> mean() const {
+    if (values.empty()) return std::nullopt;
+    return std::accumulate(values.begin(), values.end(), 0.0) / static_cast<double>(values.size());
+  }
+  double stddev() const {
+    if (values.size() < 2) return 0;
+    const double m = *mean();
+    double s = 0;
+    for (double v : values) s += (v - m) * (v - m);
+    return std::sqrt(s / static_cast<double>(values.size() - 1));
+  }
+};
+
+// Spearman's rank correlation of paired values (average ranks for ties).
+double spearman(const std::vector<double>& a, const std::vector<double>& b) {
+  auto ranks = [](const std::vector<double>& x) {
+    std::vector<size_t> idx(x.size());
+    std::iota(idx.begin(), idx.end(), 0);
+    std::sort(idx.begin(), idx.end(), [&](size_t i, size_t j) { return x[i] < x[j]; });
+    std::vector<double> r(x.size());
+    for (size_t i = 0; i < idx.size();) {
+      size_t j = i;
+      while (j + 1 < idx.size() && x[idx[j + 1]] == x[idx[i]]) ++j;
+      for (size_t k = i; k <= j; ++k) r[idx[k]] = (static_cast<double>(i + j) / 2.0) + 1;
+      i = j + 1;
+    }
+    return r;
+  };
+  const auto ra = ranks(a), rb = ranks(b);
+  const double n = static_cast<double>(a.size());
+  const double ma = std::accumulate(ra.begin(), ra.end(), 0.0) / n, mb = std::accumulate(rb.begin(), rb.end(), 0.0) / n;
+  double sab = 0, saa = 0, sbb = 0;
+  for (size_t i = 0; i < ra.size(); ++i) {
+    sab += (ra[i] - ma) * (rb[i] - mb);
+    saa += (ra[i] - ma) * (ra[i] - ma);
+    sbb += (rb[i] - mb) * (rb[i] - mb);
+  }
+  return saa > 0 && sbb > 0 ? sab / std::sqrt(saa * sbb) : 0;
+}
+
+}  // namespace
+
+bool is_accuracy_metric(const std::string& metric) {
+  for (const char* m : {"accuracy", "val_accuracy", "final_accuracy", "token_accuracy", "eval_loss"})
+    if (metric == m) return true;
+  return false;
+}
+
+std::string accuracy_table(const std::vector<ResultFile>& files, const AccuracyTableOptions& o) {
+  if (!is_accuracy_metric(o.metric)) throw InvalidInput(fmt::format("'{}' is not an accuracy metric", o.metric));
+  if (o.format != "md" && o.format != "csv" && o.format != "latex")
+    throw InvalidInput(fmt::format("unknown format '{}'; formats: md, csv, latex", o.format));
+  if (!o.published.empty() && o.published != "lra")
+    throw InvalidInput(fmt::format("unknown --published '{}'; published tables: lra", o.published));
+  const Field* field = find_field(o.metric);
+  const bool percent = o.metric != "eval_loss";
+  // Rows (mechanism and parameters) and columns (tasks) in the registries' orders.
+  std::map<std::pair<std::string, std::string>, Cell> cells;  // (row, task)
+  std::map<std::string, std::set<std::string>> variants;
+  std::set<std::string> task_set;
+  std::set<std::string> seen;
+  for (const auto& f : files)
+    for (const auto& r : f.points) {
+      if (!r.id.training()) continue;
+      if (!seen.insert(r.id.name()).second)
+        throw InvalidInput(fmt::format("point {} is in more than one file; merge them first or pass one", r.id.name()));
+      variants[r.id.mechanism].insert(params_text(r.id.params));
+      task_set.insert(r.id.task);
+    }
+  if (seen.empty()) throw InvalidInput("no training runs in the files (`attnbench train` writes them)");
+  auto row_of = [&](const PointId& id) {
+    return variants[id.mechanism].size() > 1 ? id.mechanism + " " + params_text(id.params) : id.mechanism;
+  };
+  std::vector<std::string> rows, tasks_in_order;
+  for (const auto& m : mechanism_names())
+    for (const auto& f : files)
+      for (const auto& r : f.points)
+        if (r.id.training() && r.id.mechanism == m && std::find(rows.begin(), rows.end(), row_of(r.id)) == rows.end())
+          rows.push_back(row_of(r.id));
+  for (const auto& t : tasks())
+    if (task_set.count(t.name)) tasks_in_order.push_back(t.name);
+  for (const auto& f : files)
+    for (const auto& r : f.points) {
+      if (!r.id.training()) continue;
+      Cell& c = cells[{row_of(r.id), r.id.task}];
+      const std::string config = configuration(r.id);
+      if (c.any && c.config != config)
+        throw InvalidInput(fmt::format("two configurations of {} on {} in the files ({} and {}); a cell holds the seeds of one",
+                                       row_of(r.id), r.id.task, c.config, config));
+      c.any = true;
+      c.config = config;
+      if (r.status != Status::OK) {
+        c.failures.push_back(fmt::format("{}: {}", to_string(r.status), r.message));
+        continue;
+      }
+      if (const auto v = field->value(r, real_stats(r).median, nullptr)) c.values.push_back(*v * (percent ? 100 : 1));
+    }
+
+  // Text of a cell; the average over the row's tasks but Path-X (LRA's "avg").
+  std::vector<std::string> notes;
+  auto cell_text = [&](const std::string& row, const std::string& task) -> std::string {
+    const auto it = cells.find({row, task});
+    if (it == cells.end() || !it->second.any) return "not run";
+    const Cell& c = it->second;
+    if (!c.failures.empty()) {
+      notes.push_back(fmt::format("{} on {}: {}", row, task, c.failures.front()));
+      return "FAIL";
+    }
+    if (!c.mean()) return "-";
+    if (c.values.size() == 1) return fmt::format("{:.2f}", *c.mean());
+    return fmt::format("{:.2f} ± {:.2f} (n={})", *c.mean(), c.stddev(), c.values.size());
+  };
+  auto average = [&](const std::string& row) -> std::string {
+    double sum = 0;
+    int n = 0, expected = 0;
+    for (const auto& t : tasks_in_order) {
+      if (t == "pathx" || t == "copy") continue;
+      ++expected;
+      const auto it = cells.find({row, t});
+      if (it != cells.end() && it->second.failures.empty() && it->second.mean()) {
+        sum += *it->second.mean();
+        ++n;
+      }
+    }
+    if (n == 0) return "-";
+    return fmt::format("{:.2f}{}", sum / n, n < expected ? fmt::format(" ({} of {})", n, expected) : "");
+  };
+  const std::string unit = percent ? "%, " : "";
+  const std::string what = o.metric == "accuracy"         ? "test accuracy with the best-validation parameters"
+                           : o.metric == "final_accuracy" ? "test accuracy with the final parameters"
+                           : o.metric == "val_accuracy"   ? "best validation accuracy"
+                           : o.metric == "token_accuracy" ? "test per-token accuracy"
+                                                          : "test loss per prediction";
+  const std::string title = fmt::format("{} ({}{}; mean ± sample std over seeds where there are several)", o.metric, unit, what);
+  // A task with a real-data reader that ran on its generator is marked: not LRA's data.
+  std::vector<std::string> header = {"mechanism"};
+  bool any_synthetic = false;
+  for (const auto& t : tasks_in_order) {
+    bool synthetic = false;
+    if (!find_task(t).real_data.empty())
+      for (const auto& f : files)
+        for (const auto& r : f.points)
+          synthetic = synthetic || (r.id.training() && r.id.task == t && r.label.find(" --data-dir ") == std::string::npos);
+    any_synthetic = any_synthetic || synthetic;
+    header.push_back(synthetic ? t + "*" : t);
+  }
+  const bool with_avg = std::any_of(tasks_in_order.begin(), tasks_in_order.end(), [](const std::string& t) { return t != "copy" && t != "pathx"; });
+  if (with_avg) header.push_back("avg");
+  const bool lra_columns = std::any_of(tasks_in_order.begin(), tasks_in_order.end(), [](const std::string& t) {
+    return t != "copy";
+  });
+  std::vector<std::vector<std::string>> body;
+  for (const auto& row : rows) {
+    std::vector<std::string> line = {row};
+    for (const auto& t : tasks_in_order) line.push_back(cell_text(row, t));
+    if (with_avg) line.push_back(average(row));
+    body.push_back(line);
+    if (o.published == "lra" && percent && lra_columns)
+      if (const PublishedRow* p = published_row(row)) {
+        std::vector<std::string> pub = {fmt::format("  LRA: {}", p->model)};
+        double sum = 0;
+        int n = 0;
+        for (const auto& t : tasks_in_order) {
+          const auto v = published(*p, t);
+          pub.push_back(!v ? "" : *v < 0 ? "FAIL" : fmt::format("{:.2f}", *v));
+          if (v && *v >= 0 && t != "pathx") sum += *v, ++n;
+        }
+        if (with_avg) pub.push_back(n ? fmt::format("{:.2f}", sum / n) : "");
+        body.push_back(pub);
+      }
+  }
+  std::string out;
+  if (o.format == "csv") {
+    for (size_t i = 0; i < header.size(); ++i) out += (i ? "," : "") + header[i];
+    out += "\n";
+    for (const auto& line : body) {
+      for (size_t i = 0; i < line.size(); ++i) out += (i ? "," : "") + fmt::format("\"{}\"", line[i]);
+      out += "\n";
+    }
+    return out;
+  }
+  if (o.format == "latex") {
+    out += "% " + title + "\n\\begin{tabular}{l" + std::string(header.size() - 1, 'r') + "}\n\\toprule\n";
+    for (size_t i = 0; i < header.size(); ++i) out += (i ? " & " : "") + header[i];
+    out += " \\\\\n\\midrule\n";
+    for (const auto& line : body) {
+      for (size_t i = 0; i < line.size(); ++i) {
+        std::string cell = line[i];
+        for (size_t at = cell.find("±"); at != std::string::npos; at = cell.find("±")) cell.replace(at, std::string("±").size(), "$\\pm$");
+        out += (i ? " & " : "") + cell;
+      }
+      out += " \\\\\n";
+    }
+    return out + "\\bottomrule\n\\end{tabular}\n";
+  }
+  out += "**" + title + "**\n\n|";
+  for (const auto& h : header) out += " " + h + " |";
+  out += "\n|---|";
+  for (size_t i = 1; i < header.size(); ++i) out += "---:|";
+  out += "\n";
+  for (const auto& line : body) {
+    out += "|";
+    for (const auto& c : line) out += " " + c + " |";
+    out += "\n";
+  }
+  // How our order compares with LRA's.
+  if (o.published == "lra" && percent) {
+    std::string corr;
+    for (const auto& t : tasks_in_order) {
+      std::vector<double> ours, theirs;
+      for (const auto& row : rows) {
+        const PublishedRow* p = published_row(row);
+        const auto it = cells.find({row, t});
+        if (!p || row == "vanilla" || it == cells.end() || !it->second.mean()) continue;
+        const auto v = published(*p, t);
+        if (!v || *v < 0) continue;
+        ours.push_back(*it->second.mean());
+        theirs.push_back(*v);
+      }
+      if (ours.size() >= 3) corr += fmt::format("{}{} {:.2f} ({} mechanisms)", corr.empty() ? "" : "; ", t, spearman(ours, theirs), ours.size());
+    }
+    if (!corr.empty()) out += "\nSpearman rank correlation with LRA's order, per column: " + corr + "\n";
+  }
+  if (any_synthetic) out += "\n\\* synthetic data: the task's in-process generator, not LRA's data (pass --data-dir)\n";
+  if (!notes.empty()) {
+    out += "\n";
+    for (const auto& n : notes) out += "- " + n + "\n";
+  }
+  return out;
+}
+
+}  // namespace ab
