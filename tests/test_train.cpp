@@ -1,0 +1,465 @@
+// Training to accuracy (model/trainer, the train verb): disjoint splits, schedules, clipping,
+// dropout (off in evaluation, reproducible from the seed), learned positions, a tiny model that
+// learns to copy, bit-identical resume, refused checkpoints, and the accuracy table.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <omp.h>
+#include <zlib.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "attention_impls/registry.hpp"
+#include "bench/result_reader.hpp"
+#include "bench/table.hpp"
+#include "bench/train.hpp"
+#include "model/trainer.hpp"
+#include "tests/helpers.hpp"
+
+namespace ab {
+namespace {
+
+namespace fs = std::filesystem;
+
+// ---- splits ----
+std::string key_of(const Example& e) {
+  std::string k;
+  for (int32_t t : e.tokens) k += std::to_string(t) + ",";
+  k += "|";
+  for (int32_t t : e.tokens2) k += std::to_string(t) + ",";
+  return k;
+}
+
+// No validation or test example equals a training example: checked on the generated token ids
+// of every generated task (the first 300 of each split).
+TEST(Splits, GeneratedSplitsAreDisjoint) {
+  for (const auto& [task, seq] : std::vector<std::pair<std::string, int64_t>>{
+           {"copy", 64}, {"listops", 128}, {"text", 128}, {"retrieval", 128}, {"image", 0}, {"pathfinder", 0}}) {
+    SCOPED_TRACE(task);
+    std::set<std::string> train;
+    TaskOptions o;
+    o.seq = seq;
+    o.seed = 11;
+    const auto tr = make_task(task, o);
+    for (int64_t i = 0; i < 300; ++i) train.insert(key_of(tr->example(i)));
+    for (Split s : {Split::val, Split::test}) {
+      o.split = s;
+      const auto t = make_task(task, o);
+      int shared = 0;
+      for (int64_t i = 0; i < 300; ++i) shared += train.count(key_of(t->example(i))) ? 1 : 0;
+      EXPECT_EQ(shared, 0) << to_string(s);
+    }
+    // The training split is the run's own seed: what `run` has always timed.
+    EXPECT_EQ(split_seed(11, Split::train), 11u);
+  }
+}
+
+// A small Fashion-MNIST-format directory: gzip IDX files of `n` train and `m` test images whose
+// first pixel holds the image's index (so every image is distinct).
+std::string fake_idx(int n, int m) {
+  const fs::path dir = fs::path(test::temp_path("idx"));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto write = [&](const std::string& name, uint32_t magic, std::vector<uint32_t> dims, const std::vector<unsigned char>& data) {
+    std::string bytes;
+    auto be = [&](uint32_t v) {
+      for (int k = 3; k >= 0; --k) bytes += static_cast<char>((v >> (8 * k)) & 0xff);
+    };
+    be(magic);
+    for (uint32_t d : dims) be(d);
+    bytes.append(data.begin(), data.end());
+    gzFile f = gzopen((dir / (name + ".gz")).c_str(), "wb");
+    gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size()));
+    gzclose(f);
+  };
+  for (auto [prefix, count, base] : {std::tuple{"train", n, 0}, std::tuple{"t10k", m, 200}}) {
+    std::vector<unsigned char> images(static_cast<size_t>(count) * 784, 7), labels;
+    for (int i = 0; i < count; ++i) {
+      images[static_cast<size_t>(i) * 784] = static_cast<unsigned char>(base + i);
+      labels.push_back(static_cast<unsigned char>(i % 10));
+    }
+    write(std::string(prefix) + "-images-idx3-ubyte", 0x803, {static_cast<uint32_t>(count), 28, 28}, images);
+    write(std::string(prefix) + "-labels-idx1-ubyte", 0x801, {static_cast<uint32_t>(count)}, labels);
+  }
+  return dir.string();
+}
+
+// Real files: train and validation are the two parts of the training images, test the t10k
+// file; 28 x 28 is padded to 32 x 32 (the image's first pixel lands at row 2, column 2).
+TEST(Splits, FashionMnistIdxSplitsByFileAndRange) {
+  const std::string dir = fake_idx(30, 10);
+  std::map<Split, std::set<int>> firsts;
+  for (Split s : {Split::train, Split::val, Split::test}) {
+    TaskOptions o;
+    o.data_dir = dir;
+    o.split = s;
+    const auto t = make_task("image", o);
+    for (int64_t i = 0; i < t->size(); ++i) {
+      const Example e = t->example(i);
+      ASSERT_EQ(e.tokens.size(), 1024u);
+      EXPECT_EQ(e.tokens[0], 0);                      // padding
+      firsts[s].insert(e.tokens[2 * 32 + 2]);          // the image's own first pixel
+      EXPECT_EQ(e.label, (e.tokens[2 * 32 + 2] % 200) % 10);  // labels follow their images
+    }
+  }
+  EXPECT_EQ(firsts[Split::train].size(), 27u);
+  EXPECT_EQ(firsts[Split::val].size(), 3u);
+  EXPECT_EQ(firsts[Split::test].size(), 10u);
+  for (int v : firsts[Split::val]) EXPECT_FALSE(firsts[Split::train].count(v));
+  for (int v : firsts[Split::test]) EXPECT_GE(v, 200);
+  // A truncated file is named, not half-read.
+  {
+    std::ofstream f(fs::path(dir) / "t10k-images-idx3-ubyte.gz", std::ios::binary | std::ios::trunc);
+    f << "not gzip at all";
+  }
+  TaskOptions o;
+  o.data_dir = dir;
+  o.split = Split::test;
+  try {
+    make_task("image", o);
+    ADD_FAILURE() << "a corrupt IDX file was accepted";
+  } catch (const InvalidInput& e) {
+    EXPECT_NE(std::string(e.what()).find("t10k-images-idx3-ubyte"), std::string::npos) << e.what();
+  }
+  fs::remove_all(dir);
+}
+
+// ---- schedules ----
+TEST(Schedules, EachRateEqualsItsFormula) {
+  const double lr = 0.05;
+  auto s = Schedule::parse("linear-warmup-rsqrt", lr, 1000, 5000);
+  for (int64_t step : {1, 10, 999, 1000, 1001, 4000})
+    EXPECT_DOUBLE_EQ(s.at(step), lr * std::min(1.0, step / 1000.0) / std::sqrt(std::max<double>(step, 1000))) << step;
+  s = Schedule::parse("constant", 1e-3, 0, 10);
+  EXPECT_DOUBLE_EQ(s.at(7), 1e-3);
+  s = Schedule::parse("step:3000:0.1", 1e-3, 0, 10000);
+  EXPECT_DOUBLE_EQ(s.at(3000), 1e-3);
+  EXPECT_DOUBLE_EQ(s.at(3001), 1e-4);
+  s = Schedule::parse("cosine", 1e-3, 100, 1100);
+  EXPECT_DOUBLE_EQ(s.at(50), 1e-3 * 0.5);
+  EXPECT_DOUBLE_EQ(s.at(100), 1e-3);
+  EXPECT_NEAR(s.at(600), 1e-3 * 0.5, 1e-12);  // half way: cos(pi/2) = 0
+  EXPECT_NEAR(s.at(1100), 0.0, 1e-12);
+  // PyTorch OneCycleLR(max_lr=1e-3, total_steps=100, pct_start=0.1, anneal_strategy='linear'),
+  // its lr at step_num 0, 9 (the peak), 99 (the end): 4e-5, 1e-3, 4e-9.
+  s = Schedule::parse("onecycle", 1e-3, 10, 100);
+  EXPECT_NEAR(s.at(1), 4e-5, 1e-15);
+  EXPECT_NEAR(s.at(10), 1e-3, 1e-15);
+  EXPECT_NEAR(s.at(100), 4e-9, 1e-15);
+  EXPECT_NEAR(s.at(55), 1e-3 + (4e-9 - 1e-3) * 45.0 / 90.0, 1e-15);
+  for (const char* bad : {"sawtooth", "step", "step:0", "step:10:2", "step:x"})
+    EXPECT_THROW(Schedule::parse(bad, 1e-3, 10, 100), InvalidInput) << bad;
+  EXPECT_THROW(Schedule::parse("onecycle", 1e-3, 0, 100), InvalidInput);
+}
+
+// ---- the model's training step ----
+ModelConfig tiny_model(const std::string& task, const std::string& mech, int64_t seq, std::vector<std::string> params = {}) {
+  ModelConfig c = model_config_for_task(find_task(task), seq);
+  c.layers = 2;
+  c.dmodel = 16;
+  c.heads = 2;
+  c.mlp = 24;
+  c.batch = 4;
+  c.mechanism = mech;
+  c.params = resolve_params(find_mechanism(mech), params);
+  return c;
+}
+
+Batch data(const std::string& task, int64_t seq, int64_t first, int64_t size) {
+  TaskOptions o;
+  o.seq = seq;
+  o.seed = 5;
+  return make_task(task, o)->batch(first, size);
+}
+
+double norm_of(const float* g, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += double(g[i]) * g[i];
+  return std::sqrt(s);
+}
+
+TEST(Clipping, BoundsTheGlobalNormOrEachTensors) {
+  omp_set_num_threads(1);
+  for (ClipMode mode : {ClipMode::global, ClipMode::per_tensor}) {
+    ModelConfig c = tiny_model("listops", "linformer", 32, {"k=8"});
+    c.clip = 0.05f;
+    c.clip_mode = mode;
+    TransformerModel m(c, ModelMode::train);
+    m.setup(3);
+    const auto out = m.train_step(data("listops", 32, 0, 4), 1, 1e-3f);
+    EXPECT_GT(out.grad_norm, 0.05);  // clipping had something to do
+    double total = 0;
+    for (const auto& s : m.parameters()) {
+      const double n = norm_of(m.gradients() + s.offset, s.count);
+      total += n * n;
+      if (mode == ClipMode::per_tensor) EXPECT_LE(n, 0.05 * (1 + 1e-5)) << s.name;
+    }
+    if (mode == ClipMode::global) EXPECT_LE(std::sqrt(total), 0.05 * (1 + 1e-5));
+  }
+}
+
+// Evaluation runs without dropout: twice the same, and equal to the loss without dropout; the
+// training step's masks are a function of the seed and the step.
+TEST(Dropout, OffInEvaluationAndReproducibleFromTheSeed) {
+  omp_set_num_threads(1);
+  ModelConfig c = tiny_model("listops", "flash", 32);
+  c.dropout = 0.3f;
+  c.attn_dropout = 0.3f;
+  const Batch b = data("listops", 32, 0, 4);
+  auto trained = [&](uint64_t seed, int64_t step) {
+    TransformerModel m(c, ModelMode::train);
+    m.setup(seed);
+    const double loss = m.train_step(b, step, 1e-3f).loss;
+    std::vector<float> w(m.weights(), m.weights() + m.parameter_count());
+    const auto e1 = m.evaluate(b, 4), e2 = m.evaluate(b, 4);
+    EXPECT_EQ(e1.loss_sum, e2.loss_sum);
+    EXPECT_NEAR(e1.loss_sum / e1.predictions, m.loss(b), 1e-6);
+    return std::pair{loss, w};
+  };
+  const auto a = trained(3, 1), again = trained(3, 1), other_step = trained(3, 2);
+  EXPECT_EQ(a.first, again.first);
+  EXPECT_EQ(a.second, again.second);
+  EXPECT_NE(a.first, other_step.first);  // another step, other masks
+  // Without dropout, the same model's first loss is the plain forward's.
+  c.dropout = c.attn_dropout = 0;
+  TransformerModel plain(c, ModelMode::train);
+  plain.setup(3);
+  const double no_drop = plain.loss(b);
+  EXPECT_NE(a.first, no_drop);
+  EXPECT_EQ(plain.train_step(b, 1, 1e-3f).loss, no_drop);
+}
+
+// Learned positions get their gradient (central differences), and none and learned both train.
+TEST(Positions, LearnedPositionsMatchFiniteDifferences) {
+  omp_set_num_threads(1);
+  ModelConfig c = tiny_model("copy", "flash", 16);
+  c.positions = Positions::learned;
+  TransformerModel m(c, ModelMode::fwdbwd);
+  m.setup(4);
+  const Batch b = data("copy", 16, 0, 4);
+  m.step(b);
+  const TransformerModel::Slice* pos = nullptr;
+  for (const auto& s : m.parameters())
+    if (s.name == "positions") pos = &s;
+  ASSERT_NE(pos, nullptr);
+  const std::vector<float> grad(m.gradients() + pos->offset, m.gradients() + pos->offset + pos->count);
+  int checked = 0;
+  for (int64_t i = 0; i < pos->count; i += 7) {
+    float& w = m.weights()[pos->offset + i];
+    const float keep = w, eps = 1e-2f;
+    w = keep + eps;
+    const double up = m.loss(b);
+    w = keep - eps;
+    const double down = m.loss(b);
+    w = keep;
+    EXPECT_NEAR(grad[static_cast<size_t>(i)], (up - down) / (2 * eps), 2e-3 + 3e-2 * std::abs(grad[static_cast<size_t>(i)])) << i;
+    ++checked;
+  }
+  EXPECT_GT(checked, 20);
+  c.positions = Positions::none;
+  TransformerModel none(c, ModelMode::fwdbwd);
+  none.setup(4);
+  EXPECT_TRUE(std::isfinite(none.loss(b)));
+}
+
+// ---- the trainer ----
+TrainConfig copy_run(int64_t steps) {
+  TrainConfig c;
+  c.task = "copy";
+  c.data.seq = 32;
+  c.data.seed = 2;
+  c.model = model_config_for_task(find_task("copy"), 32);
+  c.model.layers = 2;
+  c.model.dmodel = 32;
+  c.model.heads = 2;
+  c.model.mlp = 64;
+  c.model.batch = 16;
+  c.model.mechanism = "flash";
+  c.model.params = resolve_params(find_mechanism("flash"), {});
+  c.steps = steps;
+  c.schedule = Schedule::parse("constant", 3e-3, 0, steps);
+  c.eval_every = 100;
+  c.eval_examples = 200;
+  c.test_examples = 200;
+  c.seed = 2;
+  c.identity = "copy-test";
+  return c;
+}
+
+// A tiny model learns to copy within a few hundred steps: the stated per-token accuracy on the
+// test split (deterministic: seeds fixed, one thread; no time is asserted).
+TEST(Trainer, TinyModelLearnsToCopy) {
+  omp_set_num_threads(1);
+  Trainer t(copy_run(600));
+  const TrainOutcome out = t.run(false, nullptr, nullptr);
+  EXPECT_EQ(out.steps_done, 600);
+  EXPECT_GE(out.test_best.token_accuracy, 0.90);
+  EXPECT_GT(out.test_best.accuracy, 0.30);  // whole sequences copied exactly
+  EXPECT_GE(out.best_val_accuracy, out.last_val.accuracy);
+  EXPECT_EQ(out.test_best.examples, 200);
+}
+
+// Train 2k steps straight, or k, stop, and resume to 2k: the same parameters, bit for bit, and
+// the same logged losses and validations. With dropout, attention dropout, learned positions,
+// a mechanism with learned tensors (linformer) and one that redraws (reformer).
+TEST(Trainer, ResumedRunIsBitIdenticalToAStraightOne) {
+  omp_set_num_threads(1);
+  for (const auto& [task, mech, params] : std::vector<std::tuple<std::string, std::string, std::vector<std::string>>>{
+           {"listops", "linformer", {"k=8"}}, {"copy", "reformer", {"bucket_size=8"}}}) {
+    SCOPED_TRACE(mech);
+    TrainConfig c = copy_run(40);
+    c.task = task;
+    c.model = tiny_model(task, mech, 32, params);
+    c.model.dropout = 0.1f;
+    c.model.attn_dropout = 0.1f;
+    c.model.positions = Positions::learned;
+    c.model.clip = 1.0f;
+    c.schedule = Schedule::parse("onecycle", 3e-3, 5, 40);
+    c.eval_every = 10;
+    c.eval_examples = 16;
+    c.test_examples = 16;
+    c.log_every = 1;
+    auto run = [&](const std::string& dir, int64_t stop_at, bool resume, std::vector<std::string>* lines) {
+      TrainConfig rc = c;
+      rc.checkpoint_dir = dir;
+      rc.checkpoint_every = 7;
+      Trainer t(rc);
+      std::atomic<bool> stop{false};
+      const TrainOutcome out = t.run(resume, [&](const CurvePoint& p) {
+        if (p.val) {
+          lines->push_back(fmt::format("{} val {:.17g} {:.17g}", p.step, p.val->loss, p.val->accuracy));
+        } else {
+          lines->push_back(fmt::format("{} loss {:.17g} lr {:.17g} norm {:.17g}", p.step, p.loss, p.lr, p.grad_norm));
+        }
+        if (p.step == stop_at && !p.val) stop = true;
+      }, &stop);
+      std::vector<float> w;
+      for (const auto& tt : t.model().trained_tensors()) w.insert(w.end(), tt.data, tt.data + tt.count);
+      return std::pair{out, w};
+    };
+    const std::string a = test::temp_path("ckpt_a"), b = test::temp_path("ckpt_b");
+    fs::remove_all(a);
+    fs::remove_all(b);
+    fs::create_directories(a);
+    fs::create_directories(b);
+    std::vector<std::string> straight_lines, part_lines;
+    const auto straight = run(a, -1, false, &straight_lines);
+    const auto first = run(b, 20, false, &part_lines);
+    EXPECT_TRUE(first.first.interrupted);
+    EXPECT_EQ(first.first.steps_done, 20);
+    const auto resumed = run(b, -1, true, &part_lines);
+    EXPECT_TRUE(resumed.first.resumed);
+    EXPECT_EQ(resumed.first.resumed_at, 20);
+    EXPECT_EQ(straight.second, resumed.second);  // bit-identical parameters
+    EXPECT_EQ(straight_lines, part_lines);       // the same curve, line by line
+    EXPECT_EQ(straight.first.test_best.accuracy, resumed.first.test_best.accuracy);
+    fs::remove_all(a);
+    fs::remove_all(b);
+  }
+}
+
+// ---- the train verb ----
+const char* kTinyTrain =
+    " --task copy --seq 32 --layers 1 --dmodel 16 --heads 2 --mlp 32 --batch 8 --eval-examples 16 --test-examples 16";
+
+TEST(TrainCli, TruncatedOrMismatchedCheckpointExitsTwo) {
+  const std::string dir = test::temp_path("ckpt_cli");
+  fs::remove_all(dir);
+  auto e = test::exec(std::string("train --steps 20 --checkpoint ") + dir + kTinyTrain);
+  ASSERT_EQ(e.code, 0) << e.out;
+  const std::string ck = checkpoint_path(dir);
+  ASSERT_TRUE(fs::exists(ck));
+  // Another recipe: refused, naming both runs.
+  e = test::exec(std::string("train --steps 20 --lr 0.01 --resume --checkpoint ") + dir + kTinyTrain);
+  EXPECT_EQ(e.code, 2) << e.out;
+  EXPECT_NE(e.out.find("belongs to another run"), std::string::npos) << e.out;
+  // Cut short: refused, and the file is left as it was.
+  const auto size = fs::file_size(ck);
+  fs::resize_file(ck, size - 100);
+  e = test::exec(std::string("train --steps 20 --resume --checkpoint ") + dir + kTinyTrain);
+  EXPECT_EQ(e.code, 2) << e.out;
+  EXPECT_NE(e.out.find("is not a usable checkpoint"), std::string::npos) << e.out;
+  EXPECT_EQ(fs::file_size(ck), size - 100);
+  // One flipped byte: the checksum says so.
+  e = test::exec(std::string("train --steps 20 --checkpoint ") + dir + kTinyTrain);  // rewrite a good one
+  ASSERT_EQ(e.code, 0) << e.out;
+  {
+    std::fstream f(ck, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-5, std::ios::end);
+    f.put('\x7f');
+  }
+  e = test::exec(std::string("train --steps 20 --resume --checkpoint ") + dir + kTinyTrain);
+  EXPECT_EQ(e.code, 2) << e.out;
+  EXPECT_NE(e.out.find("checksum"), std::string::npos) << e.out;
+  fs::remove_all(dir);
+}
+
+// The result entry carries the accuracy fields, reads back, re-runs from its label, and
+// `table --metric accuracy` draws LRA Table 1's layout.
+TEST(TrainCli, AccuracyEntryReadsBackAndTableDrawsTheLraLayout) {
+  const std::string out = test::temp_path("train_out.json"), log = test::temp_path("train_log.jsonl");
+  fs::remove(out);
+  fs::remove(log);
+  auto e = test::exec(std::string("train --steps 30 --attn flash,linear --seed 1,2 --out ") + out + " --log " + log + kTinyTrain);
+  ASSERT_EQ(e.code, 0) << e.out;
+  const ResultFile rf = read_result_file(out);
+  ASSERT_EQ(rf.points.size(), 4u);
+  for (const auto& p : rf.points) {
+    ASSERT_TRUE(p.train.has_value()) << p.id.name();
+    EXPECT_EQ(p.train->train_steps, 30);
+    EXPECT_GE(p.train->accuracy, 0.0);
+    EXPECT_LE(p.train->accuracy, 1.0);
+    EXPECT_GT(p.train->train_seconds, 0.0);
+    EXPECT_EQ(p.label.rfind("attnbench train ", 0), 0u) << p.label;
+  }
+  // The label re-runs the point: the same name and, deterministic, the same accuracy.
+  const std::string label = rf.points[0].label.substr(std::string("attnbench ").size());
+  auto again = test::exec(label + " --format json", false);
+  ASSERT_EQ(again.code, 0) << again.out;
+  const auto doc = nlohmann::json::parse(again.out);
+  EXPECT_EQ(doc["benchmarks"][0]["run_name"], rf.points[0].id.name());
+  EXPECT_EQ(doc["benchmarks"][0]["accuracy"].get<double>(), rf.points[0].train->accuracy);
+  EXPECT_EQ(doc["benchmarks"][0]["token_accuracy"].get<double>(), rf.points[0].train->token_accuracy);
+  // The log: loss lines and validations of every run, named.
+  std::ifstream in(log);
+  std::string line;
+  std::set<std::string> runs;
+  int evals = 0;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line);
+    runs.insert(j["point"].get<std::string>());
+    evals += j.contains("val_accuracy") ? 1 : 0;
+  }
+  EXPECT_EQ(runs.size(), 4u);
+  EXPECT_GE(evals, 4);
+  auto t = test::exec("table " + out + " --metric accuracy", false);
+  ASSERT_EQ(t.code, 0) << t.out;
+  EXPECT_NE(t.out.find("| mechanism | copy |"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("| flash | "), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("(n=2)"), std::string::npos) << t.out;  // two seeds, mean and spread
+  fs::remove(out);
+  fs::remove(log);
+}
+
+TEST(TrainCli, BadRecipesExitTwoAndTrainNothing) {
+  for (const auto& [args, msg] : std::vector<std::pair<std::string, std::string>>{
+           {"train --steps 0", "--steps must be at least 1"},
+           {"train --lr -1", "--lr must be positive"},
+           {"train --schedule sawtooth", "unknown schedule 'sawtooth'"},
+           {"train --schedule onecycle", "needs --warmup-steps"},
+           {"train --dropout 1.5", "--dropout must be in [0, 1)"},
+           {"train --positions spiral", "unknown positions 'spiral'"},
+           {"train --clip-mode sometimes", "unknown --clip-mode 'sometimes'"},
+           {"train --resume", "--resume needs --checkpoint"}}) {
+    auto e = test::exec(args + kTinyTrain);
+    EXPECT_EQ(e.code, 2) << args << ": " << e.out;
+    EXPECT_NE(e.out.find(msg), std::string::npos) << args << ": " << e.out;
+  }
+}
+
+}  // namespace
+}  // namespace ab
