@@ -75,7 +75,7 @@ int cli_main(int argc, char** argv) {
   MeasureOptions run_measure;
   std::string run_out, run_format = "md", run_preset;
   auto* run = app.add_subcommand("run", "benchmark mechanisms over sequence lengths and modes, in this process");
-  run_grid.add_to(run, true);
+  run_grid.add_to(run, GridOptions::Verb::run);
   run_measure.add_to(run);
   run->add_option("--rounds", run_measure.run.rounds,
                   "passes over the list of points, one after another (--reps each), every repetition kept: "
@@ -94,19 +94,28 @@ int cli_main(int argc, char** argv) {
   std::string shard = "1/1";
   SweepOptions sweep_opts;
   auto* sweep = app.add_subcommand("sweep", "run a grid, each point in its own process, appended to --out as it finishes");
-  sweep_grid.add_to(sweep, true);
+  sweep_grid.add_to(sweep, GridOptions::Verb::sweep);
   sweep_measure.add_to(sweep);
   sweep->add_option("--out", sweep_opts.out, "the result file, rewritten whole after every point")->required();
   sweep->add_flag("--resume", sweep_opts.resume, "keep the points already in --out and run only the missing ones");
   sweep->add_option("--time-limit", sweep_opts.time_limit_s, "seconds one point may take before it is stopped as TIMEOUT (0: none)")->capture_default_str();
   sweep->add_option("--shard", shard, "i/n: run only the i-th of n disjoint parts of the grid (merge the files afterwards)")->capture_default_str();
+  sweep->add_option("--verb", sweep_opts.verb,
+                    "run: benchmark points (the default) | train: training runs to accuracy (the train verb's options; "
+                    "each run checkpoints in --train-dir and resumes there)")
+      ->capture_default_str();
+  sweep->add_option("--train-dir", sweep_opts.train_dir,
+                    "--verb train: the runs' checkpoints and learning curves (default: OUT.train/)");
+  sweep->add_option("--checkpoint-every", sweep_opts.checkpoint_every, "--verb train: steps between checkpoints")
+      ->capture_default_str();
+  sweep->add_option("--log-every", sweep_opts.log_every, "--verb train: steps per learning-curve line")->capture_default_str();
 
   // train
   GridOptions train_grid;
   TrainCliOptions train_opts;
   auto* train = app.add_subcommand("train", "train the model of a task to accuracy with any mechanism: held-out "
                                             "validation and test, checkpoints, a learning curve, a result entry");
-  train_grid.add_to(train, true, true);
+  train_grid.add_to(train, GridOptions::Verb::train);
   train->add_option("--checkpoint", train_opts.checkpoint_dir,
                     "directory for the run's checkpoint (several runs: a subdirectory each)");
   train->add_option("--checkpoint-every", train_opts.checkpoint_every, "steps between checkpoints (0: at the end and when stopped)")
@@ -162,7 +171,7 @@ int cli_main(int argc, char** argv) {
   dump_grid.text["dhead"] = "16";
   std::string dump_dir;
   auto* dump = app.add_subcommand("dump", "write inputs, parameters and outputs of one call as .npy + config.json");
-  dump_grid.add_to(dump, false);
+  dump_grid.add_to(dump, GridOptions::Verb::dump);
   dump->add_option("--out", dump_dir, "output directory")->required();
 
   if (argc > 1 && argv[1][0] != '-') {
@@ -188,11 +197,17 @@ int cli_main(int argc, char** argv) {
     if (task_sample->parsed()) return cmd_task_sample(task_opts);
     if (task_rate->parsed()) return cmd_task_rate(task_opts);
     if (run->parsed()) {
+      run_grid.set_training(false);
       apply_run_preset(run_preset, run_grid, run_measure.run);
       run_measure.finish(run_grid);
       return cmd_run(run_grid.grid(), run_measure.run, run_out, run_format, command, run_preset);
     }
     if (sweep->parsed()) {
+      if (sweep_opts.verb != "run" && sweep_opts.verb != "train")
+        throw InvalidInput(fmt::format("unknown --verb '{}'; verbs a sweep runs: run, train", sweep_opts.verb));
+      sweep_grid.set_training(sweep_opts.verb == "train");
+      if (sweep_opts.verb == "train" && !sweep->get_option("--time-limit")->count()) sweep_opts.time_limit_s = 0;
+      if (sweep_opts.train_dir.empty()) sweep_opts.train_dir = sweep_opts.out + ".train";
       sweep_measure.finish(sweep_grid);
       parse_shard(shard, &sweep_opts.shard_index, &sweep_opts.shard_count);
       if (sweep_opts.time_limit_s < 0) throw InvalidInput("--time-limit must not be negative");
@@ -200,6 +215,7 @@ int cli_main(int argc, char** argv) {
       return run_sweep(sweep_grid.grid(), sweep_measure.run, sweep_opts);
     }
     if (train->parsed()) {
+      train_grid.set_training(true);
       train_opts.data_dir = train_grid.data_dir;
       return cmd_train(train_grid.grid(), train_opts, command);
     }
@@ -210,7 +226,7 @@ int cli_main(int argc, char** argv) {
       if (dump_grid.mechanism_list().size() != 1) throw InvalidInput("dump takes exactly one mechanism");
       const auto grid = dump_grid.grid();
       if (grid.size() != 1) throw InvalidInput("dump takes exactly one value of each size and parameter");
-      dump_point(grid[0], dump_grid.seed, dump_dir);
+      dump_point(grid[0], dump_grid.seed(), dump_dir);
       std::cout << dump_dir << "\n";
       return 0;
     }

@@ -71,26 +71,61 @@ size_t parse_bytes(const std::string& text) {
   return static_cast<size_t>(v * mult);
 }
 
-void GridOptions::use_training_defaults() {
+void GridOptions::set_training(bool on) {
+  if (!on) {
+    for (const auto& f : point_fields())
+      if (f.scope == PointField::training && std::string(f.key) != "seed" && given(f.key))
+        throw InvalidInput(fmt::format("{} belongs to a training run (attnbench train, or sweep --verb train)", f.option));
+    return;
+  }
+  if (given("level") || given("mode")) throw InvalidInput("a training run is the model level's train mode: no --level or --mode");
   training = true;
-  for (const auto& [k, v] : std::map<std::string, std::string>{
-           {"steps", "1000"}, {"lr", "0.001"}, {"schedule", "constant"}, {"warmup", "0"}, {"beta1", "0.9"},
-           {"beta2", "0.999"}, {"adam_eps", "1e-08"}, {"weight_decay", "0.01"}, {"clip", "0"}, {"clip_mode", "global"},
-           {"dropout", "0"}, {"attn_dropout", "0"}, {"positions", "sinusoidal"}, {"eval_every", "0"},
-           {"eval_examples", "1000"}, {"test_examples", "2000"}, {"seed", "0"}})
-    text[k] = v;
   text["level"] = "model";
   text["mode"] = "train";
 }
 
-void GridOptions::add_to(CLI::App* app, bool multi, bool train_verb) {
+uint64_t GridOptions::seed() const {
+  const auto it = text.find("seed");
+  const std::string s = it == text.end() ? "0" : it->second;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long v = std::strtoull(s.c_str(), &end, 10);
+  if (s.empty() || *end != '\0' || errno || s[0] == '-')
+    throw InvalidInput(fmt::format("--seed '{}' is not one non-negative integer (a list of seeds is for training runs)", s));
+  return v;
+}
+
+namespace {
+// The train verb's recipe defaults (see point_fields()).
+const std::map<std::string, std::string>& recipe_defaults() {
+  static const std::map<std::string, std::string> d{
+           {"steps", "1000"}, {"lr", "0.001"}, {"schedule", "constant"}, {"warmup", "0"}, {"beta1", "0.9"},
+           {"beta2", "0.999"}, {"adam_eps", "1e-08"}, {"weight_decay", "0.01"}, {"clip", "0"}, {"clip_mode", "global"},
+           {"dropout", "0"}, {"attn_dropout", "0"}, {"positions", "sinusoidal"}, {"eval_every", "0"},
+           {"eval_examples", "1000"}, {"test_examples", "2000"}, {"seed", "0"}};
+  return d;
+}
+}  // namespace
+
+void GridOptions::add_to(CLI::App* app, Verb verb) {
+  const bool multi = verb != Verb::dump, recipe = verb == Verb::sweep || verb == Verb::train;
   const std::string list = " (list: 1,2 or a range like 256:16384:x2 or 64:256:+64)";
-  if (train_verb) use_training_defaults();
+  for (const auto& [k, v] : recipe_defaults())
+    if (!text.count(k)) text[k] = v;
   for (const auto& f : point_fields()) {
-    const std::string key = f.key, help = f.help;
-    if (f.scope == PointField::training && !training) continue;
+    const std::string key = f.key;
+    std::string help = f.help;
+    // The seed is every verb's option; the rest of the recipe, the training verbs'.
+    if (f.scope == PointField::training && key != "seed" && !recipe) continue;
+    if (key == "seed") {
+      help = recipe ? "seed of the data, the initialisation, dropout and redraws (training runs: a list)"
+                    : "seed of every random draw";
+      options_[key] = app->add_option(f.option, text[key], help)->capture_default_str();
+      continue;
+    }
+    if (recipe && f.scope == PointField::training) help += " (training runs)";
     // A training run is the model level's train mode: those two are not options of its verb.
-    if (training && (key == "level" || key == "mode")) continue;
+    if (verb == Verb::train && (key == "level" || key == "mode")) continue;
     switch (f.type) {
       case PointFieldType::Mechanism:
         options_[key] = app->add_option(f.option, attn, multi ? help : "the mechanism")->delimiter(',')->capture_default_str();
@@ -114,7 +149,6 @@ void GridOptions::add_to(CLI::App* app, bool multi, bool train_verb) {
         break;
     }
   }
-  if (!training) app->add_option("--seed", seed, "seed of every random draw")->capture_default_str();
   if (multi) app->add_option("--data-dir", data_dir, "model level: read the task's real data from here");
 }
 

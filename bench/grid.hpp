@@ -36,18 +36,21 @@ struct GridOptions {
                                              {"heads", "8"},         {"seq", "1024"}, {"dhead", "64"},
                                              {"threads", "1"}};
   std::vector<std::string> attn{"flash"};
-  // The train verb's defaults for the recipe (see point_fields()).
-  void use_training_defaults();
   std::vector<std::string> params;
   bool causal = false;
-  uint64_t seed = 0;
   std::string data_dir;  // model level: the task's real data
 
-  // Registers the options on a verb: `multi` for the verbs that expand a grid (every field; each
-  // size a list), else (dump) one point at the attention level. `training`: the train verb's
-  // points (model level, mode train, the recipe's fields; the seed is one of them, a list).
-  void add_to(CLI::App* app, bool multi, bool training = false);
+  // Which options a verb has: dump one point at the attention level; run every identity field,
+  // each size a list; sweep those and a training run's recipe (for --verb train); train the
+  // recipe without --level and --mode (its points are the model level's train mode).
+  enum class Verb { dump, run, sweep, train };
+  void add_to(CLI::App* app, Verb verb);
+  // The points are training runs (train, sweep --verb train): model level, mode train, with a
+  // recipe. InvalidInput when --level or --mode were given, or (not training) a recipe option.
+  void set_training(bool on);
   bool training = false;
+  // The seed of a point that is not a training run: --seed holds one value.
+  uint64_t seed() const;
   // Whether the user gave the field's option (or a preset set it).
   bool given(const std::string& key) const;
   void set_by_preset(const std::string& key, const std::string& value);

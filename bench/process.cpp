@@ -34,7 +34,7 @@ std::string self_executable() { return std::filesystem::read_symlink("/proc/self
 
 ChildOutcome run_child(const std::vector<std::string>& argv, const std::string& stdout_path,
                        const std::string& stderr_path, double time_limit_s,
-                       const std::atomic<bool>* interrupt) {
+                       const std::atomic<bool>* interrupt, double grace_s) {
   ChildOutcome out;
   std::vector<char*> cargv;
   for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
@@ -86,7 +86,7 @@ ChildOutcome run_child(const std::vector<std::string>& argv, const std::string& 
       killed_for_interrupt = true;
       term_sent_at = t;
     }
-    if (killed_for_interrupt && t - term_sent_at > 2.0) kill(-pid, SIGKILL);
+    if (killed_for_interrupt && t - term_sent_at > grace_s) kill(-pid, SIGKILL);
     std::this_thread::sleep_for(std::chrono::milliseconds(t < 1.0 ? 2 : 20));
   }
   kill(-pid, SIGKILL);  // anything the child left behind in its group

@@ -17,10 +17,11 @@ struct ChildOutcome {
 
 // Runs argv[0] (a path) with argv in its own process group, stdout and stderr redirected to the
 // given files. Kills the whole group with SIGKILL after `time_limit_s` (0: no limit), and with
-// SIGTERM (then SIGKILL) when `*interrupt` becomes true.
+// SIGTERM (then, `grace_s` seconds later, SIGKILL) when `*interrupt` becomes true: a training
+// run uses the grace to finish its step and write a checkpoint.
 ChildOutcome run_child(const std::vector<std::string>& argv, const std::string& stdout_path,
                        const std::string& stderr_path, double time_limit_s,
-                       const std::atomic<bool>* interrupt);
+                       const std::atomic<bool>* interrupt, double grace_s = 2.0);
 
 // The last non-empty line of a text file (at most `max_chars`), for error messages.
 std::string last_line_of(const std::string& path, size_t max_chars = 300);

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "bench/grid.hpp"
+#include "bench/train.hpp"
 #include "bench/process.hpp"
 #include "bench/result_reader.hpp"
 #include "bench/result_writer.hpp"
@@ -98,17 +99,32 @@ PointResult error_result(const PointId& id, const RunOptions& opts, Status s, st
 
 // Runs one point as `attnbench run ...` in a child process and turns whatever happened to it
 // into a result.
-PointResult run_isolated(const PointId& id, const RunOptions& opts, double gemm, double time_limit,
+PointResult run_isolated(const PointId& id, const RunOptions& opts, const SweepOptions& so, double gemm,
                          const std::filesystem::path& dir, bool* interrupted) {
+  namespace fs = std::filesystem;
   const std::string json = (dir / "point.json").string(), err = (dir / "stderr").string();
-  std::filesystem::remove(json);
+  fs::remove(json);
   std::vector<std::string> argv = {self_executable()};
   for (const auto& a : point_args(id, opts)) argv.push_back(a);
-  for (const auto& a : {std::string("--gemm-gflops"), fmt::format("{}", gemm), std::string("--mem-limit"),
-                        std::to_string(opts.mem_limit), std::string("--format"), std::string("json"),
-                        std::string("--out"), json})
-    argv.push_back(a);
-  const ChildOutcome o = run_child(argv, "/dev/null", err, time_limit, &g_interrupted);
+  std::vector<std::string> extra = {"--format", "json", "--out", json};
+  if (id.training()) {
+    // Its own checkpoint and learning curve under the sweep's training directory, resumed from
+    // there when an earlier sweep was stopped in the middle of it.
+    const fs::path run = fs::path(so.train_dir) / "checkpoints" / run_directory_name(id);
+    fs::create_directories(fs::path(so.train_dir) / "logs");
+    for (const auto& a : {std::string("--checkpoint"), run.string(), std::string("--resume"), std::string("--log"),
+                          (fs::path(so.train_dir) / "logs" / (run_directory_name(id) + ".jsonl")).string(),
+                          std::string("--checkpoint-every"), std::to_string(so.checkpoint_every), std::string("--log-every"),
+                          std::to_string(so.log_every)})
+      extra.push_back(a);
+  } else {
+    for (const auto& a : {std::string("--gemm-gflops"), fmt::format("{}", gemm), std::string("--mem-limit"),
+                          std::to_string(opts.mem_limit)})
+      extra.push_back(a);
+  }
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  const double time_limit = so.time_limit_s;
+  const ChildOutcome o = run_child(argv, "/dev/null", err, time_limit, &g_interrupted, id.training() ? 600.0 : 2.0);
   const std::string last = last_line_of(err);
   auto with_last = [&](std::string m) { return last.empty() ? m : m + "; last output: " + last; };
   switch (o.kind) {
@@ -233,16 +249,18 @@ int run_sweep(const std::vector<PointId>& full_grid, const RunOptions& opts, con
     if (p.status != Status::OK) {
       r = error_result(p.id, opts, p.status, p.message);
     } else {
-      r = run_isolated(p.id, opts, gemm, so.time_limit_s, dir, &interrupted);
+      r = run_isolated(p.id, opts, so, gemm, dir, &interrupted);
       if (interrupted) break;
       eta.add(p.flops, since_start() - t0);
       flops_left -= p.flops;
     }
     --left;
     ++finished;
-    const std::string outcome = r.status == Status::OK
-                                    ? fmt::format("{:.4g} ms", real_stats(r).median * 1e3)
-                                    : fmt::format("{}: {}", to_string(r.status), r.message);
+    const std::string outcome =
+        r.status != Status::OK ? fmt::format("{}: {}", to_string(r.status), r.message)
+        : r.train ? fmt::format("accuracy {:.4f} (best val {:.4f}), {:.4g} ms/step", r.train->accuracy, r.train->val_accuracy,
+                                real_stats(r).median * 1e3)
+                  : fmt::format("{:.4g} ms", real_stats(r).median * 1e3);
     results.push_back(std::move(r));
     save();
     progress.show(fmt::format("{} {}", where, outcome), true);

@@ -15,6 +15,11 @@ struct SweepOptions {
   double time_limit_s = 900;  // per point; 0 = none
   int shard_index = 1, shard_count = 1;  // run the shard_index-th of shard_count parts (1-based)
   std::string command;        // the sweep's own command line, for the context block
+  // --verb train: training runs, each checkpointing in train_dir/checkpoints/RUN and logging to
+  // train_dir/logs/RUN.jsonl, resumed from there by the next `sweep --resume`.
+  std::string verb = "run";
+  std::string train_dir;
+  int64_t checkpoint_every = 0, log_every = 10;
 };
 
 // "i/n" with 1 <= i <= n. Throws InvalidInput.

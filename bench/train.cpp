@@ -185,6 +185,7 @@ std::optional<PointResult> train_point(const PointId& id, const TrainCliOptions&
   const bool resume = o.resume && !checkpoint_dir.empty() && fs::exists(checkpoint_path(checkpoint_dir));
   if (!checkpoint_dir.empty()) fs::create_directories(checkpoint_dir);
   CurveLog log(o.log_path, id);
+  if (o.resume && !resume) log.rewind(0);  // nothing to resume: an earlier attempt's lines go
   TrainProgress progress(id, c.steps);
   const double cpu0 = process_cpu_seconds();
   reset_peak_rss();
