@@ -148,8 +148,13 @@ int cli_main(int argc, char** argv) {
   auto* compare = app.add_subcommand("compare", "the regression gate: exit 1 when NEW is significantly worse than BASE");
   compare->add_option("base", base_file, "the baseline result file")->required();
   compare->add_option("new", new_file, "the result file to judge")->required();
-  compare->add_option("--metric", copts.metric, "time (real time and tracked memory) | instructions | memory")->capture_default_str();
-  compare->add_option("--max-regress", copts.max_regress, "relative worsening tolerated, 0.05 = 5%")->capture_default_str();
+  compare->add_option("--metric", copts.metric,
+                      "time (real time and tracked memory) | instructions | memory | accuracy (training runs' test "
+                      "accuracy)")
+      ->capture_default_str();
+  compare->add_option("--max-regress", copts.max_regress,
+                      "worsening tolerated: relative (0.05 = 5%), or for accuracy the drop (0.01 = one point)")
+      ->capture_default_str();
   compare->add_option("--alpha", copts.alpha, "significance level of the Mann-Whitney U test")->capture_default_str();
   compare->add_option("--format", copts.format, "md | csv")->capture_default_str();
   compare->add_flag("--any-machine", copts.any_machine,

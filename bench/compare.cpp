@@ -12,8 +12,9 @@
 namespace ab {
 
 CompareOutcome compare_files(const ResultFile& base, const ResultFile& next, const CompareOptions& o) {
-  if (o.metric != "time" && o.metric != "instructions" && o.metric != "memory")
-    throw InvalidInput(fmt::format("unknown --metric '{}' for compare; metrics: time, instructions, memory", o.metric));
+  if (o.metric != "time" && o.metric != "instructions" && o.metric != "memory" && o.metric != "accuracy")
+    throw InvalidInput(
+        fmt::format("unknown --metric '{}' for compare; metrics: time, instructions, memory, accuracy", o.metric));
   if (!(o.max_regress >= 0)) throw InvalidInput("--max-regress must be >= 0");
   if (!(o.alpha > 0 && o.alpha < 1)) throw InvalidInput("--alpha must be in (0, 1)");
   if (o.format != "md" && o.format != "csv") throw InvalidInput(fmt::format("unknown format '{}'; formats: md, csv", o.format));
@@ -48,6 +49,22 @@ CompareOutcome compare_files(const ResultFile& base, const ResultFile& next, con
         row.verdict = fmt::format("REGRESSION: now {}", to_string(n.status));
       } else {
         row.verdict = n.status == Status::OK ? "fixed" : "both failed";
+      }
+    } else if (o.metric == "accuracy") {
+      // A training run's test accuracy: deterministic for a seed and thread count, so a plain
+      // threshold on the drop (absolute, in accuracy units: 0.01 is one percentage point).
+      if (!b.train) {
+        row.verdict = "not a training run in base";
+      } else if (!n.train) {
+        regression = true;
+        row.verdict = "REGRESSION: no accuracy";
+      } else {
+        const double drop = b.train->accuracy - n.train->accuracy;
+        row.base = fmt::format("{:.2f}%", 100 * b.train->accuracy);
+        row.next = fmt::format("{:.2f}%", 100 * n.train->accuracy);
+        row.change = fmt::format("{:+.2f} pt", -100 * drop);
+        regression = drop > o.max_regress;
+        row.verdict = regression ? "REGRESSION: less accurate" : drop < -o.max_regress ? "more accurate" : "same";
       }
     } else if (o.metric == "instructions") {
       if (!b.instructions) {

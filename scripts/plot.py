@@ -9,6 +9,14 @@ out of the lines and listed under the table.
 
 usage: /usr/bin/python3 scripts/plot.py RESULT.json OUT_PREFIX [--baseline vanilla]
        (writes OUT_PREFIX.png, OUT_PREFIX.svg, OUT_PREFIX_crossover.md)
+
+Learning curves of training runs, from the JSON-lines logs `attnbench train --log` (and
+`sweep --verb train`) write: training loss and validation accuracy, each against steps and against
+wall-clock seconds, one line per run (labelled by mechanism, and by seed where a mechanism has
+several).
+
+usage: /usr/bin/python3 scripts/plot.py curves LOG.jsonl [LOG.jsonl ...] OUT_PREFIX [--title TEXT]
+       (writes OUT_PREFIX.png, OUT_PREFIX.svg)
 """
 import argparse
 import json
@@ -19,6 +27,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
 import numpy as np  # noqa: E402
 
 
@@ -76,7 +85,87 @@ def crossover(ns_a, t_a, ns_b, t_b):
     return math.exp(math.log(n0) + f * (math.log(n1) - math.log(n0)))
 
 
+def load_curves(paths):
+    """Per run (its point name): the loss lines and the validation lines, in step order."""
+    runs = defaultdict(lambda: {"loss": [], "val": [], "mechanism": "", "seed": 0, "task": ""})
+    for path in paths:
+        with open(path) as f:
+            for line in f:
+                line = line.strip()
+                if not line:
+                    continue
+                j = json.loads(line)
+                r = runs[j["point"]]
+                r["mechanism"], r["seed"], r["task"] = j.get("mechanism", "?"), j.get("seed", 0), j.get("task", "")
+                if "val_accuracy" in j:
+                    r["val"].append((j["step"], j["elapsed_s"], j["val_accuracy"], j.get("val_token_accuracy")))
+                else:
+                    r["loss"].append((j["step"], j["elapsed_s"], j["loss"]))
+    return runs
+
+
+def curves_main(argv):
+    ap = argparse.ArgumentParser(description="learning curves of training runs")
+    ap.add_argument("logs", nargs="+")
+    ap.add_argument("--title", default="")
+    a = ap.parse_args(argv)
+    *logs, prefix = a.logs
+    if not logs:
+        raise SystemExit("plot.py curves: give at least one log and an output prefix")
+    runs = load_curves(logs)
+    if not runs:
+        raise SystemExit("plot.py curves: the logs hold no runs")
+    seeds = defaultdict(set)
+    for r in runs.values():
+        seeds[r["mechanism"]].add(r["seed"])
+    mechs = sorted(seeds)
+    palette = plt.cm.tab10 if len(mechs) <= 10 else plt.cm.tab20
+    colour = {m: palette(i % palette.N) for i, m in enumerate(mechs)}
+    fig, axes = plt.subplots(2, 2, figsize=(14, 9))
+    (ax_ls, ax_lt), (ax_as, ax_at) = axes
+    for name in sorted(runs, key=lambda n: (runs[n]["mechanism"], runs[n]["seed"])):
+        r = runs[name]
+        label = r["mechanism"] + (f" seed {r['seed']}" if len(seeds[r["mechanism"]]) > 1 else "")
+        style = dict(color=colour[r["mechanism"]], linewidth=1.2, alpha=0.9)
+        loss = sorted(r["loss"])
+        if loss:
+            steps, secs, values = zip(*loss)
+            ax_ls.plot(steps, values, label=label, **style)
+            ax_lt.plot(secs, values, label=label, **style)
+        val = sorted(r["val"])
+        if val:
+            steps, secs, acc, tokens = zip(*val)
+            ax_as.plot(steps, acc, marker="o", markersize=3, label=label, **style)
+            ax_at.plot(secs, acc, marker="o", markersize=3, label=label, **style)
+            if all(t is not None for t in tokens):  # copy: the per-token accuracy, dashed
+                ax_as.plot(steps, tokens, linestyle="--", **style)
+                ax_at.plot(secs, tokens, linestyle="--", **style)
+    tasks = sorted({r["task"] for r in runs.values()})
+    ax_ls.set(xlabel="step", ylabel="training loss", title="training loss against steps")
+    ax_lt.set(xlabel="wall-clock seconds", ylabel="training loss", title="training loss against time")
+    acc_name = "exact-copy rate (dashed: per token)" if tasks == ["copy"] else "accuracy"
+    ax_as.set(xlabel="step", ylabel=f"validation {acc_name}", title=f"validation {acc_name} against steps")
+    ax_at.set(xlabel="wall-clock seconds", ylabel=f"validation {acc_name}", title=f"validation {acc_name} against time")
+    for ax in axes.flat:
+        ax.grid(True, alpha=0.3)
+    for ax in (ax_ls, ax_lt):
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+    handles, labels = ax_ls.get_legend_handles_labels()
+    if not handles:
+        handles, labels = ax_as.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(6, len(labels)), fontsize=8, frameon=False)
+    fig.suptitle(a.title or f"learning curves: {', '.join(tasks)}", fontsize=10)
+    fig.tight_layout(rect=(0, 0.06, 1, 0.97))
+    fig.savefig(prefix + ".png", dpi=110)
+    fig.savefig(prefix + ".svg")
+
+
 def main():
+    import sys
+    if len(sys.argv) > 1 and sys.argv[1] == "curves":
+        return curves_main(sys.argv[2:])
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("result")
     ap.add_argument("prefix")

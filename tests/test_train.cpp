@@ -196,9 +196,13 @@ TEST(Clipping, BoundsTheGlobalNormOrEachTensors) {
     for (const auto& s : m.parameters()) {
       const double n = norm_of(m.gradients() + s.offset, s.count);
       total += n * n;
-      if (mode == ClipMode::per_tensor) EXPECT_LE(n, 0.05 * (1 + 1e-5)) << s.name;
+      if (mode == ClipMode::per_tensor) {
+        EXPECT_LE(n, 0.05 * (1 + 1e-5)) << s.name;
+      }
     }
-    if (mode == ClipMode::global) EXPECT_LE(std::sqrt(total), 0.05 * (1 + 1e-5));
+    if (mode == ClipMode::global) {
+      EXPECT_LE(std::sqrt(total), 0.05 * (1 + 1e-5));
+    }
   }
 }
 
@@ -443,6 +447,27 @@ TEST(TrainCli, AccuracyEntryReadsBackAndTableDrawsTheLraLayout) {
   EXPECT_NE(t.out.find("(n=2)"), std::string::npos) << t.out;  // two seeds, mean and spread
   fs::remove(out);
   fs::remove(log);
+}
+
+// compare --metric accuracy gates a drop in test accuracy (deterministic: a plain threshold).
+TEST(TrainCli, CompareGatesAnAccuracyDrop) {
+  const std::string base = test::temp_path("acc_base.json"), next = test::temp_path("acc_next.json");
+  fs::remove(base);
+  auto e = test::exec(std::string("train --steps 20 --out ") + base + kTinyTrain);
+  ASSERT_EQ(e.code, 0) << e.out;
+  auto doc = nlohmann::json::parse(std::ifstream(base));
+  for (auto& b : doc["benchmarks"])
+    if (b.contains("accuracy")) b["accuracy"] = b["accuracy"].get<double>() - 0.05;
+  std::ofstream(next) << doc.dump();
+  e = test::exec("compare " + base + " " + base + " --metric accuracy --max-regress 0.01", false);
+  EXPECT_EQ(e.code, 0) << e.out;
+  e = test::exec("compare " + base + " " + next + " --metric accuracy --max-regress 0.01", false);
+  EXPECT_EQ(e.code, 1) << e.out;
+  EXPECT_NE(e.out.find("REGRESSION: less accurate"), std::string::npos) << e.out;
+  e = test::exec("compare " + base + " " + next + " --metric accuracy --max-regress 0.1", false);
+  EXPECT_EQ(e.code, 0) << e.out;
+  fs::remove(base);
+  fs::remove(next);
 }
 
 TEST(TrainCli, BadRecipesExitTwoAndTrainNothing) {
