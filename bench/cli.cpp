@@ -221,7 +221,6 @@ int cli_main(int argc, char** argv) {
     }
     if (train->parsed()) {
       train_grid.set_training(true);
-      train_opts.data_dir = train_grid.data_dir;
       return cmd_train(train_grid.grid(), train_opts, command);
     }
     if (table->parsed()) return cmd_table(table_files, topts);

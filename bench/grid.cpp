@@ -149,7 +149,6 @@ void GridOptions::add_to(CLI::App* app, Verb verb) {
         break;
     }
   }
-  if (multi) app->add_option("--data-dir", data_dir, "model level: read the task's real data from here");
 }
 
 bool GridOptions::given(const std::string& key) const {
@@ -258,6 +257,10 @@ std::vector<PointId> GridOptions::grid() const {
           v.push_back(ti ? ti->name : std::string("none"));
           break;
         }
+        if (f.scope == PointField::real_data) {  // one path, commas and all
+          v.push_back(text_of(key));
+          break;
+        }
         for (const auto& word : split(text_of(key), ',')) {
           PointId probe;
           f.set(probe, word);  // parses: an unknown word throws InvalidInput naming the allowed ones
@@ -353,7 +356,6 @@ std::vector<std::string> point_args(const PointId& id, const RunOptions& o) {
     a.push_back(flag);
     a.push_back(value);
   };
-  if (id.level == Level::model && !o.data_dir.empty()) add("--data-dir", o.data_dir);
   if (id.training()) return a;
   add("--seed", std::to_string(o.seed));
   add("--reps", std::to_string(o.reps));

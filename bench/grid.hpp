@@ -38,7 +38,6 @@ struct GridOptions {
   std::vector<std::string> attn{"flash"};
   std::vector<std::string> params;
   bool causal = false;
-  std::string data_dir;  // model level: the task's real data
 
   // Which options a verb has: dump one point at the attention level; run every identity field,
   // each size a list; sweep those and a training run's recipe (for --verb train); train the

@@ -159,6 +159,12 @@ std::vector<PointField> make_fields() {
        [](P p) { return fmt::format("mlp={}", p.model.mlp); }, nullptr,
        "model level: feed-forward width",
        [](const TaskInfo& t) { return t.model.mlp; }, 10},
+      // The real data's directory: a path, so not split into a list.
+      {"data_dir", "data", "--data-dir", "data", 13, T::Text, PointField::real_data, 3,
+       [](P p) -> V { return p.data_dir; }, [](PointId& p, const V& v) { p.data_dir = as_text(v); },
+       [](P p) { return fmt::format("data {}", p.data_dir); }, nullptr,
+       "model level: read the task's real data from this directory (attnbench list tasks says which files)",
+       nullptr, 5},
       {"batch", "B", "--batch", "B", 7, T::Int, PointField::all, 5,
        [](P p) -> V { return p.shape.B; }, [](PointId& p, const V& v) { p.shape.B = as_int(v); },
        [](P p) { return fmt::format("B={}", p.shape.B); }, nullptr,
@@ -246,6 +252,7 @@ bool has_field(const PointField& f, const PointId& id) {
   switch (f.scope) {
     case PointField::all: return true;
     case PointField::model: return id.level == Level::model;
+    case PointField::real_data: return id.level == Level::model && !id.data_dir.empty();
     case PointField::training: return id.training();
   }
   return false;

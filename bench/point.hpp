@@ -55,6 +55,9 @@ struct PointId {
   std::string task = "none";
   Shape4 shape;  // model level: B batch, H heads, N seq, D = dmodel / heads
   ModelDims model;
+  // Model level: the directory of the task's real data ("" for its generator). Part of the
+  // identity: a run on real data is another point than one on generated data.
+  std::string data_dir;
   bool causal = false;
   int threads = 1;
   TrainSpec train;  // training runs only
@@ -81,7 +84,8 @@ struct PointField {
   int column_rank;      // the columns' order, left to right
   PointFieldType type;
   // Which points have it (name, JSON, arguments): every point, model-level points, or training runs.
-  enum Scope { all, model, training } scope;
+  // `real_data`: model-level points that read real data (not in a generated point's name).
+  enum Scope { all, model, real_data, training } scope;
   // `table` draws one table per group of points equal in every field with a cluster > 0; its
   // title shows them cluster by cluster (" · " between clusters). 0: the rows (mechanism,
   // params) and columns (N) of the tables.

@@ -34,7 +34,6 @@ void MeasureOptions::add_to(CLI::App* app) {
 
 void MeasureOptions::finish(const GridOptions& grid) {
   run.seed = grid.training ? 0 : grid.seed();  // a training run carries its seeds in its points
-  run.data_dir = grid.data_dir;
   run.mem_limit = mem_limit.empty() ? physical_memory_bytes() / 5 * 4 : parse_bytes(mem_limit);
   if (!count.empty() && count != "instructions")
     throw InvalidInput(fmt::format("unknown --count '{}'; counts: instructions", count));

@@ -113,7 +113,7 @@ void prepare_model_point(PreparedPoint& pp, const RunOptions& opts) {
   TaskOptions to;
   to.seq = id.shape.N;
   to.seed = opts.seed;
-  to.data_dir = opts.data_dir;
+  to.data_dir = id.data_dir;
   pp.task = make_task(id.task, to);
   pp.model = std::make_unique<TransformerModel>(c, model_mode(id.mode));
   pp.flops = pp.model->flops();

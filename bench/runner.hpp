@@ -24,7 +24,6 @@ struct RunOptions {
   bool count_instructions = false;  // also count each point's instructions under callgrind
   bool callgrind_child = false;     // this process runs under callgrind: collect one call only
   double gemm_gflops = 0;           // the GEMM rate to judge against; 0 = measure it
-  std::string data_dir;             // model level: the task's real data, when given
   bool oom_as_status = false;       // a point predicted above mem_limit is an OOM result, not an error
 };
 

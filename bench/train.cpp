@@ -144,12 +144,12 @@ std::string run_directory_name(const PointId& id) {
   return fmt::format("{}-{}-seed{}-{:012x}", id.mechanism, id.task, id.train.seed, h & 0xffffffffffffull);
 }
 
-TrainConfig train_config(const PointId& id, const std::string& data_dir) {
+TrainConfig train_config(const PointId& id) {
   TrainConfig c;
   c.task = id.task;
   c.data.seq = id.shape.N;
   c.data.seed = static_cast<uint64_t>(id.train.seed);
-  c.data.data_dir = data_dir;
+  c.data.data_dir = id.data_dir;
   c.model = model_config(id);
   c.model.positions = parse_positions(id.train.positions);
   c.model.dropout = static_cast<float>(number_of(id.train.dropout));
@@ -173,11 +173,10 @@ TrainConfig train_config(const PointId& id, const std::string& data_dir) {
 std::optional<PointResult> train_point(const PointId& id, const TrainCliOptions& o, const std::string& checkpoint_dir,
                                        const std::atomic<bool>* interrupt) {
   RunOptions ro;
-  ro.data_dir = o.data_dir;
   PointResult res;
   res.id = id;
   res.label = point_label(id, ro);
-  TrainConfig c = train_config(id, o.data_dir);
+  TrainConfig c = train_config(id);
   c.checkpoint_dir = checkpoint_dir;
   c.checkpoint_every = o.checkpoint_every;
   c.log_every = o.log_every;
@@ -257,7 +256,7 @@ int cmd_train(const std::vector<PointId>& grid, const TrainCliOptions& o, const 
   if (!o.log_path.empty() && fs::exists(o.log_path) && !o.resume)
     throw InvalidInput(fmt::format("--log {} exists; choose another, or --resume the run that wrote it", o.log_path));
   // Validate every point before training any (a bad recipe or shape exits 2 with nothing run).
-  for (const auto& id : grid) Trainer(train_config(id, o.data_dir));
+  for (const auto& id : grid) Trainer(train_config(id));
   struct sigaction sa {}, old_int {}, old_term {};
   sa.sa_handler = on_stop;
   sigemptyset(&sa.sa_mask);

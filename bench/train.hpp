@@ -19,7 +19,6 @@ struct TrainCliOptions {
   int64_t log_every = 10;
   std::string out;       // the result file: created, or a result file the runs are added to
   std::string format = "md";  // stdout: md | json
-  std::string data_dir;
 };
 
 // A run's own directory name under a shared checkpoint directory: readable, and unique (a hash
@@ -27,7 +26,7 @@ struct TrainCliOptions {
 std::string run_directory_name(const PointId& id);
 
 // The trainer's configuration of a training point (its recipe parsed back into numbers).
-TrainConfig train_config(const PointId& id, const std::string& data_dir);
+TrainConfig train_config(const PointId& id);
 
 // Trains one point: its result (FAILED with the reason when training fails), or nullopt when
 // interrupted (the checkpoint, if any, holds the progress). `curve` lines go to the log.

@@ -1,0 +1,33 @@
+// The training presets: stated configurations of the published accuracy comparisons, at the
+// scale this machine trains in hours.
+//   copy          "Transformers are RNNs" (Katharopoulos et al. 2020), the causal copy task:
+//                 softmax (flash), linear, and Reformer LSH with 1 and with 4 rounds
+//   lra-accuracy  LRA Table 1 at CPU scale: every mechanism on ListOps, Text, Retrieval, Image,
+//                 Pathfinder, one configuration per task (the PyTorch LRA ports' small model)
+// A preset is a grid of training runs that `train --preset` runs through the sweep (isolated,
+// resumable, shardable); its configuration table is in docs/reproductions.md.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "bench/point.hpp"
+
+namespace ab {
+
+struct TrainPresetOptions {
+  std::vector<std::string> mechanisms;  // empty: the preset's
+  std::vector<std::string> tasks;       // empty: the preset's
+  std::vector<int64_t> seeds;           // empty: the preset's
+  std::string data_dir;                 // lra-accuracy: the image task's real data (Fashion-MNIST)
+  int threads = 2;
+};
+
+std::string train_preset_names();  // "copy, lra-accuracy"
+// The preset's runs, in the order they are worth having: the comparisons' rows first, then the
+// rest of the grid, then the extra seeds. Throws InvalidInput for an unknown preset, mechanism
+// or task.
+std::vector<PointId> train_preset_grid(const std::string& name, const TrainPresetOptions& o);
+// The --data-dir a preset's runs of `task` use ("" for a generator).
+std::string train_preset_data_dir(const std::string& name, const std::string& task, const TrainPresetOptions& o);
+
+}  // namespace ab
