@@ -16,6 +16,7 @@
 #include "bench/table.hpp"
 #include "bench/task_cli.hpp"
 #include "bench/train.hpp"
+#include "bench/train_presets.hpp"
 
 namespace ab {
 
@@ -125,6 +126,14 @@ int cli_main(int argc, char** argv) {
   train->add_option("--log-every", train_opts.log_every, "steps per log line (the loss averaged over them)")->capture_default_str();
   train->add_option("--out", train_opts.out, "add each run's result entry to this result file (created if absent)");
   train->add_option("--format", train_opts.format, "stdout: md | json")->capture_default_str();
+  std::string train_preset, train_shard = "1/1", train_dir;
+  train->add_option("--preset", train_preset,
+                    "a published comparison's grid of runs (" + train_preset_names() +
+                        "; docs/reproductions.md), run like sweep --verb train: each run isolated, the file --out "
+                        "saved after each, --resume continues, --shard splits; --attn, --task, --seed, --threads "
+                        "narrow or change it");
+  train->add_option("--shard", train_shard, "--preset: run the i-th of n disjoint parts of the grid")->capture_default_str();
+  train->add_option("--train-dir", train_dir, "--preset: the runs' checkpoints and learning curves (default: OUT.train/)");
 
   // table
   std::vector<std::string> table_files;
@@ -221,7 +230,28 @@ int cli_main(int argc, char** argv) {
     }
     if (train->parsed()) {
       train_grid.set_training(true);
-      return cmd_train(train_grid.grid(), train_opts, command);
+      if (train_preset.empty()) return cmd_train(train_grid.grid(), train_opts, command);
+      // A preset: its grid through the sweep (isolated runs, resumable, shardable).
+      if (train_opts.out.empty()) throw InvalidInput("--preset needs --out FILE (the runs' result file)");
+      TrainPresetOptions po;
+      if (train_grid.given("attn")) po.mechanisms = train_grid.mechanism_list();
+      if (train_grid.given("task")) po.tasks = split(train_grid.text["task"], ',');
+      if (train_grid.given("seed")) po.seeds = parse_int_list(train_grid.text["seed"], 0);
+      if (train_grid.given("data_dir")) po.data_dir = train_grid.text["data_dir"];
+      if (train_grid.given("threads")) po.threads = static_cast<int>(parse_int_list(train_grid.text["threads"]).at(0));
+      SweepOptions so;
+      so.out = train_opts.out;
+      so.resume = train_opts.resume;
+      so.verb = "train";
+      so.time_limit_s = 0;
+      so.train_dir = train_dir.empty() ? train_opts.out + ".train" : train_dir;
+      so.checkpoint_every = train_opts.checkpoint_every > 0 ? train_opts.checkpoint_every : 100;
+      so.log_every = train_opts.log_every;
+      so.command = command;
+      parse_shard(train_shard, &so.shard_index, &so.shard_count);
+      MeasureOptions mo;
+      mo.finish(train_grid);
+      return run_sweep(train_preset_grid(train_preset, po), mo.run, so);
     }
     if (table->parsed()) return cmd_table(table_files, topts);
     if (compare->parsed()) return cmd_compare(base_file, new_file, copts);

@@ -107,11 +107,15 @@ const std::map<std::string, std::string>& recipe_defaults() {
 }
 }  // namespace
 
+void GridOptions::init_defaults() {
+  for (const auto& [k, v] : recipe_defaults())
+    if (!text.count(k)) text[k] = v;
+}
+
 void GridOptions::add_to(CLI::App* app, Verb verb) {
   const bool multi = verb != Verb::dump, recipe = verb == Verb::sweep || verb == Verb::train;
   const std::string list = " (list: 1,2 or a range like 256:16384:x2 or 64:256:+64)";
-  for (const auto& [k, v] : recipe_defaults())
-    if (!text.count(k)) text[k] = v;
+  init_defaults();
   for (const auto& f : point_fields()) {
     const std::string key = f.key;
     std::string help = f.help;
@@ -151,15 +155,16 @@ void GridOptions::add_to(CLI::App* app, Verb verb) {
   }
 }
 
+void GridOptions::set_by_preset(const std::string& key, const std::string& value) {
+  text[key] = value;
+  preset_.insert(key);
+}
+
 bool GridOptions::given(const std::string& key) const {
   const auto it = options_.find(key);
   return preset_.count(key) || (it != options_.end() && it->second->count() > 0);
 }
 
-void GridOptions::set_by_preset(const std::string& key, const std::string& value) {
-  text[key] = value;
-  preset_.insert(key);
-}
 
 std::vector<std::string> GridOptions::mechanism_list() const {
   std::vector<std::string> out;

@@ -44,6 +44,8 @@ struct GridOptions {
   // recipe without --level and --mode (its points are the model level's train mode).
   enum class Verb { dump, run, sweep, train };
   void add_to(CLI::App* app, Verb verb);
+  // The recipe's defaults (add_to sets them too): for grids built in code (presets).
+  void init_defaults();
   // The points are training runs (train, sweep --verb train): model level, mode train, with a
   // recipe. InvalidInput when --level or --mode were given, or (not training) a recipe option.
   void set_training(bool on);

@@ -17,6 +17,7 @@
 #include "bench/result_reader.hpp"
 #include "bench/table.hpp"
 #include "bench/train.hpp"
+#include "bench/train_presets.hpp"
 #include "model/trainer.hpp"
 #include "tests/helpers.hpp"
 
@@ -468,6 +469,39 @@ TEST(TrainCli, CompareGatesAnAccuracyDrop) {
   EXPECT_EQ(e.code, 0) << e.out;
   fs::remove(base);
   fs::remove(next);
+}
+
+// The presets' grids: the copy comparison's four runs, and LRA Table 1's grid in the order the
+// table needs it (the Transformer everywhere first, then the core rows, every mechanism on
+// ListOps, the Transformer's other seeds, the rest).
+TEST(TrainPresets, GridsHoldTheComparisonsInOrder) {
+  const auto copy = train_preset_grid("copy", TrainPresetOptions{});
+  ASSERT_EQ(copy.size(), 4u);
+  EXPECT_EQ(copy[0].mechanism, "flash");
+  EXPECT_EQ(copy[1].mechanism, "linear");
+  EXPECT_NE(params_text(copy[2].params).find("n_hashes=1"), std::string::npos);
+  EXPECT_NE(params_text(copy[3].params).find("n_hashes=4"), std::string::npos);
+  for (const auto& p : copy) EXPECT_TRUE(p.causal && p.training() && p.task == "copy");
+  const auto lra = train_preset_grid("lra-accuracy", TrainPresetOptions{});
+  const size_t mechs = mechanism_names().size();
+  EXPECT_EQ(lra.size(), mechs * 5 + 2 * 5);  // every mechanism on five tasks; two more seeds of flash
+  for (size_t i = 0; i < 5; ++i) EXPECT_EQ(lra[i].mechanism, "flash");
+  std::set<std::string> on_listops;
+  for (const auto& p : lra)
+    if (p.task == "listops") on_listops.insert(p.mechanism);
+  EXPECT_EQ(on_listops.size(), mechs);
+  for (const auto& p : lra) {
+    EXPECT_EQ(p.data_dir.empty(), p.task != "image") << p.name();  // Fashion-MNIST for the image column
+    EXPECT_TRUE(p.training());
+  }
+  TrainPresetOptions narrow;
+  narrow.mechanisms = {"linear"};
+  narrow.tasks = {"listops"};
+  narrow.seeds = {7};
+  const auto one = train_preset_grid("lra-accuracy", narrow);
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].train.seed, 7);
+  EXPECT_THROW(train_preset_grid("lra-speed", TrainPresetOptions{}), InvalidInput);
 }
 
 TEST(TrainCli, BadRecipesExitTwoAndTrainNothing) {
