@@ -52,8 +52,7 @@ std::vector<std::string> mechanism_names() {
 const MechanismInfo& find_mechanism(const std::string& name) {
   for (const auto& m : mechanisms())
     if (m.name == name) return m;
-  throw InvalidInput(fmt::format("unknown mechanism '{}'; known: {}", name,
-                                 fmt::join(mechanism_names(), ", ")));
+  throw unknown_name("mechanism", name, mechanism_names());
 }
 
 }  // namespace ab

@@ -4,7 +4,9 @@
 #include <malloc.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <iostream>
+#include <sstream>
 
 #include "bench/compare.hpp"
 #include "bench/dump.hpp"
@@ -21,6 +23,34 @@
 namespace ab {
 
 namespace {
+// For an option the verb does not have: " (did you mean --seq?)" when one of its options is close.
+std::string option_suggestion(CLI::App& app, const CLI::ParseError& e) {
+  const std::string what = e.what();
+  const std::string marker = "not expected: ";
+  const auto at = what.find(marker);
+  if (at == std::string::npos) return "";
+  // The first of the unexpected arguments that looks like an option.
+  std::string given;
+  std::istringstream words(what.substr(at + marker.size()));
+  for (std::string w; words >> w;)
+    if (w.rfind("--", 0) == 0) {
+      given = w.substr(0, w.find('='));
+      break;
+    }
+  if (given.empty()) return "";
+  // The verb the arguments went to: the last one parsed.
+  CLI::App* verb = &app;
+  for (auto* sub : app.get_subcommands([](CLI::App* s) { return s->parsed(); })) {
+    verb = sub;
+    for (auto* inner : sub->get_subcommands([](CLI::App* s) { return s->parsed(); })) verb = inner;
+  }
+  std::vector<std::string> names;
+  for (const auto* opt : verb->get_options())
+    for (const auto& n : opt->get_lnames()) names.push_back("--" + n);
+  const auto near = closest_name(given, names);
+  return near ? fmt::format(" (did you mean {}?)", *near) : "";
+}
+
 std::string join_args(int argc, char** argv) {
   std::string s;
   for (int i = 0; i < argc; ++i) {
@@ -190,10 +220,10 @@ int cli_main(int argc, char** argv) {
 
   if (argc > 1 && argv[1][0] != '-') {
     const std::string verb = argv[1];
-    bool known = false;
-    for (const auto* sub : app.get_subcommands([](CLI::App*) { return true; })) known |= sub->get_name() == verb;
-    if (!known) {
-      std::cerr << "attnbench: error: unknown verb '" << verb << "'; verbs: list, run, sweep, train, table, compare, merge, dump, task\n";
+    std::vector<std::string> verbs;
+    for (const auto* sub : app.get_subcommands([](CLI::App*) { return true; })) verbs.push_back(sub->get_name());
+    if (std::find(verbs.begin(), verbs.end(), verb) == verbs.end()) {
+      std::cerr << "attnbench: error: " << unknown_name("verb", verb, verbs, "verbs").what() << "\n";
       return 2;
     }
   }
@@ -201,7 +231,7 @@ int cli_main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);
-    std::cerr << "attnbench: error: " << e.what() << " (see --help)\n";
+    std::cerr << "attnbench: error: " << e.what() << option_suggestion(app, e) << " (see --help)\n";
     return 2;
   }
 
@@ -218,7 +248,7 @@ int cli_main(int argc, char** argv) {
     }
     if (sweep->parsed()) {
       if (sweep_opts.verb != "run" && sweep_opts.verb != "train")
-        throw InvalidInput(fmt::format("unknown --verb '{}'; verbs a sweep runs: run, train", sweep_opts.verb));
+        throw unknown_name("--verb", sweep_opts.verb, {"run", "train"}, "verbs a sweep runs");
       sweep_grid.set_training(sweep_opts.verb == "train");
       if (sweep_opts.verb == "train" && !sweep->get_option("--time-limit")->count()) sweep_opts.time_limit_s = 0;
       if (sweep_opts.train_dir.empty()) sweep_opts.train_dir = sweep_opts.out + ".train";

@@ -13,8 +13,7 @@ namespace ab {
 
 CompareOutcome compare_files(const ResultFile& base, const ResultFile& next, const CompareOptions& o) {
   if (o.metric != "time" && o.metric != "instructions" && o.metric != "memory" && o.metric != "accuracy")
-    throw InvalidInput(
-        fmt::format("unknown --metric '{}' for compare; metrics: time, instructions, memory, accuracy", o.metric));
+    throw unknown_name("--metric for compare", o.metric, {"time", "instructions", "memory", "accuracy"}, "metrics");
   if (!(o.max_regress >= 0)) throw InvalidInput("--max-regress must be >= 0");
   if (!(o.alpha > 0 && o.alpha < 1)) throw InvalidInput("--alpha must be in (0, 1)");
   if (o.format != "md" && o.format != "csv") throw InvalidInput(fmt::format("unknown format '{}'; formats: md, csv", o.format));

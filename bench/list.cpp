@@ -43,7 +43,7 @@ int cmd_list(const std::string& what, const std::string& name) {
     o.data_dir = name;
     return cmd_list_tasks(o);
   }
-  throw InvalidInput(fmt::format("unknown list '{}'; lists: mechanisms, params NAME, tasks", what));
+  throw unknown_name("list", what, {"mechanisms", "params", "tasks"}, "lists");
 }
 
 }  // namespace ab

@@ -28,13 +28,13 @@ const char* to_string(RunMode m) {
 Level parse_level(const std::string& text) {
   for (Level l : {Level::attention, Level::model})
     if (text == to_string(l)) return l;
-  throw InvalidInput(fmt::format("unknown level '{}'; levels: attention, model", text));
+  throw unknown_name("level", text, {"attention", "model"}, "levels");
 }
 
 RunMode parse_run_mode(const std::string& text) {
   for (RunMode m : {RunMode::fwd, RunMode::fwdbwd, RunMode::decode, RunMode::train})
     if (text == to_string(m)) return m;
-  throw InvalidInput(fmt::format("unknown mode '{}'; modes: fwd, fwdbwd, decode, train (model level)", text));
+  throw unknown_name("mode", text, {"fwd", "fwdbwd", "decode", "train"}, "modes");
 }
 
 Mode attention_mode(RunMode m) {

@@ -49,7 +49,7 @@ void MeasureOptions::finish(const GridOptions& grid) {
 // this machine holds.
 void apply_run_preset(const std::string& preset, GridOptions& grid, RunOptions& opts) {
   if (preset.empty()) return;
-  if (preset != "lra-efficiency") throw InvalidInput(fmt::format("unknown preset '{}'; presets: lra-efficiency", preset));
+  if (preset != "lra-efficiency") throw unknown_name("preset", preset, {"lra-efficiency"}, "presets");
   if (grid.given("task") && grid.text["task"] != "text") throw InvalidInput("--preset lra-efficiency is the text task");
   if (grid.given("level") || grid.given("mode")) throw InvalidInput("--preset lra-efficiency sets --level model --mode train");
   grid.text["task"] = "text";
@@ -66,7 +66,7 @@ namespace {
 void check_format(const std::string& format, std::initializer_list<const char*> allowed) {
   for (const char* a : allowed)
     if (format == a) return;
-  throw InvalidInput(fmt::format("unknown format '{}'; formats: {}", format, fmt::join(allowed, ", ")));
+  throw unknown_name("format", format, std::vector<std::string>(allowed.begin(), allowed.end()), "formats");
 }
 
 // A test hook (documented in the README): ATTNBENCH_FAULT=KIND:TEXT makes `run` misbehave on

@@ -49,7 +49,10 @@ Metric find_metric(const std::string& name) {
   const auto it = metric_aliases().find(name);
   const std::string key = it == metric_aliases().end() ? name : it->second;
   if (const Field* f = find_field(key)) return Metric{f->key, f->header, f->better, f, false};
-  throw InvalidInput(fmt::format("unknown metric '{}'; metrics: time, cpu_time, {}", name, table_metric_names()));
+  std::vector<std::string> names = {"time", "cpu_time"};
+  for (const auto& f : result_fields()) names.push_back(f.key);
+  for (const auto& [alias, key] : metric_aliases()) names.push_back(alias);
+  throw unknown_name("metric", name, names, "metrics");
 }
 
 std::string ratio_text(double r) {

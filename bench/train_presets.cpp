@@ -132,7 +132,7 @@ std::vector<PointId> train_preset_grid(const std::string& name, const TrainPrese
     return out;
   }
   if (name != "lra-accuracy")
-    throw InvalidInput(fmt::format("unknown training preset '{}'; presets: {}", name, train_preset_names()));
+    throw unknown_name("training preset", name, {"copy", "lra-accuracy"}, "presets");
   std::vector<TaskRecipe> recipes;
   for (const auto& r : lra_recipes())
     if (o.tasks.empty() || std::find(o.tasks.begin(), o.tasks.end(), r.task) != o.tasks.end()) recipes.push_back(r);

@@ -7,8 +7,47 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cctype>
 
 namespace ab {
+
+std::optional<std::string> closest_name(const std::string& name, const std::vector<std::string>& known) {
+  // Damerau-Levenshtein (optimal string alignment), case-insensitive.
+  auto lower = [](std::string s) {
+    for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+  };
+  const std::string a = lower(name);
+  std::optional<std::string> best;
+  size_t best_d = std::string::npos;
+  for (const auto& k : known) {
+    const std::string b = lower(k);
+    std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+    for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+    for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+    for (size_t i = 1; i <= a.size(); ++i)
+      for (size_t j = 1; j <= b.size(); ++j) {
+        d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+        if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    const size_t dist = d[a.size()][b.size()];
+    // A prefix of the name is a suggestion too ("perf" for "performer").
+    const size_t score = b.rfind(a, 0) == 0 && a.size() >= 3 ? 1 : dist;
+    if (score < best_d) {
+      best_d = score;
+      best = k;
+    }
+  }
+  if (!best || best_d == 0 || best_d > std::max<size_t>(1, name.size() / 3)) return std::nullopt;
+  return best;
+}
+
+InvalidInput unknown_name(const std::string& what, const std::string& name, const std::vector<std::string>& known,
+                          const std::string& list_label) {
+  const auto near = closest_name(name, known);
+  return InvalidInput(fmt::format("unknown {} '{}'{}; {}: {}", what, name, near ? fmt::format(" (did you mean '{}'?)", *near) : "",
+                                  list_label, fmt::join(known, ", ")));
+}
 
 std::string format_param_value(const ParamValue& v) {
   return std::visit(

@@ -2,6 +2,7 @@
 // their parsing (a mechanism's `--param`s; any layer can declare its own the same way).
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -44,6 +45,13 @@ class ParamValues {
  private:
   std::vector<std::pair<std::string, ParamValue>> items_;
 };
+
+// The closest of `known` to `name` (edit distance), when close enough to be a misspelling of it.
+std::optional<std::string> closest_name(const std::string& name, const std::vector<std::string>& known);
+// The error for a name that is not one of `known`: "unknown WHAT 'NAME' (did you mean 'X'?);
+// LIST_LABEL: a, b, c" (the suggestion only when one is close).
+InvalidInput unknown_name(const std::string& what, const std::string& name, const std::vector<std::string>& known,
+                          const std::string& list_label = "known");
 
 // "64", "0.75", "true", "dense": the value as the command line spells it.
 std::string format_param_value(const ParamValue& v);

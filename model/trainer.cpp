@@ -69,8 +69,8 @@ Schedule Schedule::parse(const std::string& text, double lr, int64_t warmup, int
     if (!at_ok || (colon != std::string::npos && *end != '\0') || !(s.decay_factor > 0 && s.decay_factor <= 1))
       throw InvalidInput(fmt::format("--schedule '{}': step takes step:S or step:S:F (S a step, 0 < F <= 1)", text));
   } else {
-    throw InvalidInput(fmt::format(
-        "unknown schedule '{}'; schedules: constant, linear-warmup-rsqrt, cosine, onecycle, step:S[:F]", text));
+    throw unknown_name("schedule", text, {"constant", "linear-warmup-rsqrt", "cosine", "onecycle", "step:S[:F]"},
+                       "schedules");
   }
   if ((s.kind == linear_warmup_rsqrt || s.kind == onecycle) && warmup < 1)
     throw InvalidInput(fmt::format("--schedule {} needs --warmup-steps of at least 1", text));

@@ -39,7 +39,7 @@ const char* to_string(Positions p) {
 Positions parse_positions(const std::string& text) {
   for (Positions p : {Positions::sinusoidal, Positions::learned, Positions::none})
     if (text == to_string(p)) return p;
-  throw InvalidInput(fmt::format("unknown positions '{}'; positions: sinusoidal, learned, none", text));
+  throw unknown_name("positions", text, {"sinusoidal", "learned", "none"}, "positions");
 }
 
 ModelConfig model_config_for_task(const TaskInfo& task, int64_t seq) {

@@ -45,7 +45,7 @@ const char* to_string(Split s) {
 Split parse_split(const std::string& text) {
   for (Split s : {Split::train, Split::val, Split::test})
     if (text == to_string(s)) return s;
-  throw InvalidInput(fmt::format("unknown split '{}'; splits: train, val, test", text));
+  throw unknown_name("split", text, {"train", "val", "test"}, "splits");
 }
 
 uint64_t split_seed(uint64_t seed, Split split) {
@@ -77,7 +77,7 @@ const TaskInfo& find_task(const std::string& name) {
     if (t.name == name) return t;
   std::vector<std::string> names;
   for (const auto& t : tasks()) names.push_back(t.name);
-  throw InvalidInput(fmt::format("unknown task '{}'; known: {}", name, fmt::join(names, ", ")));
+  throw unknown_name("task", name, names);
 }
 
 std::unique_ptr<Task> make_task(const std::string& name, const TaskOptions& opts) {
