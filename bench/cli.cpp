@@ -78,29 +78,6 @@ int cli_main(int argc, char** argv) {
   std::string list_data_dir;
   list->add_option("--data-dir", list_data_dir, "tasks: show what this directory provides");
 
-  // task sample | rate
-  TaskCliOptions task_opts;
-  auto* task = app.add_subcommand("task", "task data: sample examples, or measure the generation rate");
-  task->require_subcommand(1);
-  auto add_task_options = [&](CLI::App* sub) {
-    sub->add_option("--task", task_opts.task, "task name (attnbench list tasks)")->required();
-    sub->add_option("--seed", task_opts.task_opts.seed, "generator seed")->capture_default_str();
-    sub->add_option("--seq", task_opts.task_opts.seq, "sequence length (0: the task's default)")->capture_default_str();
-    sub->add_option("--data-dir", task_opts.task_opts.data_dir, "read the task's real data from here");
-    sub->add_option("--difficulty", task_opts.task_opts.difficulty, "pathfinder, pathx: easy | intermediate | hard")->capture_default_str();
-  };
-  auto* task_sample = task->add_subcommand("sample", "print examples a person can read, or JSON lines");
-  add_task_options(task_sample);
-  task_sample->add_option("--count", task_opts.count, "examples")->capture_default_str();
-  task_sample->add_option("--first", task_opts.first, "index of the first example")->capture_default_str();
-  task_sample->add_option("--format", task_opts.format, "text | json (one object per example)")->capture_default_str();
-  task_sample->add_option("--png", task_opts.png_dir, "image tasks: also write each example as a PNG here");
-  auto* task_rate = task->add_subcommand("rate", "time batch generation (samples/s)");
-  add_task_options(task_rate);
-  task_rate->add_option("--batch", task_opts.batch, "examples per batch (0: the task's LRA batch)")->capture_default_str();
-  task_rate->add_option("--reps", task_opts.reps, "timed batches")->capture_default_str();
-  task_rate->add_option("--threads", task_opts.threads, "OpenMP threads")->capture_default_str();
-
   // run
   GridOptions run_grid;
   MeasureOptions run_measure;
@@ -217,6 +194,29 @@ int cli_main(int argc, char** argv) {
   auto* dump = app.add_subcommand("dump", "write inputs, parameters and outputs of one call as .npy + config.json");
   dump_grid.add_to(dump, GridOptions::Verb::dump);
   dump->add_option("--out", dump_dir, "output directory")->required();
+
+  // task sample | rate
+  TaskCliOptions task_opts;
+  auto* task = app.add_subcommand("task", "task data: sample examples, or measure the generation rate");
+  task->require_subcommand(1);
+  auto add_task_options = [&](CLI::App* sub) {
+    sub->add_option("--task", task_opts.task, "task name (attnbench list tasks)")->required();
+    sub->add_option("--seed", task_opts.task_opts.seed, "generator seed")->capture_default_str();
+    sub->add_option("--seq", task_opts.task_opts.seq, "sequence length (0: the task's default)")->capture_default_str();
+    sub->add_option("--data-dir", task_opts.task_opts.data_dir, "read the task's real data from here");
+    sub->add_option("--difficulty", task_opts.task_opts.difficulty, "pathfinder, pathx: easy | intermediate | hard")->capture_default_str();
+  };
+  auto* task_sample = task->add_subcommand("sample", "print examples a person can read, or JSON lines");
+  add_task_options(task_sample);
+  task_sample->add_option("--count", task_opts.count, "examples")->capture_default_str();
+  task_sample->add_option("--first", task_opts.first, "index of the first example")->capture_default_str();
+  task_sample->add_option("--format", task_opts.format, "text | json (one object per example)")->capture_default_str();
+  task_sample->add_option("--png", task_opts.png_dir, "image tasks: also write each example as a PNG here");
+  auto* task_rate = task->add_subcommand("rate", "time batch generation (samples/s)");
+  add_task_options(task_rate);
+  task_rate->add_option("--batch", task_opts.batch, "examples per batch (0: the task's LRA batch)")->capture_default_str();
+  task_rate->add_option("--reps", task_opts.reps, "timed batches")->capture_default_str();
+  task_rate->add_option("--threads", task_opts.threads, "OpenMP threads")->capture_default_str();
 
   if (argc > 1 && argv[1][0] != '-') {
     const std::string verb = argv[1];
