@@ -10,6 +10,7 @@
 
 #include "bench/compare.hpp"
 #include "bench/dump.hpp"
+#include "bench/runner.hpp"
 #include "bench/grid.hpp"
 #include "bench/list.hpp"
 #include "bench/merge.hpp"
@@ -210,13 +211,46 @@ int cli_main(int argc, char** argv) {
   add_task_options(task_sample);
   task_sample->add_option("--count", task_opts.count, "examples")->capture_default_str();
   task_sample->add_option("--first", task_opts.first, "index of the first example")->capture_default_str();
-  task_sample->add_option("--format", task_opts.format, "text | json (one object per example)")->capture_default_str();
+  task_sample->add_option("--format", task_opts.format, "md (readable) | jsonl (one JSON object per example)")->capture_default_str();
   task_sample->add_option("--png", task_opts.png_dir, "image tasks: also write each example as a PNG here");
+  task_sample->add_option("--scale", task_opts.scale, "--png: each pixel as scale x scale pixels")->capture_default_str();
   auto* task_rate = task->add_subcommand("rate", "time batch generation (samples/s)");
   add_task_options(task_rate);
   task_rate->add_option("--batch", task_opts.batch, "examples per batch (0: the task's LRA batch)")->capture_default_str();
   task_rate->add_option("--reps", task_opts.reps, "timed batches")->capture_default_str();
   task_rate->add_option("--threads", task_opts.threads, "OpenMP threads")->capture_default_str();
+
+  // Every verb's --help ends with examples a user can paste.
+  const std::vector<std::pair<CLI::App*, std::vector<const char*>>> examples = {
+      {list, {"attnbench list", "attnbench list params reformer", "attnbench list tasks --data-dir /usr/share/datasets/fashion-mnist"}},
+      {run, {"attnbench run --attn flash,local,linear --seq 1024,4096 --mode fwd,fwdbwd",
+             "attnbench run --attn all --seq 2048 --error --out all.json",
+             "attnbench run --level model --task text --mode train --seq 1024 --batch 4 --attn flash,linformer"}},
+      {sweep, {"attnbench sweep --attn all --seq 256:16384:x2 --out sweep.json",
+               "attnbench sweep --attn all --seq 256:16384:x2 --out sweep.json --resume --shard 2/4",
+               "attnbench sweep --verb train --task copy --seq 64 --attn flash,linear --seed 1,2,3 --steps 2000 --out copy.json"}},
+      {train, {"attnbench train --task copy --seq 64 --layers 2 --dmodel 64 --heads 4 --mlp 128 --attn linear --steps 2000 --log copy.jsonl",
+               "attnbench train --task listops --seq 2000 --attn flash --steps 5000 --lr 1e-3 --schedule onecycle --warmup-steps 500 "
+               "--checkpoint ckpt/ --checkpoint-every 500 --out listops.json",
+               "attnbench train --preset lra-accuracy --out lra.json --resume"}},
+      {table, {"attnbench table sweep.json --metric time --baseline flash", "attnbench table sweep.json --metric memory --format csv",
+               "attnbench table lra.json --metric accuracy --published lra"}},
+      {compare, {"attnbench compare base.json new.json", "attnbench compare base.json new.json --metric instructions --max-regress 0.01",
+                 "attnbench compare base.json new.json --metric accuracy --max-regress 0.01"}},
+      {merge, {"attnbench merge shard1.json shard2.json --out all.json"}},
+      {dump, {"attnbench dump --attn performer --seq 128 --out perf_dump/", "attnbench dump --attn bigbird --param block=16 --seq 64 --causal --out bb/"}},
+      {task, {"attnbench task sample --task listops --count 2", "attnbench task rate --task pathfinder"}},
+      {task_sample, {"attnbench task sample --task listops --count 2", "attnbench task sample --task image --png samples/ --scale 4"}},
+      {task_rate, {"attnbench task rate --task pathfinder", "attnbench task rate --task text --batch 32 --threads 2"}},
+  };
+  for (const auto& [verb, lines] : examples) {
+    std::string footer = "\nExamples:";
+    for (const char* l : lines) footer += std::string("\n  ") + l;
+    verb->footer(footer);
+  }
+  app.footer("\nRun `attnbench VERB --help` for a verb's options and examples; docs/cli.md has them all.");
+  app.set_version_flag("--version", fmt::format("attnbench {} (commit {}, {} build, {})", ATTNBENCH_VERSION, build_git_commit(),
+                                                ATTNBENCH_BUILD_TYPE, compiler_name()));
 
   if (argc > 1 && argv[1][0] != '-') {
     const std::string verb = argv[1];

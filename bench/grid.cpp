@@ -368,7 +368,7 @@ std::vector<std::string> point_args(const PointId& id, const RunOptions& o) {
   add("--min-time", fmt::format("{:g}", o.min_time));
   add("--warmup", std::to_string(o.warmup));
   if (o.error) a.push_back("--error");
-  if (o.count_instructions) add("--count", "instructions");
+  if (o.count_instructions) a.push_back("--instructions");
   return a;
 }
 

@@ -28,16 +28,16 @@ std::string find_valgrind() {
 void check_instruction_counting() {
 #ifdef __AVX512F__
   throw InvalidInput(
-      "--count instructions needs a build without AVX-512 (valgrind cannot execute it): "
+      "--instructions needs a build without AVX-512 (valgrind cannot execute it): "
       "scripts/build.sh build-count -DATTNBENCH_ARCH=x86-64-v3, then build-count/attnbench");
 #endif
 #ifdef __SANITIZE_ADDRESS__
   throw InvalidInput(
-      "--count instructions needs a build without AddressSanitizer (valgrind cannot run it, and its "
+      "--instructions needs a build without AddressSanitizer (valgrind cannot run it, and its "
       "checks would be counted): scripts/build.sh build-count -DATTNBENCH_ARCH=x86-64-v3");
 #endif
   if (find_valgrind().empty())
-    throw InvalidInput("--count instructions needs valgrind on PATH (Debian package valgrind)");
+    throw InvalidInput("--instructions needs valgrind on PATH (Debian package valgrind)");
 }
 
 void count_point_instructions(const std::vector<std::string>& run_args, PointResult& r) {

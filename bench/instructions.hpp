@@ -1,4 +1,4 @@
-// `--count instructions`: a gate that machine noise cannot move. Each point is run once more
+// `--instructions`: a gate that machine noise cannot move. Each point is run once more
 // under valgrind's callgrind, with collection switched on only around one measured call.
 #pragma once
 #include <string>

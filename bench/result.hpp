@@ -56,7 +56,7 @@ struct PointResult {
   size_t peak_rss_bytes = 0;  // VmHWM over the measured calls
   int64_t rss_delta_bytes = 0;
   std::optional<double> nmse;
-  std::optional<double> instructions;  // per call, counted by callgrind (--count instructions)
+  std::optional<double> instructions;  // per call, counted by callgrind (--instructions)
   // Model level: ms per step spent in each layer type (layer_type_names() order), from the
   // model's own timers over the measured steps.
   std::vector<double> layer_ms;

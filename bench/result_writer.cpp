@@ -140,7 +140,7 @@ std::vector<Column> columns(bool for_csv) {
 }  // namespace
 
 std::string to_markdown(const std::vector<PointResult>& rs) {
-  // A metric no row has (nmse without --error, instructions without --count) is left out.
+  // A metric no row has (nmse without --error, instructions without --instructions) is left out.
   auto all = columns(false);
   std::vector<Column> cols;
   const size_t fixed = all.size() - result_fields().size();

@@ -24,9 +24,9 @@ void MeasureOptions::add_to(CLI::App* app) {
   app->add_option("--warmup", run.warmup, "untimed calls before timing")->capture_default_str();
   app->add_flag("--error", run.error, "report nmse of the output against flash");
   app->add_option("--mem-limit", mem_limit, "refuse points predicted above this, e.g. 16G (default 80% of RAM)");
-  app->add_option("--count", count,
-                  "'instructions': also count each point's instructions per call under valgrind's callgrind "
-                  "(needs a build without AVX-512, see README)");
+  app->add_flag("--instructions", run.count_instructions,
+                "also count each point's instructions per call under valgrind's callgrind (needs a build without "
+                "AVX-512: docs/testing.md)");
   // Internal: the sweep passes its measured GEMM rate to each child; callgrind children run one call.
   app->add_option("--gemm-gflops", run.gemm_gflops)->group("");
   app->add_flag("--callgrind-child", run.callgrind_child)->group("");
@@ -35,9 +35,6 @@ void MeasureOptions::add_to(CLI::App* app) {
 void MeasureOptions::finish(const GridOptions& grid) {
   run.seed = grid.training ? 0 : grid.seed();  // a training run carries its seeds in its points
   run.mem_limit = mem_limit.empty() ? physical_memory_bytes() / 5 * 4 : parse_bytes(mem_limit);
-  if (!count.empty() && count != "instructions")
-    throw InvalidInput(fmt::format("unknown --count '{}'; counts: instructions", count));
-  run.count_instructions = count == "instructions";
   if (run.reps < 1) throw InvalidInput("--reps must be at least 1");
   if (run.rounds < 1) throw InvalidInput("--rounds must be at least 1");
   if (run.min_time < 0) throw InvalidInput("--min-time must not be negative");

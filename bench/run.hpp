@@ -17,7 +17,7 @@ namespace ab {
 // --mem-limit, --count), registered on a verb; finish() resolves their texts once parsed.
 struct MeasureOptions {
   RunOptions run;
-  std::string mem_limit, count;
+  std::string mem_limit;
   void add_to(CLI::App* app);
   // Copies the seed and data directory from the grid's options and checks every value.
   void finish(const GridOptions& grid);

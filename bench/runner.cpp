@@ -223,7 +223,7 @@ bool measure_calls(Call&& call, Check&& check, const RunOptions& opts, size_t rs
     return false;
   }
   if (opts.callgrind_child) {
-    // Run under `valgrind --tool=callgrind --collect-atstart=no` by `--count instructions`:
+    // Run under `valgrind --tool=callgrind --collect-atstart=no` by `--instructions`:
     // the count covers exactly one measured call, after the warm-up.
     CALLGRIND_TOGGLE_COLLECT;
     call();
@@ -403,7 +403,6 @@ void merge_round(PointResult& into, PointResult next, int round) {
   if (into.message.empty()) into.message = next.message;
 }
 
-namespace {
 // The compiler that built this binary, from its own macros.
 std::string compiler_name() {
 #if defined(__clang__)
@@ -414,7 +413,6 @@ std::string compiler_name() {
   return "unknown";
 #endif
 }
-}  // namespace
 
 nlohmann::json run_context(const std::string& command, uint64_t seed, int threads, double gemm_gflops) {
   MachineInfo m = machine_info();

@@ -81,6 +81,9 @@ double nmse(const float* out, const float* ref, size_t n);
 // "unknown" outside a git checkout (generated at build time by cmake/git_commit.cmake).
 const char* build_git_commit();
 
+// "g++ 12.2.0": the compiler that built this binary.
+std::string compiler_name();
+
 // The result file's context block: Google Benchmark's machine fields plus the suite's build,
 // library, threading and reproduction facts.
 nlohmann::json run_context(const std::string& command, uint64_t seed, int threads, double gemm_gflops);

@@ -40,7 +40,8 @@ int cmd_list_tasks(const TaskOptions& opts) {
 }
 
 int cmd_task_sample(const TaskCliOptions& o) {
-  if (o.format != "text" && o.format != "json") throw InvalidInput(fmt::format("unknown format '{}'; formats: text, json", o.format));
+  if (o.format != "md" && o.format != "jsonl") throw unknown_name("format", o.format, {"md", "jsonl"}, "formats");
+  if (o.scale < 1 || o.scale > 64) throw InvalidInput(fmt::format("--scale must be 1 to 64, got {}", o.scale));
   if (o.count < 1) throw InvalidInput("--count must be at least 1");
   if (o.first < 0) throw InvalidInput("--first must not be negative");
   const auto task = make_task(o.task, o.task_opts);
@@ -48,16 +49,22 @@ int cmd_task_sample(const TaskCliOptions& o) {
     if (task->image_side() == 0) throw InvalidInput(fmt::format("--png: {} is not an image task", o.task));
     std::filesystem::create_directories(o.png_dir);
   }
-  if (o.format == "text") std::cout << fmt::format("# {}: N = {}, source: {}\n", o.task, task->seq(), task->source());
+  if (o.format == "md") std::cout << fmt::format("# {}: N = {}, source: {}\n", o.task, task->seq(), task->source());
   for (int64_t i = o.first; i < o.first + o.count; ++i) {
     const Example e = task->example(i);
     const std::string readable = task->readable(e);
     std::string png;
     if (!o.png_dir.empty()) {
       png = (std::filesystem::path(o.png_dir) / fmt::format("{}_{}_label{}.png", o.task, i, e.label)).string();
-      write_png_grey(png, e.tokens, task->image_side(), task->image_side());
+      // Upscaled by repeating each pixel `scale` times in both directions (nearest neighbour).
+      const int64_t side = task->image_side(), big = side * o.scale;
+      std::vector<int32_t> pixels(static_cast<size_t>(big * big));
+      for (int64_t y = 0; y < big; ++y)
+        for (int64_t x = 0; x < big; ++x)
+          pixels[static_cast<size_t>(y * big + x)] = e.tokens[static_cast<size_t>((y / o.scale) * side + x / o.scale)];
+      write_png_grey(png, pixels, big, big);
     }
-    if (o.format == "json") {
+    if (o.format == "jsonl") {
       nlohmann::json j = {{"task", o.task}, {"index", i}, {"seed", o.task_opts.seed}, {"label", e.label},
                           {"tokens", e.tokens}, {"readable", readable}, {"source", task->source()}};
       if (!e.tokens2.empty()) j["tokens2"] = e.tokens2;

@@ -12,7 +12,8 @@ struct TaskCliOptions {
   TaskOptions task_opts;
   int64_t count = 3;
   int64_t first = 0;
-  std::string format = "text";  // text | json
+  std::string format = "md";  // md (readable) | jsonl (one object per example)
+  int64_t scale = 1;          // --png: pixels per image pixel
   std::string png_dir;
   int64_t batch = 0;  // rate: 0 = the task's LRA batch
   int reps = 5;

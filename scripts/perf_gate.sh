@@ -23,7 +23,7 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
 "$root/build-count/attnbench" sweep --attn all --seq 256 --heads 2 --dhead 64 --reps 1 --min-time 0 \
-  --count instructions --out "$work/instructions.json"
+  --instructions --out "$work/instructions.json"
 "$root/build/attnbench" sweep --attn flash,vanilla,local,bigbird,linformer,linear,performer --seq 2048 \
   --heads 4 --dhead 64 --reps 7 --min-time 0.05 --out "$work/time.json"
 

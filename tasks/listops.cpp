@@ -63,7 +63,7 @@ class ListOpsTask final : public Task {
     e.tokens.resize(static_cast<size_t>(seq_), kPad);
     return e;
   }
-  std::string readable(const Example& e) const override { return listops_spelling(e.tokens); }
+  std::string readable(const Example& e) const override { return listops_layout(e.tokens); }
 
  private:
   // Appends a subtree at `depth`; false once the tree reaches N tokens (it will be rejected).

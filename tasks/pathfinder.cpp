@@ -69,7 +69,7 @@ class PathfinderTask final : public Task {
 
   std::string readable(const Example& e) const override {
     std::vector<int32_t> art = e.tokens;
-    return ascii_art(art, side_, side_ > 64 ? 2 : 1);
+    return ascii_art(art, side_, side_ > 64 ? 4 : 1);
   }
   int64_t image_side() const override { return side_; }
 

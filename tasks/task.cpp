@@ -6,6 +6,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <functional>
 #include <array>
 #include <cstdio>
 #include <stdexcept>
@@ -151,10 +152,78 @@ std::string ascii_art(const std::vector<int32_t>& pixels, int64_t side, int64_t 
       int32_t v = 0;
       for (int64_t dy = 0; dy < step && y + dy < side; ++dy)
         for (int64_t dx = 0; dx < step && x + dx < side; ++dx) v = std::max(v, pixels[static_cast<size_t>((y + dy) * side + x + dx)]);
-      out += ramp[std::clamp(v * 10 / 256, 0, 9)];
+      // Two characters per pixel: a terminal cell is about twice as tall as wide, so the
+      // picture keeps its proportions.
+      out.append(2, ramp[std::clamp(v * 10 / 256, 0, 9)]);
     }
     out += '\n';
   }
+  out += "key (dark to light, 0-255 in tenths): ";
+  for (int i = 0; i < 10; ++i) out += fmt::format("{}'{}'={}-{}", i ? " " : "", ramp[i], (i * 256 + 9) / 10, ((i + 1) * 256 + 9) / 10 - 1);
+  if (step > 1) out += fmt::format(" (each cell the brightest of {} x {} pixels)", step, step);
+  return out + "\n";
+}
+
+std::string listops_layout(const std::vector<int32_t>& tokens, size_t width) {
+  // The expression as a tree of spelled tokens: an operator's arguments on its line when they fit
+  // in `width` at its indent, else one per line, indented two spaces per level.
+  const std::string flat = listops_spelling(tokens);
+  std::vector<std::string> words;
+  {
+    size_t at = 0;
+    while (at < flat.size()) {
+      const size_t sp = flat.find(' ', at);
+      words.push_back(flat.substr(at, sp == std::string::npos ? std::string::npos : sp - at));
+      if (sp == std::string::npos) break;
+      at = sp + 1;
+    }
+  }
+  // The span of each subtree: from an operator to its closing bracket.
+  std::vector<size_t> close(words.size(), 0);
+  {
+    std::vector<size_t> open;
+    for (size_t i = 0; i < words.size(); ++i) {
+      if (words[i].rfind("[", 0) == 0) open.push_back(i);
+      else if (words[i] == "]" && !open.empty()) {
+        close[open.back()] = i;
+        open.pop_back();
+      }
+    }
+  }
+  auto span_text = [&](size_t a, size_t b) {
+    std::string s;
+    for (size_t i = a; i <= b; ++i) s += (i > a ? " " : "") + words[i];
+    return s;
+  };
+  std::string out, line;
+  size_t line_indent = 0;
+  auto flush = [&] {
+    if (!line.empty()) out += std::string(line_indent, ' ') + line + "\n";
+    line.clear();
+  };
+  // The items of [a, b] at `indent`: packed onto lines up to `width`; an operator too long for a
+  // line of its own opens a block of its arguments two spaces deeper.
+  std::function<void(size_t, size_t, size_t)> emit = [&](size_t a, size_t b, size_t indent) {
+    for (size_t i = a; i <= b;) {
+      const bool op = words[i].rfind("[", 0) == 0;
+      const size_t end = op ? close[i] : i;
+      const std::string one = span_text(i, end);
+      if (indent + one.size() <= width) {
+        if (!line.empty() && indent + line.size() + 1 + one.size() > width) flush();
+        line_indent = indent;
+        line += (line.empty() ? "" : " ") + one;
+      } else {
+        flush();
+        out += std::string(indent, ' ') + words[i] + "\n";
+        if (end > i + 1) emit(i + 1, end - 1, indent + 2);
+        flush();
+        out += std::string(indent, ' ') + "]\n";
+      }
+      i = end + 1;
+    }
+  };
+  if (!words.empty()) emit(0, words.size() - 1, 0);
+  flush();
   return out;
 }
 

@@ -131,7 +131,11 @@ int32_t listops_evaluate(const std::vector<int32_t>& tokens);
 std::string listops_spelling(const std::vector<int32_t>& tokens);
 // Text tokens back to bytes (pads dropped), non-printable bytes shown as '.'.
 std::string text_of_tokens(const std::vector<int32_t>& tokens, size_t max_chars);
-// A grey image as ASCII art, `side` x `side`, shrunk by `step` (the maximum of each block).
+// ListOps wrapped and indented by depth: an operator's arguments on one line when they fit in
+// `width` columns, else one per line, two spaces deeper.
+std::string listops_layout(const std::vector<int32_t>& tokens, size_t width = 96);
+// A grey image as ASCII art, `side` x `side`, shrunk by `step` (the maximum of each block), two
+// characters per pixel, and a key of the glyphs.
 std::string ascii_art(const std::vector<int32_t>& pixels, int64_t side, int64_t step);
 // Writes an 8-bit grey PNG.
 void write_png_grey(const std::string& path, const std::vector<int32_t>& pixels, int64_t width, int64_t height);

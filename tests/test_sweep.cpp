@@ -465,7 +465,7 @@ TEST(Merge, ShardsTogetherEqualTheWholeGrid) {
 }
 
 TEST(Instructions, CountedDeterministicallyOrRefusedWithTheReason) {
-  const std::string args = "run --attn linear --seq 64 --heads 1 --dhead 16 --reps 1 --min-time 0 --count instructions --format json";
+  const std::string args = "run --attn linear --seq 64 --heads 1 --dhead 16 --reps 1 --min-time 0 --instructions --format json";
 #if defined(__AVX512F__) || defined(__SANITIZE_ADDRESS__)
 #if defined(__AVX512F__)
   const char* reason = "without AVX-512";

@@ -258,7 +258,7 @@ TEST(TaskCli, ListSampleJsonPngAndBadInput) {
   ASSERT_EQ(e.code, 0);
   for (const char* t : {"copy", "listops", "text", "retrieval", "image", "pathfinder", "pathx"})
     EXPECT_NE(e.out.find(std::string("| ") + t + " |"), std::string::npos) << t;
-  e = exec("task sample --task listops --count 5 --seq 200 --format json", false);
+  e = exec("task sample --task listops --count 5 --seq 200 --format jsonl", false);
   ASSERT_EQ(e.code, 0) << e.out;
   std::istringstream lines(e.out);
   std::string line;
@@ -267,7 +267,12 @@ TEST(TaskCli, ListSampleJsonPngAndBadInput) {
     const auto j = nlohmann::json::parse(line);
     const auto tokens = j.at("tokens").get<std::vector<int32_t>>();
     EXPECT_EQ(tokens.size(), 200u);
-    EXPECT_EQ(j.at("readable").get<std::string>(), listops_spelling(tokens));
+    // The readable form is the expression laid out by depth: the spelling, with line breaks and
+    // indentation between its tokens.
+    std::string flat;
+    std::istringstream words(j.at("readable").get<std::string>());
+    for (std::string w; words >> w;) flat += (flat.empty() ? "" : " ") + w;
+    EXPECT_EQ(flat, listops_spelling(tokens));
     EXPECT_EQ(j.at("label").get<int32_t>(), listops_evaluate(tokens));
     ++n;
   }
