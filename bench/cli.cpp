@@ -18,6 +18,7 @@
 #include "bench/sweep.hpp"
 #include "bench/table.hpp"
 #include "bench/task_cli.hpp"
+#include "bench/text_table.hpp"
 #include "bench/train.hpp"
 #include "bench/train_presets.hpp"
 
@@ -78,6 +79,8 @@ int cli_main(int argc, char** argv) {
   list->add_option("name", list_name, "mechanism name (for params)");
   std::string list_data_dir;
   list->add_option("--data-dir", list_data_dir, "tasks: show what this directory provides");
+  bool list_wide = false;
+  list->add_flag("--wide", list_wide, "every column in full (default: fitted to 100 columns)");
 
   // run
   GridOptions run_grid;
@@ -95,6 +98,8 @@ int cli_main(int argc, char** argv) {
                   "lra-efficiency: LRA's efficiency table (text task, N = 1K..4K, train, every mechanism, batch 4 "
                   "unless --batch), printed in the LRA layout");
   run->add_option("--format", run_format, "stdout format: md | csv | json")->capture_default_str();
+  bool run_wide = false;
+  run->add_flag("--wide", run_wide, "stdout: every column in full (default: fitted to 100 columns)");
 
   // sweep
   GridOptions sweep_grid;
@@ -134,6 +139,8 @@ int cli_main(int argc, char** argv) {
   train->add_option("--log-every", train_opts.log_every, "steps per log line (the loss averaged over them)")->capture_default_str();
   train->add_option("--out", train_opts.out, "add each run's result entry to this result file (created if absent)");
   train->add_option("--format", train_opts.format, "stdout: md | json")->capture_default_str();
+  bool train_wide = false;
+  train->add_flag("--wide", train_wide, "stdout: every column in full (default: fitted to 100 columns)");
   std::string train_preset, train_shard = "1/1", train_dir;
   train->add_option("--preset", train_preset,
                     "a published comparison's grid of runs (" + train_preset_names() +
@@ -174,6 +181,8 @@ int cli_main(int argc, char** argv) {
       ->capture_default_str();
   compare->add_option("--alpha", copts.alpha, "significance level of the Mann-Whitney U test")->capture_default_str();
   compare->add_option("--format", copts.format, "md | csv")->capture_default_str();
+  bool compare_wide = false;
+  compare->add_flag("--wide", compare_wide, "every point's whole name in its row");
   compare->add_flag("--any-machine", copts.any_machine,
                     "compare wall times measured on different machines (exit 3 without it)");
 
@@ -271,14 +280,16 @@ int cli_main(int argc, char** argv) {
 
   const std::string command = join_args(argc, argv);
   try {
-    if (list->parsed()) return cmd_list(list_what, list_what == "tasks" ? list_data_dir : list_name);
+    if (list->parsed())
+      return cmd_list(list_what, list_what == "tasks" ? list_data_dir : list_name, list_wide ? 0 : kDefaultTableWidth);
     if (task_sample->parsed()) return cmd_task_sample(task_opts);
     if (task_rate->parsed()) return cmd_task_rate(task_opts);
     if (run->parsed()) {
       run_grid.set_training(false);
       apply_run_preset(run_preset, run_grid, run_measure.run);
       run_measure.finish(run_grid);
-      return cmd_run(run_grid.grid(), run_measure.run, run_out, run_format, command, run_preset);
+      return cmd_run(run_grid.grid(), run_measure.run, run_out, run_format, command, run_preset,
+                     run_wide ? 0 : kDefaultTableWidth);
     }
     if (sweep->parsed()) {
       if (sweep_opts.verb != "run" && sweep_opts.verb != "train")
@@ -294,6 +305,7 @@ int cli_main(int argc, char** argv) {
     }
     if (train->parsed()) {
       train_grid.set_training(true);
+      if (train_wide) train_opts.width = 0;
       if (train_preset.empty()) return cmd_train(train_grid.grid(), train_opts, command);
       // A preset: its grid through the sweep (isolated runs, resumable, shardable).
       if (train_opts.out.empty()) throw InvalidInput("--preset needs --out FILE (the runs' result file)");
@@ -318,7 +330,10 @@ int cli_main(int argc, char** argv) {
       return run_sweep(train_preset_grid(train_preset, po), mo.run, so);
     }
     if (table->parsed()) return cmd_table(table_files, topts);
-    if (compare->parsed()) return cmd_compare(base_file, new_file, copts);
+    if (compare->parsed()) {
+      copts.short_names = !compare_wide;
+      return cmd_compare(base_file, new_file, copts);
+    }
     if (merge->parsed()) return cmd_merge(merge_files, merge_out, mixed_cpus, command);
     if (dump->parsed()) {
       if (dump_grid.mechanism_list().size() != 1) throw InvalidInput("dump takes exactly one mechanism");

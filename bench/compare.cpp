@@ -133,26 +133,74 @@ CompareOutcome compare_files(const ResultFile& base, const ResultFile& next, con
     for (const auto& r : rows)
       out.table += fmt::format("{},{},{},{},{},{}\n", r.name, r.base, r.next, r.change, r.p, r.verdict);
   } else {
-    out.table = fmt::format("| point | {} | {} | change | p | verdict |\n|---|---:|---:|---:|---:|---|\n", base_h, new_h);
-    for (const auto& r : rows)
-      out.table += fmt::format("| {} | {} | {} | {} | {} | {} |\n", r.name, r.base, r.next, r.change, r.p, r.verdict);
+    // The name segments every point shares go to a title line; the table keeps what tells the
+    // points apart (a name of 15 segments would not fit a terminal).
+    std::vector<std::string> names;
+    for (const auto& r : rows) names.push_back(r.name);
+    std::string common;
+    if (o.short_names && names.size() > 1) {
+      auto segments = [](const std::string& n) {
+        std::vector<std::string> s;
+        size_t at = 0;
+        while (at <= n.size()) {
+          const size_t slash = n.find('/', at);
+          s.push_back(n.substr(at, slash == std::string::npos ? std::string::npos : slash - at));
+          if (slash == std::string::npos) break;
+          at = slash + 1;
+        }
+        return s;
+      };
+      std::vector<std::string> shared = segments(names.front());
+      for (const auto& n : names) {
+        const auto mine = segments(n);
+        shared.erase(std::remove_if(shared.begin(), shared.end(),
+                                    [&](const std::string& s) { return std::find(mine.begin(), mine.end(), s) == mine.end(); }),
+                     shared.end());
+      }
+      for (const auto& s : shared) common += (common.empty() ? "" : "/") + s;
+      for (auto& n : names) {
+        std::string shortened;
+        for (const auto& s : segments(n))
+          if (std::find(shared.begin(), shared.end(), s) == shared.end()) shortened += (shortened.empty() ? "" : "/") + s;
+        n = shortened.empty() ? n : shortened;
+      }
+    }
+    out.table = common.empty() ? "" : "every point: " + common + "\n\n";
+    out.table += fmt::format("| point | {} | {} | change | p | verdict |\n|---|---:|---:|---:|---:|---|\n", base_h, new_h);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Row& r = rows[i];
+      out.table += fmt::format("| {} | {} | {} | {} | {} | {} |\n", names[i], r.base, r.next, r.change, r.p, r.verdict);
+    }
   }
   return out;
 }
 
 int cmd_compare(const std::string& base, const std::string& next, const CompareOptions& o) {
   const ResultFile bf = read_result_file(base), nf = read_result_file(next);
+  // Bad options and files without a common point are input errors (exit 2) whatever the machines.
+  const CompareOutcome c = compare_files(bf, nf, o);
   // Wall times from two machines measure the machines: such a pair is refused (exit 3, so a gate
-  // can look for the baseline of its own machine). Files older than machine_id are compared.
-  const std::string bm = bf.context.value("machine_id", ""), nm = nf.context.value("machine_id", "");
-  if (o.metric == "time" && !o.any_machine && !bm.empty() && !nm.empty() && bm != nm) {
+  // can look for the baseline of its own machine), and so is a file that does not say its machine
+  // (older than machine_id): comparing it would report the machine as a regression.
+  const auto machine_of = [](const ResultFile& f) {
+    const auto it = f.context.find("machine_id");
+    return it != f.context.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  const std::string bm = machine_of(bf), nm = machine_of(nf);
+  if (o.metric == "time" && !o.any_machine && (bm.empty() || nm.empty())) {
+    std::cerr << fmt::format("compare: {} does not name its machine (no machine_id: written before attnbench recorded "
+                             "it); wall times of an unknown machine are not comparable (--any-machine compares them "
+                             "anyway)\n",
+                             bm.empty() ? base : next);
+    return 3;
+  }
+  if (o.metric == "time" && !o.any_machine && bm != nm) {
     std::cerr << fmt::format("compare: {} was measured on {} and {} on {}: wall times from different machines are not "
                              "comparable (--any-machine compares them anyway; instructions and memory do not depend "
                              "on the machine)\n",
                              base, bm, next, nm);
     return 3;
   }
-  const CompareOutcome c = compare_files(bf, nf, o);
   std::cout << c.table;
   std::cerr << fmt::format("compare ({}, max regression {:.0f}%{}): {}\n", o.metric, 100 * o.max_regress,
                            o.metric == "time" ? fmt::format(", alpha {}", o.alpha) : "",

@@ -14,6 +14,7 @@ struct CompareOptions {
   double alpha = 0.05;
   std::string format = "md";
   bool any_machine = false;  // time: compare files measured on different machines anyway
+  bool short_names = false;  // md: the segments every point shares on a title line, not in each row
 };
 struct CompareOutcome {
   std::string table;

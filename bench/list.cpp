@@ -7,22 +7,34 @@
 
 #include "attention_impls/registry.hpp"
 #include "bench/task_cli.hpp"
+#include "bench/terminal.hpp"
+#include "bench/text_table.hpp"
 
 namespace ab {
 
-int cmd_list(const std::string& what, const std::string& name) {
+int cmd_list(const std::string& what, const std::string& name, int width) {
   if (what == "mechanisms") {
-    std::string out = "| mechanism | family | exact | causal | backward | decode | attn dropout | complexity | summary |\n"
-                      "|---|---|---|---|---|---|---|---|---|\n";
+    // In full (--wide) one table; fitted, the capabilities in the table and each mechanism's
+    // complexity and summary below it, wrapped.
+    TextTable t;
+    t.header = {"mechanism", "family", "exact", "causal", "backward", "decode", "attn dropout", "complexity", "summary"};
+    if (width > 0) t.header.resize(7);
+    t.keep = {0, 1, 2, 3, 4, 5, 6};
+    std::string details = width > 0 ? "\nWhat each computes and costs (attnbench list --wide: one table):\n" : "";
     std::string notes;
     for (const auto& m : mechanisms()) {
-      out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", m.name, m.family,
-                         m.caps.exact ? "exact" : "approximate", m.caps.causal ? "yes" : "no",
-                         m.caps.backward ? "yes" : "no", m.caps.decode ? "yes" : "no",
-                         m.caps.attn_dropout ? "yes" : "no", m.complexity, m.summary);
-      if (!m.caps.attn_dropout) notes += fmt::format("- {}: no attention dropout: {}\n", m.name, m.caps.no_attn_dropout);
+      std::vector<std::string> row = {m.name, m.family, m.caps.exact ? "exact" : "approximate", m.caps.causal ? "yes" : "no",
+                                       m.caps.backward ? "yes" : "no", m.caps.decode ? "yes" : "no",
+                                       m.caps.attn_dropout ? "yes" : "no", m.complexity, m.summary};
+      if (width > 0) {
+        row.resize(7);
+        details += wrap_words(fmt::format("- {}: {}; {}", m.name, m.summary, m.complexity), width, "  ");
+      }
+      t.rows.push_back(row);
+      if (!m.caps.attn_dropout)
+        notes += wrap_words(fmt::format("- {}: no attention dropout: {}", m.name, m.caps.no_attn_dropout), width, "  ");
     }
-    std::cout << out << (notes.empty() ? "" : "\n" + notes);
+    std::cout << render_markdown(t, width) << details << (notes.empty() ? "" : "\n" + notes);
     return 0;
   }
   if (what == "params") {
@@ -32,16 +44,17 @@ int cmd_list(const std::string& what, const std::string& name) {
       std::cout << m.name << " has no parameters\n";
       return 0;
     }
-    std::string out = "| parameter | default | allowed | meaning |\n|---|---|---|---|\n";
-    for (const auto& p : m.params)
-      out += fmt::format("| {} | {} | {} | {} |\n", p.name, format_param_value(p.def), p.describe_range(), p.help);
-    std::cout << out;
+    TextTable t;
+    t.header = {"parameter", "default", "allowed", "meaning"};
+    t.keep = {0, 1, 2, 3};
+    for (const auto& p : m.params) t.rows.push_back({p.name, format_param_value(p.def), p.describe_range(), p.help});
+    std::cout << render_markdown(t, width);
     return 0;
   }
   if (what == "tasks") {
     TaskOptions o;
     o.data_dir = name;
-    return cmd_list_tasks(o);
+    return cmd_list_tasks(o, width);
   }
   throw unknown_name("list", what, {"mechanisms", "params", "tasks"}, "lists");
 }

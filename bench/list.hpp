@@ -4,6 +4,7 @@
 
 namespace ab {
 
-int cmd_list(const std::string& what, const std::string& name);
+// width: the tables' (0: every column in full).
+int cmd_list(const std::string& what, const std::string& name, int width);
 
 }  // namespace ab

@@ -1,8 +1,12 @@
 #include "bench/result_writer.hpp"
 
+#include "bench/terminal.hpp"
+#include "bench/text_table.hpp"
+
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <set>
 #include <filesystem>
 #include <stdexcept>
 #include <unistd.h>
@@ -139,31 +143,41 @@ std::vector<Column> columns(bool for_csv) {
 }
 }  // namespace
 
-std::string to_markdown(const std::vector<PointResult>& rs) {
+std::string to_markdown(const std::vector<PointResult>& rs, int width) {
   // A metric no row has (nmse without --error, instructions without --instructions) is left out.
   auto all = columns(false);
   std::vector<Column> cols;
   const size_t fixed = all.size() - result_fields().size();
+  // Fitted to a terminal, the headline metrics only (--wide: all of them).
+  static const std::set<std::string> headline = {"GFLOP/s",  "of GEMM", "peak MiB",  "nmse",     "instructions",
+                                                 "steps/s",  "accuracy", "val acc", "token acc", "test loss"};
   for (size_t i = 0; i < all.size(); ++i) {
-    bool any = i < fixed && all[i].header != "model";  // model sizes: only with model rows
+    // Columns of some points only (model sizes, real data, training recipes): only with such rows.
+    bool any = i < fixed && all[i].header != "model" && all[i].header != "training" && all[i].header != "data";
     for (const auto& r : rs) any = any || !all[i].cell(r).empty();
+    if (width > 0 && i >= fixed && !headline.count(all[i].header)) any = false;
     if (any) cols.push_back(all[i]);
   }
-  std::string out = "|";
-  for (const auto& c : cols) out += " " + c.header + " |";
-  out += "\n|";
-  for (size_t i = 0; i < cols.size(); ++i) out += "---|";
-  out += "\n";
-  for (const auto& r : rs) {
-    out += "|";
-    for (const auto& c : cols) out += " " + c.cell(r) + " |";
-    out += "\n";
+  TextTable t;
+  bool metrics = false;  // the columns after the status are measurements: right-aligned, never moved
+  for (size_t i = 0; i < cols.size(); ++i) {
+    t.header.push_back(cols[i].header);
+    if (cols[i].header == "mechanism" || cols[i].header == "N") t.keep.insert(i);
+    if (metrics) t.right_aligned.insert(i);
+    else t.movable.insert(i);
+    metrics = metrics || cols[i].header == "status";
   }
+  for (const auto& r : rs) {
+    std::vector<std::string> row;
+    for (const auto& c : cols) row.push_back(c.cell(r));
+    t.rows.push_back(std::move(row));
+  }
+  std::string out = render_markdown(t, width);
   std::vector<std::string> notes;
   for (const auto& r : rs)
     if (r.status != Status::OK)
       notes.push_back(fmt::format("{} N={}: {}: {}", r.id.mechanism, r.id.shape.N, to_string(r.status), r.message));
-  for (const auto& n : notes) out += "\n- " + n;
+  for (const auto& n : notes) out += "\n- " + fit_columns(n, width);
   if (!notes.empty()) out += "\n";
   return out;
 }

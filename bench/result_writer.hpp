@@ -12,7 +12,8 @@ namespace ab {
 nlohmann::json to_json_entries(const PointResult& r, int family_index);
 nlohmann::json results_document(const nlohmann::json& context, const std::vector<PointResult>& rs);
 
-std::string to_markdown(const std::vector<PointResult>& rs);
+// `width` > 0: fitted to that many columns (bench/text_table.hpp), 0: every column in full.
+std::string to_markdown(const std::vector<PointResult>& rs, int width = 0);
 std::string to_csv(const std::vector<PointResult>& rs);
 
 // Writes through a temporary file and a rename, so the destination is never partial.

@@ -86,7 +86,7 @@ void inject_fault(const PointId& id) {
 }  // namespace
 
 int cmd_run(const std::vector<PointId>& grid, const RunOptions& opts, const std::string& out_path,
-            const std::string& format, const std::string& command, const std::string& preset) {
+            const std::string& format, const std::string& command, const std::string& preset, int width) {
   check_format(format, {"md", "csv", "json"});
 
   // Validate every point before running any: bad input exits 2 with nothing written. The
@@ -132,7 +132,7 @@ int cmd_run(const std::vector<PointId>& grid, const RunOptions& opts, const std:
   if (format == "json") std::cout << doc.dump(2) << "\n";
   else if (format == "csv") std::cout << to_csv(results);
   else if (preset == "lra-efficiency") std::cout << lra_efficiency_report(results, "flash");
-  else std::cout << to_markdown(results);
+  else std::cout << to_markdown(results, width);
   return 0;
 }
 

@@ -26,7 +26,8 @@ struct MeasureOptions {
 // `run --preset NAME`: the options of a published protocol; the options the user gave win.
 void apply_run_preset(const std::string& preset, GridOptions& grid, RunOptions& opts);
 
+// width: the stdout table's width (0: every column in full).
 int cmd_run(const std::vector<PointId>& grid, const RunOptions& opts, const std::string& out_path,
-            const std::string& format, const std::string& command, const std::string& preset);
+            const std::string& format, const std::string& command, const std::string& preset, int width);
 
 }  // namespace ab

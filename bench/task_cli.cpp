@@ -9,13 +9,19 @@
 #include <nlohmann/json.hpp>
 
 #include "attention_impls/attention.hpp"
+#include "bench/terminal.hpp"
+#include "bench/text_table.hpp"
 
 namespace ab {
 
-int cmd_list_tasks(const TaskOptions& opts) {
-  std::string out =
-      "| task | N | alphabet | vocab | classes | layers | d_model | heads | mlp | batch | pooling | data |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+int cmd_list_tasks(const TaskOptions& opts, int width) {
+  TextTable table;
+  table.header = {"task", "N", "vocab", "classes", "layers", "d_model", "heads", "mlp", "batch", "pooling", "alphabet"};
+  if (width > 0) table.header.resize(10);  // the alphabet goes below, with the data
+  table.keep = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  // Where each task's data comes from, below the table in full: the generator, or the files it
+  // reads per split (or, with --data-dir, what that directory provides).
+  std::string sources = "\nData (train, val and test splits are disjoint by construction):\n";
   for (const auto& t : tasks()) {
     std::string data = "synthetic (in-process generator)";
     if (!t.real_data.empty()) {
@@ -31,11 +37,18 @@ int cmd_list_tasks(const TaskOptions& opts) {
         }
       }
     }
-    out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", t.name, t.default_seq,
-                       t.alphabet, t.vocab, t.classes ? std::to_string(t.classes) : "next token", t.model.layers,
-                       t.model.dmodel, t.model.heads, t.model.mlp, t.model.batch, pooling_text(t), data);
+    std::vector<std::string> row = {t.name, std::to_string(t.default_seq), std::to_string(t.vocab),
+                                    t.classes ? std::to_string(t.classes) : "next token", std::to_string(t.model.layers),
+                                    std::to_string(t.model.dmodel), std::to_string(t.model.heads), std::to_string(t.model.mlp),
+                                    std::to_string(t.model.batch), pooling_text(t), t.alphabet};
+    if (width > 0) {
+      row.resize(10);
+      row[9] = std::string(to_string(t.model.pooling)) + (t.two_tower ? ", 2 docs" : "");
+    }
+    table.rows.push_back(row);
+    sources += wrap_words(fmt::format("- {}: tokens {}; {}", t.name, t.alphabet, data), width, "  ");
   }
-  std::cout << out;
+  std::cout << render_markdown(table, width) << sources;
   return 0;
 }
 

@@ -20,7 +20,7 @@ struct TaskCliOptions {
   int threads = 1;
 };
 
-int cmd_list_tasks(const TaskOptions& opts);
+int cmd_list_tasks(const TaskOptions& opts, int width);
 int cmd_task_sample(const TaskCliOptions& o);
 int cmd_task_rate(const TaskCliOptions& o);
 

@@ -33,6 +33,23 @@ std::string fit_columns(const std::string& line, int width) {
   return out + "\u2026";
 }
 
+std::string wrap_words(const std::string& text, int width, const std::string& indent) {
+  if (width <= 0) return text + "\n";
+  std::string out, line;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t sp = text.find(' ', at);
+    const std::string word = text.substr(at, sp == std::string::npos ? std::string::npos : sp - at);
+    if (!line.empty() && display_columns(line) + 1 + display_columns(word) > width) {
+      out += line + "\n";
+      line = indent;
+    }
+    line += (line.empty() || line == indent ? "" : " ") + word;
+    at = sp == std::string::npos ? text.size() : sp + 1;
+  }
+  return out + line + "\n";
+}
+
 std::string format_duration(double s) {
   const long t = static_cast<long>(s + 0.5);
   if (t >= 3600) return fmt::format("{}h{:02}m", t / 3600, t % 3600 / 60);

@@ -15,6 +15,10 @@ std::string fit_columns(const std::string& line, int width);
 // The number of columns `text` takes (one per UTF-8 code point).
 int display_columns(const std::string& text);
 
+// `text` wrapped at spaces into lines of at most `width` columns (0: one line), each continuation
+// line starting with `indent`; ends with a newline.
+std::string wrap_words(const std::string& text, int width, const std::string& indent);
+
 // "1h02m", "3m05s", "12s".
 std::string format_duration(double seconds);
 

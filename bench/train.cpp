@@ -288,7 +288,7 @@ int cmd_train(const std::vector<PointId>& grid, const TrainCliOptions& o, const 
     const nlohmann::json doc = results_document(run_context(command, 0, grid.empty() ? 1 : grid.front().threads, 0.0), results);
     std::cout << doc.dump(2) << "\n";
   } else if (!results.empty()) {
-    std::cout << to_markdown(results);
+    std::cout << to_markdown(results, o.width);
   }
   return interrupted ? 130 : 0;
 }

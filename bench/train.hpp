@@ -19,6 +19,7 @@ struct TrainCliOptions {
   int64_t log_every = 10;
   std::string out;       // the result file: created, or a result file the runs are added to
   std::string format = "md";  // stdout: md | json
+  int width = 100;            // the stdout table's (0: every column)
 };
 
 // A run's own directory name under a shared checkpoint directory: readable, and unique (a hash

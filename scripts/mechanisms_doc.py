@@ -48,7 +48,7 @@ def opening_comment(path):
 
 
 def render(exe):
-    listed = subprocess.run([exe, "list"], check=True, capture_output=True, text=True).stdout
+    listed = subprocess.run([exe, "list", "--wide"], check=True, capture_output=True, text=True).stdout
     listing = markdown_rows(listed)
     # The notes below the table: "- NAME: no attention dropout: why".
     no_dropout = dict(re.findall(r"^- (\w+): no attention dropout: (.*)$", listed, re.M))
@@ -71,7 +71,7 @@ def render(exe):
         parts = opening_comment(os.path.join(ROOT, "attention_impls", name + ".cpp"))
         summary = r[col["summary"]]
         out += ['<a id="%s"></a>' % name, "## `%s`" % name, "", summary[:1].upper() + summary[1:] + ".", ""]
-        params = subprocess.run([exe, "list", "params", name], check=True, capture_output=True, text=True).stdout
+        params = subprocess.run([exe, "list", "params", name, "--wide"], check=True, capture_output=True, text=True).stdout
         if params.startswith("|"):
             out += ["Parameters (`--param name=value`):", "", params.rstrip(), ""]
         else:

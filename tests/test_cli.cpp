@@ -184,7 +184,8 @@ TEST(Cli, AdmissibleFractionCountsTheLogitsAMechanismWastes) {
 TEST(Cli, MarkdownIsTheDefault) {
   auto e = exec(std::string("run --attn flash --seq 16 ") + kSmall, false);
   ASSERT_EQ(e.code, 0) << e.out;
-  EXPECT_EQ(e.out.rfind("| mechanism | params |", 0), 0u) << e.out;
+  // A title line (what every row shares), then the Markdown table.
+  EXPECT_NE(e.out.find("\n| mechanism |"), std::string::npos) << e.out;
 }
 
 struct BadInput {

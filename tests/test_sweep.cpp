@@ -306,7 +306,7 @@ TEST(Table, GrowthIsTheRatioToTheRowsPreviousN) {
 }
 
 TEST(Compare, AFileAgainstItselfPassesAndAgainstSlowerTimesFails) {
-  auto e = exec("compare " + kFixture + " " + kFixture);
+  auto e = exec("compare " + kFixture + " " + kFixture + " --any-machine");
   EXPECT_EQ(e.code, 0) << e.out;
   EXPECT_NE(e.out.find("no regression"), std::string::npos) << e.out;
 
@@ -318,15 +318,15 @@ TEST(Compare, AFileAgainstItselfPassesAndAgainstSlowerTimesFails) {
     }
   const std::string slower = test::temp_path("slower.json");
   std::ofstream(slower) << doc.dump();
-  e = exec("compare " + kFixture + " " + slower);
+  e = exec("compare " + kFixture + " " + slower + " --any-machine");
   EXPECT_EQ(e.code, 1) << e.out;
   EXPECT_NE(e.out.find("REGRESSION: slower"), std::string::npos) << e.out;
   // Reversed, the same files show an improvement and pass.
-  e = exec("compare " + slower + " " + kFixture);
+  e = exec("compare " + slower + " " + kFixture + " --any-machine");
   EXPECT_EQ(e.code, 0) << e.out;
   EXPECT_NE(e.out.find("faster"), std::string::npos) << e.out;
   // A 50% slowdown is within a 60% tolerance.
-  e = exec("compare " + kFixture + " " + slower + " --max-regress 0.6");
+  e = exec("compare " + kFixture + " " + slower + " --max-regress 0.6 --any-machine");
   EXPECT_EQ(e.code, 0) << e.out;
 }
 
@@ -343,7 +343,7 @@ TEST(Compare, ASlowerMedianWithoutSignificanceIsNotARegression) {
   const std::string pb = test::temp_path("overlap_base.json"), pn = test::temp_path("overlap_new.json");
   std::ofstream(pb) << base.dump();
   std::ofstream(pn) << next.dump();
-  auto e = exec("compare " + pb + " " + pn);
+  auto e = exec("compare " + pb + " " + pn + " --any-machine");
   EXPECT_EQ(e.code, 0) << e.out;
   EXPECT_NE(e.out.find("+8.3%"), std::string::npos) << e.out;
 }
@@ -355,7 +355,7 @@ TEST(Compare, MemoryGrowthAndNewFailuresAreRegressions) {
       b["peak_bytes"] = b["peak_bytes"].get<double>() * 1.2;
   const std::string bigger = test::temp_path("bigger.json");
   std::ofstream(bigger) << doc.dump();
-  auto e = exec("compare " + kFixture + " " + bigger);
+  auto e = exec("compare " + kFixture + " " + bigger + " --any-machine");
   EXPECT_EQ(e.code, 1) << e.out;
   EXPECT_NE(e.out.find("REGRESSION: memory +20.0%"), std::string::npos) << e.out;
 
@@ -368,7 +368,7 @@ TEST(Compare, MemoryGrowthAndNewFailuresAreRegressions) {
     }
   const std::string crashed = test::temp_path("crashed.json");
   std::ofstream(crashed) << doc.dump();
-  e = exec("compare " + kFixture + " " + crashed);
+  e = exec("compare " + kFixture + " " + crashed + " --any-machine");
   EXPECT_EQ(e.code, 1) << e.out;
   EXPECT_NE(e.out.find("REGRESSION: now CRASHED"), std::string::npos) << e.out;
 }
@@ -408,6 +408,13 @@ TEST(Compare, WallTimesFromAnotherMachineAreNotCompared) {
   e = exec("compare " + here + " " + there + " --metric memory");
   EXPECT_EQ(e.code, 0) << e.out;
   e = exec("compare " + here + " " + here);
+  EXPECT_EQ(e.code, 0) << e.out;
+  // A file older than machine_id names no machine: its wall times are not compared either.
+  e = exec("compare " + kFixture + " " + here);
+  EXPECT_EQ(e.code, 3) << e.out;
+  EXPECT_NE(e.out.find("does not name its machine"), std::string::npos) << e.out;
+  EXPECT_EQ(e.out.find("| point |"), std::string::npos) << e.out;
+  e = exec("compare " + kFixture + " " + here + " --any-machine");
   EXPECT_EQ(e.code, 0) << e.out;
   // A file written by this build names its machine.
   const std::string ran = test::temp_path("machine_ran.json");
