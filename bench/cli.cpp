@@ -10,6 +10,8 @@
 
 #include "bench/compare.hpp"
 #include "bench/dump.hpp"
+#include "bench/export.hpp"
+#include "bench/plan.hpp"
 #include "bench/runner.hpp"
 #include "bench/grid.hpp"
 #include "bench/list.hpp"
@@ -93,13 +95,23 @@ int cli_main(int argc, char** argv) {
                   "passes over the list of points, one after another (--reps each), every repetition kept: "
                   "compared points are measured close together in every pass")
       ->capture_default_str();
-  run->add_option("--out", run_out, "write the Google-Benchmark JSON result file here");
+  run->add_option("--out", run_out, "write the Google-Benchmark JSON result file here ('-': to stdout, instead of the table)");
   run->add_option("--preset", run_preset,
                   "lra-efficiency: LRA's efficiency table (text task, N = 1K..4K, train, every mechanism, batch 4 "
                   "unless --batch), printed in the LRA layout");
   run->add_option("--format", run_format, "stdout format: md | csv | json")->capture_default_str();
   bool run_wide = false;
   run->add_flag("--wide", run_wide, "stdout: every column in full (default: fitted to 100 columns)");
+  // Shared by the verbs that run points.
+  bool dry_run = false;
+  std::vector<std::string> user_context;
+  auto add_dry_run_and_context = [&](CLI::App* verb) {
+    verb->add_flag("--dry-run", dry_run,
+                   "print the points (with predicted memory and a lower bound on the time) and run nothing");
+    verb->add_option("--context", user_context,
+                     "KEY=VALUE added to the result file's context, e.g. --context kernel_patch=v2 (repeatable)");
+  };
+  add_dry_run_and_context(run);
 
   // sweep
   GridOptions sweep_grid;
@@ -110,7 +122,8 @@ int cli_main(int argc, char** argv) {
   auto* sweep = app.add_subcommand("sweep", "run a grid, each point in its own process, appended to --out as it finishes");
   sweep_grid.add_to(sweep, GridOptions::Verb::sweep);
   sweep_measure.add_to(sweep);
-  sweep->add_option("--out", sweep_opts.out, "the result file, rewritten whole after every point")->required();
+  sweep->add_option("--out", sweep_opts.out, "the result file, rewritten whole after every point ('-': stdout at the end)")->required();
+  add_dry_run_and_context(sweep);
   sweep->add_flag("--resume", sweep_opts.resume, "keep the points already in --out and run only the missing ones");
   sweep->add_option("--time-limit", sweep_opts.time_limit_s, "seconds one point may take before it is stopped as TIMEOUT (0: none)")->capture_default_str();
   sweep->add_option("--shard", shard, "i/n: run only the i-th of n disjoint parts of the grid (merge the files afterwards)")->capture_default_str();
@@ -138,6 +151,7 @@ int cli_main(int argc, char** argv) {
   train->add_option("--log", train_opts.log_path, "write the learning curve here, one JSON object per line");
   train->add_option("--log-every", train_opts.log_every, "steps per log line (the loss averaged over them)")->capture_default_str();
   train->add_option("--out", train_opts.out, "add each run's result entry to this result file (created if absent)");
+  add_dry_run_and_context(train);
   train->add_option("--format", train_opts.format, "stdout: md | json")->capture_default_str();
   bool train_wide = false;
   train->add_flag("--wide", train_wide, "stdout: every column in full (default: fitted to 100 columns)");
@@ -165,6 +179,7 @@ int cli_main(int argc, char** argv) {
                   "in brackets: each value over the same row's value at the previous N (how a time grows with N), "
                   "instead of the ratio to --baseline")
       ->excludes(table_baseline);
+  table->add_option("--filter", topts.filter, "only the points whose name this regular expression matches");
 
   // compare
   std::string base_file, new_file;
@@ -185,6 +200,19 @@ int cli_main(int argc, char** argv) {
   compare->add_flag("--wide", compare_wide, "every point's whole name in its row");
   compare->add_flag("--any-machine", copts.any_machine,
                     "compare wall times measured on different machines (exit 3 without it)");
+  compare->add_option("--filter", copts.filter, "only the points whose name this regular expression matches");
+
+  // export
+  std::vector<std::string> export_paths;
+  ExportOptions eopts;
+  auto* exporter = app.add_subcommand("export", "result files as one long table: a row per repetition, every field, full "
+                                                "precision (for spreadsheets, pandas, SQL)");
+  exporter->add_option("files", export_paths, "result files")->required();
+  exporter->add_option("--format", eopts.format, "csv | jsonl | sql (CREATE TABLE and INSERTs, e.g. for sqlite3)")
+      ->capture_default_str();
+  exporter->add_option("--out", eopts.out, "write here instead of stdout");
+  exporter->add_option("--filter", eopts.filter, "only the points whose name this regular expression matches");
+  exporter->add_flag("--force", eopts.force, "overwrite --out when it exists");
 
   // merge
   std::vector<std::string> merge_files;
@@ -233,9 +261,11 @@ int cli_main(int argc, char** argv) {
   const std::vector<std::pair<CLI::App*, std::vector<const char*>>> examples = {
       {list, {"attnbench list", "attnbench list params reformer", "attnbench list tasks --data-dir /usr/share/datasets/fashion-mnist"}},
       {run, {"attnbench run --attn flash,local,linear --seq 1024,4096 --mode fwd,fwdbwd",
+             "attnbench run --attn all --seq 1024:16384:x2 --dry-run",
              "attnbench run --attn all --seq 2048 --error --out all.json",
              "attnbench run --level model --task text --mode train --seq 1024 --batch 4 --attn flash,linformer"}},
       {sweep, {"attnbench sweep --attn all --seq 256:16384:x2 --out sweep.json",
+               "attnbench sweep --attn all --seq 256:16384:x2 --filter 'attn:(flash|linear)/' --out sweep.json --dry-run",
                "attnbench sweep --attn all --seq 256:16384:x2 --out sweep.json --resume --shard 2/4",
                "attnbench sweep --verb train --task copy --seq 64 --attn flash,linear --seed 1,2,3 --steps 2000 --out copy.json"}},
       {train, {"attnbench train --task copy --seq 64 --layers 2 --dmodel 64 --heads 4 --mlp 128 --attn linear --steps 2000 --log copy.jsonl",
@@ -247,6 +277,8 @@ int cli_main(int argc, char** argv) {
       {compare, {"attnbench compare base.json new.json", "attnbench compare base.json new.json --metric instructions --max-regress 0.01",
                  "attnbench compare base.json new.json --metric accuracy --max-regress 0.01"}},
       {merge, {"attnbench merge shard1.json shard2.json --out all.json"}},
+      {exporter, {"attnbench export sweep.json --out sweep.csv", "attnbench export sweep.json --format sql | sqlite3 results.db",
+                  "attnbench export a.json b.json --format jsonl --filter 'attn:flash/'"}},
       {dump, {"attnbench dump --attn performer --seq 128 --out perf_dump/", "attnbench dump --attn bigbird --param block=16 --seq 64 --causal --out bb/"}},
       {task, {"attnbench task sample --task listops --count 2", "attnbench task rate --task pathfinder"}},
       {task_sample, {"attnbench task sample --task listops --count 2", "attnbench task sample --task image --png samples/ --scale 4"}},
@@ -280,6 +312,7 @@ int cli_main(int argc, char** argv) {
 
   const std::string command = join_args(argc, argv);
   try {
+    set_user_context(user_context);
     if (list->parsed())
       return cmd_list(list_what, list_what == "tasks" ? list_data_dir : list_name, list_wide ? 0 : kDefaultTableWidth);
     if (task_sample->parsed()) return cmd_task_sample(task_opts);
@@ -288,6 +321,7 @@ int cli_main(int argc, char** argv) {
       run_grid.set_training(false);
       apply_run_preset(run_preset, run_grid, run_measure.run);
       run_measure.finish(run_grid);
+      if (dry_run) return cmd_dry_run(run_grid.grid(), run_measure.run, false, run_wide ? 0 : kDefaultTableWidth);
       return cmd_run(run_grid.grid(), run_measure.run, run_out, run_format, command, run_preset,
                      run_wide ? 0 : kDefaultTableWidth);
     }
@@ -301,14 +335,19 @@ int cli_main(int argc, char** argv) {
       parse_shard(shard, &sweep_opts.shard_index, &sweep_opts.shard_count);
       if (sweep_opts.time_limit_s < 0) throw InvalidInput("--time-limit must not be negative");
       sweep_opts.command = command;
+      if (dry_run) return cmd_dry_run(shard_of(sweep_grid.grid(), sweep_opts.shard_index, sweep_opts.shard_count),
+                                      sweep_measure.run, true, kDefaultTableWidth);
+      if (sweep_opts.out == "-") return run_sweep_to_stdout(sweep_grid.grid(), sweep_measure.run, sweep_opts);
       return run_sweep(sweep_grid.grid(), sweep_measure.run, sweep_opts);
     }
     if (train->parsed()) {
       train_grid.set_training(true);
       if (train_wide) train_opts.width = 0;
-      if (train_preset.empty()) return cmd_train(train_grid.grid(), train_opts, command);
+      if (train_preset.empty()) {
+        if (dry_run) return cmd_dry_run(train_grid.grid(), RunOptions{}, false, train_wide ? 0 : kDefaultTableWidth);
+        return cmd_train(train_grid.grid(), train_opts, command);
+      }
       // A preset: its grid through the sweep (isolated runs, resumable, shardable).
-      if (train_opts.out.empty()) throw InvalidInput("--preset needs --out FILE (the runs' result file)");
       TrainPresetOptions po;
       if (train_grid.given("attn")) po.mechanisms = train_grid.mechanism_list();
       if (train_grid.given("task")) po.tasks = split(train_grid.text["task"], ',');
@@ -327,13 +366,17 @@ int cli_main(int argc, char** argv) {
       parse_shard(train_shard, &so.shard_index, &so.shard_count);
       MeasureOptions mo;
       mo.finish(train_grid);
-      return run_sweep(train_preset_grid(train_preset, po), mo.run, so);
+      const auto grid = filter_points(train_preset_grid(train_preset, po), train_grid.filter);
+      if (dry_run) return cmd_dry_run(shard_of(grid, so.shard_index, so.shard_count), mo.run, true, train_wide ? 0 : kDefaultTableWidth);
+      if (train_opts.out.empty()) throw InvalidInput("--preset needs --out FILE (the runs' result file)");
+      return run_sweep(grid, mo.run, so);
     }
     if (table->parsed()) return cmd_table(table_files, topts);
     if (compare->parsed()) {
       copts.short_names = !compare_wide;
       return cmd_compare(base_file, new_file, copts);
     }
+    if (exporter->parsed()) return cmd_export(export_paths, eopts);
     if (merge->parsed()) return cmd_merge(merge_files, merge_out, mixed_cpus, command);
     if (dump->parsed()) {
       if (dump_grid.mechanism_list().size() != 1) throw InvalidInput("dump takes exactly one mechanism");

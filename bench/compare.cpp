@@ -138,32 +138,10 @@ CompareOutcome compare_files(const ResultFile& base, const ResultFile& next, con
     std::vector<std::string> names;
     for (const auto& r : rows) names.push_back(r.name);
     std::string common;
-    if (o.short_names && names.size() > 1) {
-      auto segments = [](const std::string& n) {
-        std::vector<std::string> s;
-        size_t at = 0;
-        while (at <= n.size()) {
-          const size_t slash = n.find('/', at);
-          s.push_back(n.substr(at, slash == std::string::npos ? std::string::npos : slash - at));
-          if (slash == std::string::npos) break;
-          at = slash + 1;
-        }
-        return s;
-      };
-      std::vector<std::string> shared = segments(names.front());
-      for (const auto& n : names) {
-        const auto mine = segments(n);
-        shared.erase(std::remove_if(shared.begin(), shared.end(),
-                                    [&](const std::string& s) { return std::find(mine.begin(), mine.end(), s) == mine.end(); }),
-                     shared.end());
-      }
-      for (const auto& s : shared) common += (common.empty() ? "" : "/") + s;
-      for (auto& n : names) {
-        std::string shortened;
-        for (const auto& s : segments(n))
-          if (std::find(shared.begin(), shared.end(), s) == shared.end()) shortened += (shortened.empty() ? "" : "/") + s;
-        n = shortened.empty() ? n : shortened;
-      }
+    if (o.short_names) {
+      ShortNames sn = short_point_names(names);
+      common = std::move(sn.shared);
+      names = std::move(sn.names);
     }
     out.table = common.empty() ? "" : "every point: " + common + "\n\n";
     out.table += fmt::format("| point | {} | {} | change | p | verdict |\n|---|---:|---:|---:|---:|---|\n", base_h, new_h);
@@ -176,7 +154,9 @@ CompareOutcome compare_files(const ResultFile& base, const ResultFile& next, con
 }
 
 int cmd_compare(const std::string& base, const std::string& next, const CompareOptions& o) {
-  const ResultFile bf = read_result_file(base), nf = read_result_file(next);
+  std::vector<ResultFile> files = read_result_files({base, next});
+  filter_result_files(files, o.filter);
+  const ResultFile &bf = files[0], &nf = files[1];
   // Bad options and files without a common point are input errors (exit 2) whatever the machines.
   const CompareOutcome c = compare_files(bf, nf, o);
   // Wall times from two machines measure the machines: such a pair is refused (exit 3, so a gate

@@ -15,6 +15,7 @@ struct CompareOptions {
   std::string format = "md";
   bool any_machine = false;  // time: compare files measured on different machines anyway
   bool short_names = false;  // md: the segments every point shares on a title line, not in each row
+  std::string filter;        // only the points whose name this regular expression matches
 };
 struct CompareOutcome {
   std::string table;

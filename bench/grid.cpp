@@ -116,6 +116,10 @@ void GridOptions::add_to(CLI::App* app, Verb verb) {
   const bool multi = verb != Verb::dump, recipe = verb == Verb::sweep || verb == Verb::train;
   const std::string list = " (list: 1,2 or a range like 256:16384:x2 or 64:256:+64)";
   init_defaults();
+  if (multi)
+    app->add_option("--filter", filter,
+                    "only the points whose name this regular expression matches, e.g. 'attn:(flash|linear)/.*N:4096' "
+                    "(names: --dry-run lists them)");
   for (const auto& f : point_fields()) {
     const std::string key = f.key;
     std::string help = f.help;
@@ -349,7 +353,18 @@ std::vector<PointId> GridOptions::grid() const {
   };
   PointId p;
   expand(0, p);
-  return out;
+  return filter_points(std::move(out), filter);
+}
+
+std::vector<PointId> filter_points(std::vector<PointId> points, const std::string& regex) {
+  if (regex.empty()) return points;
+  const NameFilter keep(regex);
+  const size_t all = points.size();
+  const std::string example = all ? points.front().name() : "";
+  points.erase(std::remove_if(points.begin(), points.end(), [&](const PointId& id) { return !keep(id.name()); }), points.end());
+  if (points.empty() && all)
+    throw InvalidInput(fmt::format("--filter '{}' matches none of the {} points (the first is {})", regex, all, example));
+  return points;
 }
 
 std::vector<std::string> point_args(const PointId& id, const RunOptions& o) {

@@ -36,6 +36,7 @@ struct GridOptions {
                                              {"heads", "8"},         {"seq", "1024"}, {"dhead", "64"},
                                              {"threads", "1"}};
   std::vector<std::string> attn{"flash"};
+  std::string filter;  // --filter REGEX: only the points whose name it matches
   std::vector<std::string> params;
   bool causal = false;
 
@@ -68,6 +69,10 @@ struct GridOptions {
   std::vector<ParamValues> param_grid(const std::string& mech, const std::vector<std::string>& all_mechs) const;
 };
 
+// The points whose name the ECMAScript regular expression `regex` matches anywhere (like Google
+// Benchmark's --benchmark_filter); "" keeps all. InvalidInput for a malformed expression or when
+// it matches none of them (a typo would otherwise run nothing and succeed).
+std::vector<PointId> filter_points(std::vector<PointId> points, const std::string& regex);
 // The arguments of the `attnbench run` command that reproduces one point (without the program
 // name), and that command as one line: the label of every result entry.
 std::vector<std::string> point_args(const PointId& id, const RunOptions& o);

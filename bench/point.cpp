@@ -1,5 +1,8 @@
 #include "bench/point.hpp"
 
+#include <algorithm>
+#include <regex>
+
 #include <fmt/format.h>
 
 #include <map>
@@ -416,6 +419,50 @@ std::vector<std::pair<std::string, std::string>> point_columns(const PointId& id
     out.emplace_back(title, text);
   }
   return out;
+}
+
+ShortNames short_point_names(const std::vector<std::string>& names) {
+  auto segments = [](const std::string& n) {
+    std::vector<std::string> s;
+    size_t at = 0;
+    while (true) {
+      const size_t slash = n.find('/', at);
+      s.push_back(n.substr(at, slash == std::string::npos ? std::string::npos : slash - at));
+      if (slash == std::string::npos) break;
+      at = slash + 1;
+    }
+    return s;
+  };
+  ShortNames out{"", names};
+  if (names.size() < 2) return out;
+  std::vector<std::string> shared = segments(names.front());
+  for (const auto& n : names) {
+    const auto mine = segments(n);
+    shared.erase(std::remove_if(shared.begin(), shared.end(),
+                                [&](const std::string& s) { return std::find(mine.begin(), mine.end(), s) == mine.end(); }),
+                 shared.end());
+  }
+  for (const auto& s : shared) out.shared += (out.shared.empty() ? "" : "/") + s;
+  for (auto& n : out.names) {
+    std::string shortened;
+    for (const auto& s : segments(n))
+      if (std::find(shared.begin(), shared.end(), s) == shared.end()) shortened += (shortened.empty() ? "" : "/") + s;
+    if (!shortened.empty()) n = shortened;
+  }
+  return out;
+}
+
+NameFilter::NameFilter(const std::string& regex) : text_(regex) {
+  if (regex.empty()) return;
+  try {
+    re_ = std::make_shared<const std::regex>(regex, std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    throw InvalidInput(fmt::format("--filter '{}' is not a regular expression: {}", regex, e.what()));
+  }
+}
+
+bool NameFilter::operator()(const std::string& name) const {
+  return !re_ || std::regex_search(name, *static_cast<const std::regex*>(re_.get()));
 }
 
 }  // namespace ab

@@ -4,6 +4,7 @@
 // the groups of `table`. Adding a field is one row of point_fields() (and the member it reads).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <variant>
 #include <vector>
@@ -123,5 +124,27 @@ std::string group_title(const PointId& id);
 
 // `run`'s table columns: (column title, the point's text in it), in table order.
 std::vector<std::pair<std::string, std::string>> point_columns(const PointId& id);
+
+// Names of several points split into the segments all of them share ("level:model/task:copy",
+// in the first name's order) and each name without those (what tells the points apart; a name
+// all of whose segments are shared stays whole). One name: nothing is shared.
+// --filter REGEX: whether a point's name matches the ECMAScript regular expression anywhere
+// (like Google Benchmark's --benchmark_filter); an empty one matches every name. InvalidInput
+// for a malformed expression.
+class NameFilter {
+ public:
+  explicit NameFilter(const std::string& regex);
+  bool operator()(const std::string& name) const;
+
+ private:
+  std::string text_;
+  std::shared_ptr<const void> re_;
+};
+
+struct ShortNames {
+  std::string shared;
+  std::vector<std::string> names;
+};
+ShortNames short_point_names(const std::vector<std::string>& names);
 
 }  // namespace ab

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -117,6 +119,19 @@ ResultFile read_result_file(const std::string& path) {
     throw InvalidInput(fmt::format("{} is not valid JSON (truncated or corrupt?): {}", path, e.what()));
   }
   return parse_result_document(doc, path);
+}
+
+void filter_result_files(std::vector<ResultFile>& files, const std::string& regex) {
+  if (regex.empty()) return;
+  const NameFilter keep(regex);
+  size_t left = 0, all = 0;
+  for (auto& f : files) {
+    all += f.points.size();
+    f.points.erase(std::remove_if(f.points.begin(), f.points.end(), [&](const PointResult& r) { return !keep(r.id.name()); }),
+                   f.points.end());
+    left += f.points.size();
+  }
+  if (!left) throw InvalidInput(fmt::format("--filter '{}' matches none of the {} points in the file(s)", regex, all));
 }
 
 }  // namespace ab

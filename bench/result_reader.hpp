@@ -19,6 +19,10 @@ struct ResultFile {
 // entry; nothing is returned partially.
 ResultFile read_result_file(const std::string& path);
 std::vector<ResultFile> read_result_files(const std::vector<std::string>& paths);
+
+// --filter on files: keeps the points whose name matches `regex` (point.hpp NameFilter) in each
+// file. InvalidInput when a non-empty filter leaves no point in any of them.
+void filter_result_files(std::vector<ResultFile>& files, const std::string& regex);
 ResultFile parse_result_document(const nlohmann::json& doc, const std::string& path);
 
 // The error message of a failed point begins with its status word.

@@ -13,6 +13,8 @@
 #include "bench/instructions.hpp"
 #include "bench/lra_report.hpp"
 #include "bench/result_writer.hpp"
+#include "bench/terminal.hpp"
+#include "bench/warnings.hpp"
 #include "core/matmul.hpp"
 #include "core/sysinfo.hpp"
 
@@ -94,11 +96,21 @@ int cmd_run(const std::vector<PointId>& grid, const RunOptions& opts, const std:
   std::vector<PreparedPoint> points;
   for (const auto& id : grid) points.push_back(prepare_point(id, opts));
 
-  const double gemm = opts.gemm_gflops > 0 ? opts.gemm_gflops : measure_gemm_gflops_1thread();
+  double gemm = opts.gemm_gflops;
+  int gemm_others = -1;  // other runnable tasks while the reference was measured
+  if (gemm <= 0) {
+    gemm_others = other_runnable_tasks();
+    gemm = measure_gemm_gflops_1thread();
+  }
   // With --rounds, every point runs once per pass over the list: a point and those it is
   // compared with are measured close together in every pass, so a shared machine's slow drift
   // falls on all of them alike instead of on whichever ran during a slow minute.
   std::vector<PointResult> results(points.size());
+  ProgressLine progress;
+  std::vector<std::string> names;
+  for (const auto& pp : points) names.push_back(pp.id.name());
+  const ShortNames short_names = short_point_names(names);
+  if (progress.tty && !short_names.shared.empty()) progress.show("run: every point " + short_names.shared, true);
   for (int round = 0; round < opts.rounds; ++round) {
     for (size_t i = 0; i < points.size(); ++i) {
       if (round > 0 && results[i].status != Status::OK) continue;  // skipped or failed: not again
@@ -107,7 +119,9 @@ int cmd_run(const std::vector<PointId>& grid, const RunOptions& opts, const std:
       PreparedPoint& pp = points[i];
       const std::string label = point_label(pp.id, opts);
       const std::string pass = opts.rounds > 1 ? fmt::format("[round {}/{}] ", round + 1, opts.rounds) : "";
-      std::cerr << fmt::format("{}[{}/{}] {} ...", pass, i + 1, points.size(), pp.id.name()) << std::flush;
+      const std::string where =
+          fmt::format("{}[{}/{}] {}", pass, i + 1, points.size(), progress.tty ? short_names.names[i] : pp.id.name());
+      progress.show(where + " ...", false);
       inject_fault(pp.id);
       PointResult r = run_point(pp, opts, label, gemm);
       if (round == 0 && r.status == Status::OK && opts.count_instructions) {
@@ -118,16 +132,26 @@ int cmd_run(const std::vector<PointId>& grid, const RunOptions& opts, const std:
         count_point_instructions(point_args(pp.id, child), r);
       }
       if (r.status == Status::OK)
-        std::cerr << fmt::format(" {:.4g} ms{}\n", real_stats(r).median * 1e3,
-                                 r.instructions ? fmt::format(", {:.0f} instructions", *r.instructions) : "");
+        progress.show(fmt::format("{} {:.4g} ms{}", where, real_stats(r).median * 1e3,
+                                  r.instructions ? fmt::format(", {:.0f} instructions", *r.instructions) : ""),
+                      true);
       else
-        std::cerr << fmt::format(" {}: {}\n", to_string(r.status), r.message);
+        progress.show(fmt::format("{} {}: {}", where, to_string(r.status), r.message), true);
       if (round == 0) results[i] = std::move(r);
       else merge_round(results[i], std::move(r), round);
     }
   }
   const int threads = grid.empty() ? 1 : grid.front().threads;
-  const nlohmann::json doc = results_document(run_context(command, opts.seed, threads, gemm), results);
+  nlohmann::json context = run_context(command, opts.seed, threads, gemm);
+  if (gemm_others >= 0) context["gemm_other_runnable"] = gemm_others;
+  // A sweep's children are given its GEMM rate; the sweep judges their results together.
+  if (opts.gemm_gflops <= 0) attach_warnings(context, results);
+  const nlohmann::json doc = results_document(context, results);
+  // --out -: the result file is stdout (and takes the place of the table there).
+  if (out_path == "-") {
+    std::cout << doc.dump(2) << "\n";
+    return 0;
+  }
   if (!out_path.empty()) write_file_atomic(out_path, doc.dump(2) + "\n");
   if (format == "json") std::cout << doc.dump(2) << "\n";
   else if (format == "csv") std::cout << to_csv(results);

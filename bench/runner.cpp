@@ -1,6 +1,8 @@
 #include "bench/runner.hpp"
 
 #include <fmt/format.h>
+
+#include <map>
 #include <omp.h>
 
 #include <cmath>
@@ -414,6 +416,30 @@ std::string compiler_name() {
 #endif
 }
 
+namespace {
+std::map<std::string, std::string>& user_context() {
+  static std::map<std::string, std::string> pairs;
+  return pairs;
+}
+}  // namespace
+
+void set_user_context(const std::vector<std::string>& pairs) {
+  std::map<std::string, std::string> given;
+  for (const auto& p : pairs) {
+    const auto eq = p.find('=');
+    if (eq == std::string::npos || eq == 0) throw InvalidInput(fmt::format("--context '{}' is not KEY=VALUE", p));
+    given[p.substr(0, eq)] = p.substr(eq + 1);
+  }
+  user_context().clear();
+  // Keys attnbench writes: those of a context, and those added later by sweeps and merges.
+  nlohmann::json ours = run_context("", 0, 1, 0);
+  for (const char* k : {"warnings", "gemm_other_runnable", "resumed_by", "shard", "merged_from", "cpu_scaling_enabled"})
+    ours[k] = nullptr;
+  for (const auto& [k, v] : given)
+    if (ours.contains(k)) throw InvalidInput(fmt::format("--context {}: attnbench writes that key itself; choose another name", k));
+  user_context() = std::move(given);
+}
+
 nlohmann::json run_context(const std::string& command, uint64_t seed, int threads, double gemm_gflops) {
   MachineInfo m = machine_info();
   nlohmann::json caches = nlohmann::json::array();
@@ -458,6 +484,7 @@ nlohmann::json run_context(const std::string& command, uint64_t seed, int thread
   };
   // Google Benchmark writes the field only where the governor is known.
   if (m.cpu_scaling_enabled) ctx["cpu_scaling_enabled"] = *m.cpu_scaling_enabled;
+  for (const auto& [k, v] : user_context()) ctx[k] = v;
   return ctx;
 }
 

@@ -88,4 +88,9 @@ std::string compiler_name();
 // library, threading and reproduction facts.
 nlohmann::json run_context(const std::string& command, uint64_t seed, int threads, double gemm_gflops);
 
+// The user's --context KEY=VALUE pairs: run_context adds them to every context this process
+// writes (as Google Benchmark's --benchmark_context does). InvalidInput for a malformed pair or
+// a key attnbench writes itself.
+void set_user_context(const std::vector<std::string>& pairs);
+
 }  // namespace ab

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <set>
 
@@ -16,6 +17,8 @@
 #include "bench/process.hpp"
 #include "bench/result_reader.hpp"
 #include "bench/result_writer.hpp"
+#include "bench/terminal.hpp"
+#include "bench/warnings.hpp"
 #include "core/matmul.hpp"
 
 namespace ab {
@@ -77,14 +80,6 @@ struct Eta {
     b = std::max(b, 0.0);
     const double a = std::max(se / n - b * sf / n, 0.0);
     return a + b * flops;
-  }
-};
-
-struct Progress {
-  bool tty = isatty(2) != 0;
-  void show(const std::string& line, bool final_line) {
-    if (tty) std::cerr << "\r\033[K" << line << (final_line ? "\n" : "") << std::flush;
-    else if (final_line) std::cerr << line << "\n" << std::flush;
   }
 };
 
@@ -185,7 +180,12 @@ int run_sweep(const std::vector<PointId>& full_grid, const RunOptions& opts, con
   std::vector<PointResult> results;
   std::set<std::string> done;
   nlohmann::json context;
-  const double gemm = opts.gemm_gflops > 0 ? opts.gemm_gflops : measure_gemm_gflops_1thread();
+  double gemm = opts.gemm_gflops;
+  int gemm_others = -1;  // other runnable tasks while the reference was measured
+  if (gemm <= 0) {
+    gemm_others = other_runnable_tasks();
+    gemm = measure_gemm_gflops_1thread();
+  }
   if (fs::exists(so.out)) {
     if (!so.resume)
       throw InvalidInput(fmt::format("{} exists; pass --resume to continue that sweep, or choose another --out", so.out));
@@ -199,15 +199,17 @@ int run_sweep(const std::vector<PointId>& full_grid, const RunOptions& opts, con
   } else {
     const int threads = grid.empty() ? 1 : grid.front().threads;
     context = run_context(so.command, opts.seed, threads, gemm);
+    if (gemm_others >= 0) context["gemm_other_runnable"] = gemm_others;
     if (so.shard_count > 1) context["shard"] = fmt::format("{}/{}", so.shard_index, so.shard_count);
   }
   auto save = [&] { write_file_atomic(so.out, results_document(context, results).dump(2) + "\n"); };
 
   size_t todo = 0;
   for (const auto& p : plan) todo += done.count(p.id.name()) ? 0 : 1;
-  std::cerr << fmt::format("sweep: {} points{}, {} already in {}, {} to run\n", plan.size(),
+  ProgressLine progress;
+  progress.message(fmt::format("sweep: {} points{}, {} already in {}, {} to run", plan.size(),
                            so.shard_count > 1 ? fmt::format(" (shard {}/{})", so.shard_index, so.shard_count) : "",
-                           plan.size() - todo, so.out, todo);
+                           plan.size() - todo, so.out, todo));
   save();  // the file exists and is valid from the start
 
   char tmpl[] = "/tmp/attnbench-sweep-XXXXXX";
@@ -220,7 +222,6 @@ int run_sweep(const std::vector<PointId>& full_grid, const RunOptions& opts, con
   sigaction(SIGTERM, &sa, &old_term);
   g_interrupted = false;
 
-  Progress progress;
   Eta eta;
   const auto t_start = std::chrono::steady_clock::now();
   auto since_start = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count(); };
@@ -230,13 +231,21 @@ int run_sweep(const std::vector<PointId>& full_grid, const RunOptions& opts, con
     if (!done.count(p.id.name()) && p.status == Status::OK) flops_left += p.flops;
   size_t finished = 0;
   bool interrupted = false;
-  for (const auto& p : plan) {
+  // On a terminal, a point is named by what tells it apart from the rest of the grid (the shared
+  // segments are printed once); a log keeps whole names.
+  std::vector<std::string> names;
+  for (const auto& p : plan) names.push_back(p.id.name());
+  ShortNames short_names = short_point_names(names);
+  if (progress.tty && !short_names.shared.empty()) progress.show("sweep: every point " + short_names.shared, true);
+  for (size_t k = 0; k < plan.size(); ++k) {
+    const Planned& p = plan[k];
     if (done.count(p.id.name())) continue;
     if (g_interrupted) {
       interrupted = true;
       break;
     }
-    const std::string where = fmt::format("[{}/{}] {}", finished + 1, todo, p.id.name());
+    const std::string where =
+        fmt::format("[{}/{}] {}", finished + 1, todo, progress.tty ? short_names.names[k] : p.id.name());
     const size_t filled = todo ? 20 * finished / todo : 20;
     const std::string bar = "[" + std::string(filled, '#') + std::string(20 - filled, '.') + "] ";
     double rest = 0;
@@ -269,14 +278,39 @@ int run_sweep(const std::vector<PointId>& full_grid, const RunOptions& opts, con
   sigaction(SIGTERM, &old_term, nullptr);
   std::error_code ec;
   fs::remove_all(dir, ec);
+  attach_warnings(context, results);
+  save();
   if (interrupted || g_interrupted) {
-    std::cerr << fmt::format("sweep: interrupted; {} finished points kept in {}; continue with --resume\n",
-                             results.size(), so.out);
+    progress.message(fmt::format("sweep: interrupted; {} finished points kept in {}; continue with --resume",
+                             results.size(), so.out));
     return 130;
   }
-  std::cerr << fmt::format("sweep: {} points in {} ({} run now, {})\n", results.size(), so.out, finished,
-                           duration(since_start()));
+  progress.message(fmt::format("sweep: {} points in {} ({} run now, {})", results.size(), so.out, finished,
+                           duration(since_start())));
   return 0;
+}
+
+int run_sweep_to_stdout(const std::vector<PointId>& grid, const RunOptions& opts, SweepOptions so) {
+  namespace fs = std::filesystem;
+  if (so.resume) throw InvalidInput("--out - has nothing to resume; give a file to --out");
+  char tmpl[] = "/tmp/attnbench-out-XXXXXX";
+  if (!mkdtemp(tmpl)) throw std::runtime_error("cannot create a temporary directory");
+  const fs::path dir = tmpl;
+  so.out = (dir / "sweep.json").string();
+  if (so.train_dir == "-.train") so.train_dir = (dir / "train").string();
+  int rc = 1;
+  try {
+    rc = run_sweep(grid, opts, so);
+    std::ifstream in(so.out, std::ios::binary);
+    std::cout << in.rdbuf() << std::flush;
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+    throw;
+  }
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  return rc;
 }
 
 }  // namespace ab

@@ -27,6 +27,10 @@ void parse_shard(const std::string& text, int* index, int* count);
 
 // The points of shard i of n: every n-th point of the grid, starting at the (i-1)-th, so each
 // shard gets a share of every sequence length.
+// `sweep --out -`: the sweep into a temporary file (removed afterwards), which is then printed
+// to stdout. Refuses --resume (there is nothing to resume).
+int run_sweep_to_stdout(const std::vector<PointId>& grid, const RunOptions& opts, SweepOptions so);
+
 std::vector<PointId> shard_of(const std::vector<PointId>& grid, int index, int count);
 
 // Returns the exit code: 0 when every point was attempted (failed points are recorded, not

@@ -262,7 +262,9 @@ std::string make_table(const std::vector<ResultFile>& files, const TableOptions&
 
 int cmd_table(const std::vector<std::string>& paths, const TableOptions& o) {
   find_metric(o.metric);  // bad options are reported before any file is read
-  std::cout << make_table(read_result_files(paths), o);
+  auto files = read_result_files(paths);
+  filter_result_files(files, o.filter);
+  std::cout << make_table(files, o);
   return 0;
 }
 

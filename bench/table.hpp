@@ -14,6 +14,7 @@ struct TableOptions {
   std::string format = "md";  // md | csv | latex
   bool growth = false;        // ratios to the same row's previous N instead of to `baseline`
   std::string published;      // accuracy metrics: "lra" prints LRA Table 1's rows beside ours
+  std::string filter;         // only the points whose name this regular expression matches
 };
 std::string table_metric_names();  // the metric names `--metric` accepts, for --help
 // One table per group of points (equal in the point schema's grouping fields: level, mode, task,

@@ -4,6 +4,9 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <iostream>
+
 namespace ab {
 
 int terminal_columns(int fd) {
@@ -11,6 +14,22 @@ int terminal_columns(int fd) {
   winsize w{};
   if (ioctl(fd, TIOCGWINSZ, &w) != 0 || w.ws_col == 0) return 80;
   return w.ws_col;
+}
+
+ProgressLine::ProgressLine() : tty(isatty(2) != 0) {}
+
+void ProgressLine::message(const std::string& text) const {
+  std::cerr << (tty ? wrap_words(text, std::max(1, terminal_columns(2) - 1), "  ") : text + "\n") << std::flush;
+}
+
+void ProgressLine::show(const std::string& line, bool final_line) const {
+  if (tty) {
+    const int width = terminal_columns(2);
+    // One column short of the width: a line exactly as wide as the terminal wraps on some.
+    std::cerr << "\r\033[K" << fit_columns(line, width > 1 ? width - 1 : 0) << (final_line ? "\n" : "") << std::flush;
+  } else if (final_line) {
+    std::cerr << line << "\n" << std::flush;
+  }
 }
 
 int display_columns(const std::string& text) {
@@ -45,6 +64,18 @@ std::string wrap_words(const std::string& text, int width, const std::string& in
       line = indent;
     }
     line += (line.empty() || line == indent ? "" : " ") + word;
+    // A word longer than the line (a point's name) is broken where the width ends.
+    while (display_columns(line) > width) {
+      size_t cut = 0;
+      for (int cols = 0; cut < line.size(); ++cut) {
+        const bool lead = (static_cast<unsigned char>(line[cut]) & 0xC0) != 0x80;
+        if (lead && cols == width) break;
+        cols += lead ? 1 : 0;
+      }
+      out += line.substr(0, cut) + "\n";
+      line = indent + line.substr(cut);
+      if (display_columns(indent) >= width) break;
+    }
     at = sp == std::string::npos ? text.size() : sp + 1;
   }
   return out + line + "\n";

@@ -1,0 +1,151 @@
+#include "bench/export.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "bench/point.hpp"
+#include "bench/result_reader.hpp"
+#include "bench/result_writer.hpp"
+
+namespace ab {
+
+namespace {
+using Row = std::map<std::string, nlohmann::json>;
+
+// Context fields copied onto every row: which machine and build measured it, and when.
+const std::vector<std::string> kContextColumns = {"machine_id", "git_commit", "cpu_model", "date"};
+// Entry fields first in every export; the rest follow sorted.
+const std::vector<std::string> kLeadColumns = {"name",      "run_name",  "run_type",  "aggregate_name", "repetition_index",
+                                               "real_time", "cpu_time",  "time_unit", "iterations"};
+
+void flatten(const nlohmann::json& j, const std::string& prefix, Row& row) {
+  for (const auto& [k, v] : j.items()) {
+    const std::string key = prefix.empty() ? k : prefix + "." + k;
+    if (v.is_object() && !v.empty()) flatten(v, key, row);
+    else if (v.is_object()) row[key] = "";  // an empty object (a mechanism without parameters)
+    else row[key] = v;
+  }
+}
+
+std::string cell_text(const nlohmann::json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_array() || v.is_object()) return v.dump();
+  return v.dump();  // numbers: the shortest round-trip text; true/false
+}
+
+std::string csv_quote(const std::string& s) {
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
+}
+
+std::string sql_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("''") : std::string(1, c);
+  return q + "'";
+}
+}  // namespace
+
+std::string export_files(const std::vector<std::string>& paths, const ExportOptions& o) {
+  if (o.format != "csv" && o.format != "jsonl" && o.format != "sql")
+    throw unknown_name("--format for export", o.format, {"csv", "jsonl", "sql"}, "formats");
+  const NameFilter keep(o.filter);
+  std::vector<Row> rows;
+  std::set<std::string> keys;
+  for (const auto& path : paths) {
+    read_result_file(path);  // a file that is not a result file is refused (exit 2) before anything is written
+    std::ifstream in(path, std::ios::binary);
+    const nlohmann::json doc = nlohmann::json::parse(in);
+    const nlohmann::json& ctx = doc.at("context");
+    for (const auto& entry : doc.at("benchmarks")) {
+      if (!keep(entry.value("run_name", entry.value("name", "")))) continue;
+      Row row;
+      flatten(entry, "", row);
+      for (const auto& [k, v] : row) keys.insert(k);
+      row["file"] = path;
+      for (const auto& c : kContextColumns)
+        if (ctx.contains(c)) row[c] = ctx[c];
+      rows.push_back(std::move(row));
+    }
+  }
+  if (rows.empty() && !o.filter.empty()) throw InvalidInput(fmt::format("--filter '{}' matches no point", o.filter));
+  std::vector<std::string> columns = {"file"};
+  for (const auto& c : kContextColumns) columns.push_back(c);
+  for (const auto& c : kLeadColumns)
+    if (keys.erase(c)) columns.push_back(c);
+  for (const auto& c : keys)
+    if (std::find(columns.begin(), columns.end(), c) == columns.end()) columns.push_back(c);
+
+  std::string out;
+  if (o.format == "csv") {
+    for (size_t i = 0; i < columns.size(); ++i) out += (i ? "," : "") + csv_quote(columns[i]);
+    out += "\n";
+    for (const auto& row : rows) {
+      for (size_t i = 0; i < columns.size(); ++i) {
+        const auto it = row.find(columns[i]);
+        out += (i ? "," : "") + (it == row.end() ? std::string() : csv_quote(cell_text(it->second)));
+      }
+      out += "\n";
+    }
+  } else if (o.format == "jsonl") {
+    for (const auto& row : rows) {
+      nlohmann::ordered_json j;
+      for (const auto& c : columns) {
+        const auto it = row.find(c);
+        if (it != row.end()) j[c] = it->second;
+      }
+      out += j.dump() + "\n";
+    }
+  } else {  // sql: what sqlite3 (or any SQL database) reads: `attnbench export --format sql F | sqlite3 r.db`
+    std::map<std::string, bool> numeric;
+    for (const auto& c : columns) {
+      bool all_numbers = true;
+      for (const auto& row : rows) {
+        const auto it = row.find(c);
+        if (it != row.end() && !it->second.is_number() && !it->second.is_boolean()) all_numbers = false;
+      }
+      numeric[c] = all_numbers;
+    }
+    out += "CREATE TABLE IF NOT EXISTS results (";
+    for (size_t i = 0; i < columns.size(); ++i)
+      out += fmt::format("{}\"{}\" {}", i ? ", " : "", columns[i], numeric[columns[i]] ? "REAL" : "TEXT");
+    out += ");\nBEGIN TRANSACTION;\n";
+    for (const auto& row : rows) {
+      out += "INSERT INTO results VALUES (";
+      for (size_t i = 0; i < columns.size(); ++i) {
+        const auto it = row.find(columns[i]);
+        std::string v = "NULL";
+        if (it != row.end()) {
+          if (it->second.is_boolean()) v = it->second.get<bool>() ? "1" : "0";
+          else if (numeric[columns[i]]) v = cell_text(it->second);
+          else v = sql_quote(cell_text(it->second));
+        }
+        out += (i ? ", " : "") + v;
+      }
+      out += ");\n";
+    }
+    out += "COMMIT;\n";
+  }
+  return out;
+}
+
+int cmd_export(const std::vector<std::string>& paths, const ExportOptions& o) {
+  const bool to_stdout = o.out.empty() || o.out == "-";
+  if (!to_stdout && std::filesystem::exists(o.out) && !o.force)
+    throw InvalidInput(fmt::format("--out {} exists; choose another name or pass --force to overwrite it", o.out));
+  const std::string text = export_files(paths, o);
+  if (to_stdout) std::cout << text;
+  else write_file_atomic(o.out, text);
+  return 0;
+}
+
+}  // namespace ab
