@@ -32,6 +32,7 @@ void MeasureOptions::add_to(CLI::App* app) {
   // Internal: the sweep passes its measured GEMM rate to each child; callgrind children run one call.
   app->add_option("--gemm-gflops", run.gemm_gflops)->group("");
   app->add_flag("--callgrind-child", run.callgrind_child)->group("");
+  app->add_option("--reference-dir", run.reference_dir)->group("");
 }
 
 void MeasureOptions::finish(const GridOptions& grid) {

@@ -25,6 +25,10 @@ struct RunOptions {
   bool callgrind_child = false;     // this process runs under callgrind: collect one call only
   double gemm_gflops = 0;           // the GEMM rate to judge against; 0 = measure it
   bool oom_as_status = false;       // a point predicted above mem_limit is an OOM result, not an error
+  // --error: a directory where flash's reference outputs are kept by input shape, so the
+  // points of a sweep on the same inputs compute the reference once (at N = 16384 one flash
+  // call is seconds). Empty: computed every time.
+  std::string reference_dir;
 };
 
 // Model level: distinct batches generated before timing and cycled through by the steps.

@@ -116,6 +116,10 @@ PointResult run_isolated(const PointId& id, const RunOptions& opts, const SweepO
     for (const auto& a : {std::string("--gemm-gflops"), fmt::format("{}", gemm), std::string("--mem-limit"),
                           std::to_string(opts.mem_limit)})
       extra.push_back(a);
+    if (opts.error) {
+      extra.push_back("--reference-dir");
+      extra.push_back((dir / "references").string());
+    }
   }
   argv.insert(argv.end(), extra.begin(), extra.end());
   const double time_limit = so.time_limit_s;

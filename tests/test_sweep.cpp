@@ -497,3 +497,26 @@ TEST(Instructions, CountedDeterministicallyOrRefusedWithTheReason) {
 
 }  // namespace
 }  // namespace ab
+
+namespace ab {
+namespace {
+// A sweep's points share flash's reference output through a cache (one flash call per input
+// shape); the errors are the ones `run` computes with the reference made afresh.
+TEST(Sweep, ErrorsWithTheSharedReferenceEqualRunsOwn) {
+  const std::string swept = test::temp_path("nmse_sweep.json"), ran = test::temp_path("nmse_run.json");
+  for (const auto& p : {swept, ran}) std::filesystem::remove(p);
+  const std::string grid = "--attn linear,reformer,performer --seq 64,128 --error" + std::string(kTiny);
+  ASSERT_EQ(exec("sweep " + grid + "--out " + swept).code, 0);
+  ASSERT_EQ(exec("run " + grid + "--out " + ran, false).code, 0);
+  const ResultFile a = read_result_file(swept), b = read_result_file(ran);
+  ASSERT_EQ(a.points.size(), 6u);
+  for (const auto& p : a.points) {
+    const PointResult* q = find_point(b, p.id.name());
+    ASSERT_NE(q, nullptr) << p.id.name();
+    ASSERT_TRUE(p.nmse && q->nmse) << p.id.name();
+    EXPECT_EQ(*p.nmse, *q->nmse) << p.id.name();
+    EXPECT_GT(*p.nmse, 0) << p.id.name();
+  }
+}
+}  // namespace
+}  // namespace ab
