@@ -1,68 +1,97 @@
 #!/usr/bin/env bash
-# The README's main command: installs dependencies, builds, runs the default benchmarks, and
-# writes the result files, the markdown tables and the plots.
+# The README's main command: installs what is missing, builds the attnbench binary (only it: no
+# tests, no micro-benchmarks), runs the default sweep (every mechanism, forward, N = 256 .. 16384,
+# one thread, the error against flash; each point in its own process), and writes its result
+# file, tables and plot; at the end, a summary: the headline table and where the files are.
+# About 9 minutes on the 2-core reference machine, build included (docs/measurements/).
+#
+# usage: scripts/main.sh [--quick] [--out-dir DIR]
+#   --quick        a reduced grid (three mechanisms, N = 256, 512) for a smoke test (tests/ runs it)
+#   --out-dir DIR  where the results go (default results/main; the plot goes to DIR too unless
+#                  it is results/main, whose plot is plots/main/)
+#   ATTNBENCH_EXE=PATH uses that binary instead of building one.
+#
+# A file it replaces is never lost: one committed in git and unmodified is replaced (git restores
+# it, and the summary says so); any other is first renamed to NAME.previous.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-"$root/scripts/setup.sh"
-"$root/scripts/build.sh" "$root/build"
-exe="$root/build/attnbench"
-mkdir -p "$root/results" "$root/plots"
 cd "$root"
-
-run() {  # run NAME ARGS...: results/NAME.json and results/NAME.md
-  local name="$1"
+quick=0
+out_dir="results/main"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) quick=1 ;;
+    --out-dir) out_dir="$2"; shift ;;
+    *) echo "main.sh: unknown option '$1' (options: --quick, --out-dir DIR)" >&2; exit 2 ;;
+  esac
   shift
-  echo "== $name: attnbench run $*" >&2
-  "$exe" run "$@" --out "results/$name.json" > "results/$name.md"
-}
+done
+plot_dir="$out_dir"
+[ "$out_dir" = "results/main" ] && plot_dir="plots/main"
+start=$(date +%s)
 
-# The default sweep: every mechanism, forward, N = 256 .. 16384, one thread, error vs flash; each
-# point in its own process, so a crash or an out-of-memory kill loses only that point.
-rm -f results/default_sweep.json
-echo "== default_sweep: attnbench sweep --attn all --seq 256:16384:x2 --mode fwd --threads 1 --error" >&2
-"$exe" sweep --attn all --seq 256:16384:x2 --mode fwd --threads 1 --error --out results/default_sweep.json
+if [ -n "${ATTNBENCH_EXE:-}" ]; then
+  exe="$ATTNBENCH_EXE"
+else
+  "$root/scripts/setup.sh"
+  echo "== build: attnbench" >&2
+  cmake -S "$root" -B "$root/build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake --build "$root/build" -j "$(nproc)" --target attnbench
+  exe="$root/build/attnbench"
+fi
+
+if [ "$quick" = 1 ]; then
+  grid=(--attn flash,linear,local --seq 256,512 --batch 1 --heads 2 --dhead 16 --reps 3 --min-time 0)
+else
+  grid=(--attn all --seq 256:16384:x2)
+fi
+grid+=(--mode fwd --threads 1 --error)
+
+# Everything is written to a new directory first and moved into place at the end, so a stopped
+# job leaves the previous results whole.
+mkdir -p "$out_dir" "$plot_dir"
+work="$(mktemp -d "$out_dir/.main-XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+echo "== default sweep: attnbench sweep ${grid[*]}" >&2
+"$exe" sweep "${grid[@]}" --out "$work/default_sweep.json"
 {
-  "$exe" table results/default_sweep.json --metric time --baseline vanilla
+  echo "# The default sweep"
   echo
-  "$exe" table results/default_sweep.json --metric peak_fraction --baseline none
+  echo "\`attnbench sweep ${grid[*]}\`; each cell is the median time in ms and, in brackets, how many times"
+  echo "faster than the baseline (flash); then the fraction of the GEMM rate, the tracked memory and the error."
   echo
-  "$exe" table results/default_sweep.json --metric memory --baseline vanilla
+  "$exe" table "$work/default_sweep.json" --metric time --baseline flash
   echo
-  "$exe" table results/default_sweep.json --metric nmse --baseline none
-} > results/default_sweep.md
-/usr/bin/python3 scripts/plot.py results/default_sweep.json plots/default_sweep
+  "$exe" table "$work/default_sweep.json" --metric peak_fraction --baseline none
+  echo
+  "$exe" table "$work/default_sweep.json" --metric memory --baseline flash
+  echo
+  "$exe" table "$work/default_sweep.json" --metric nmse --baseline none
+} > "$work/default_sweep.md"
+/usr/bin/python3 scripts/plot.py "$work/default_sweep.json" "$work/default_sweep" --baseline flash --attnbench "$exe"
 
-# Every mechanism, forward and forward+backward, N = 256 .. 8192, one thread, error vs flash.
-run attention_1thread --attn all --seq 256:8192:x2 --mode fwd,fwdbwd --threads 1 --error
-# Two threads at N = 4096, for the scaling figures.
-run attention_2threads --attn all --seq 4096 --mode fwd,fwdbwd --threads 2 --error
-# The fixed sparse patterns against flash at N = 4096 and 16384.
-run sparse --attn flash,local,sliding,dilated,strided,longformer,bigbird --seq 4096,16384 --mode fwd --threads 1
-# Low-rank and compressed keys at the sizes their targets name; synthesizer's other variants.
-run lowrank --attn linformer --seq 16384 --mode fwd,fwdbwd --threads 1
-run memory_compressed_8192 --attn memory_compressed --seq 8192 --mode fwd,fwdbwd --threads 1
-run synthesizer_variants --attn synthesizer --param variant=random --seq 1024,4096 --mode fwd,fwdbwd --threads 1 --error
-run synthesizer_factorized --attn synthesizer --param variant=factorized --seq 1024,4096 --mode fwd,fwdbwd --threads 1 --error
-# The kernel family at N = 16384, non-causal and causal.
-run kernel_16384 --attn linear,performer --seq 16384 --mode fwd,fwdbwd --threads 1
-run kernel_16384_causal --attn linear,performer --seq 16384 --mode fwd,fwdbwd --threads 1 --causal
-# The routing mechanisms at the sizes their targets name.
-run sinkhorn_fwdbwd --attn sinkhorn --seq 4096,16384 --mode fwdbwd --reps 3
-run reformer_fwd --attn reformer,flash --seq 4096,16384 --mode fwd --reps 3 --threads 1
-run reformer_fwdbwd --attn reformer --seq 4096,16384 --mode fwdbwd --reps 3 --threads 1
-# Decoding one token after a context of N = 1024 .. 65536.
-run decode --attn all --seq 1024:65536:x2 --mode decode --threads 1 --error
+# Into place (scripts/place.sh: nothing it replaces is lost).
+source "$root/scripts/place.sh"
+place "$work/default_sweep.json" "$out_dir/default_sweep.json"
+place "$work/default_sweep.md" "$out_dir/default_sweep.md"
+for ext in png svg; do place "$work/default_sweep.$ext" "$plot_dir/default_sweep.$ext"; done
+place "$work/default_sweep_crossover.md" "$out_dir/default_sweep_crossover.md"
 
-# The model level: the text model's training step on one thread (flash), and the LRA efficiency
-# table (text task, N = 1K..4K, training steps, every mechanism, batch 4, two threads).
-run model_text_flash_1thread --level model --task text --mode train --seq 1024 --batch 4 --attn flash --reps 5 --threads 1
-run lra_efficiency --preset lra-efficiency --reps 3 --threads 2
-
-# How fast each task generates a batch of its LRA size, one thread.
-for t in copy listops text retrieval image pathfinder pathx; do
-  "$exe" task rate --task "$t" --reps 3
-done > results/task_rates.txt
-
-/usr/bin/python3 scripts/plot.py results/attention_1thread.json plots/attention_1thread
-/usr/bin/python3 scripts/plot.py results/decode.json plots/decode
-echo "wrote results/*.json, results/*.md, plots/{default_sweep,attention_1thread,decode}.{png,svg}" >&2
+# The summary: the headline table (time, against flash, at the longest lengths) and the files.
+elapsed=$(( $(date +%s) - start ))
+echo
+echo "== attnbench main job: done in $((elapsed / 60))m$((elapsed % 60))s"
+echo
+longest=$("$exe" export "$out_dir/default_sweep.json" --format jsonl | /usr/bin/python3 -c '
+import json, sys
+ns = sorted({json.loads(l)["point.seq"] for l in sys.stdin})
+print("|".join(f"N:{n}/" for n in ns[-2:]))')
+"$exe" table "$out_dir/default_sweep.json" --metric time --baseline flash --filter "$longest"
+echo
+echo "results: $out_dir/default_sweep.json (the result file), $out_dir/default_sweep.md (tables),"
+echo "         $out_dir/default_sweep_crossover.md (where each mechanism overtakes flash)"
+echo "plot:    $plot_dir/default_sweep.png (and .svg)"
+if [ ${#replaced[@]} -gt 0 ]; then
+  echo "replaced the committed ${replaced[*]}: \`git diff --stat\` shows the change, \`git checkout -- FILE\` restores one"
+fi
+echo "more:    scripts/reproduce.sh --list (the published tables and the longer studies)"

@@ -1,13 +1,16 @@
 """Plots of a result file written by `attnbench run --out` or `attnbench sweep --out`.
 
-Three panels per figure: median time against N and tracked working memory against N (log-log,
-one line per mechanism and mode, the fitted scaling exponent of time in the legend), and the
-speed-up over a baseline mechanism. Also written: PREFIX_crossover.md, the length at which each
+Three panels per figure: median time against N and tracked working memory (MiB) against N
+(log-log, plain tick labels at the measured N, one line per mechanism and mode, the fitted scaling
+exponent of time in the legend), and the speed-up over a baseline mechanism (flash when the
+baseline is not in the file). Each mechanism has its own colour and marker, the colours grouped by
+family (from `attnbench list`); one legend, outside the panels; the title names the machine, the
+threads and the shape. Also written: PREFIX_crossover.md, the length at which each
 mechanism becomes faster than vanilla and than flash (interpolated on the log-log lines between
 the grid points, and staying faster for every longer length measured). Failed points are left
 out of the lines and listed under the table.
 
-usage: /usr/bin/python3 scripts/plot.py RESULT.json OUT_PREFIX [--baseline vanilla]
+usage: /usr/bin/python3 scripts/plot.py RESULT.json OUT_PREFIX [--baseline vanilla] [--attnbench build/attnbench]
        (writes OUT_PREFIX.png, OUT_PREFIX.svg, OUT_PREFIX_crossover.md)
 
 Learning curves of training runs, from the JSON-lines logs `attnbench train --log` (and
@@ -162,14 +165,74 @@ def curves_main(argv):
     fig.savefig(prefix + ".svg")
 
 
+def mechanism_families(exe):
+    """{mechanism: family} in the registry's order, from `attnbench list --wide` (the one list of
+    mechanisms); empty when the binary is not there (then every mechanism is its own family)."""
+    import os
+    import subprocess
+    from mechanisms_doc import markdown_rows
+    if not exe or not os.path.exists(exe):
+        return {}
+    try:
+        text = subprocess.run([exe, "list", "--wide"], check=True, capture_output=True, text=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return {}
+    rows = markdown_rows(text)
+    col = rows[0].index("family")
+    return {r[0]: r[col] for r in rows[1:]}
+
+
+# One colour map per family: the mechanisms of a family are shades of one hue, told apart by
+# their markers as well, so 15 lines stay distinguishable in print and for colour-blind readers.
+FAMILY_MAPS = ["Blues", "Oranges", "Greens", "Purples", "Reds", "Greys", "YlOrBr", "PuRd"]  # by family order
+MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p", "8", "d", "H"]
+
+
+def mechanism_styles(mechs, families):
+    """{mechanism: (colour, marker)}: families in registry order, shades within a family."""
+    order = list(families) + sorted(m for m in mechs if m not in families)
+    present = [m for m in order if m in mechs]
+    fams = []
+    for m in present:
+        f = families.get(m, m)
+        if f not in fams:
+            fams.append(f)
+    styles = {}
+    for fi, fam in enumerate(fams):
+        members = [m for m in present if families.get(m, m) == fam]
+        cmap = plt.get_cmap(FAMILY_MAPS[fi % len(FAMILY_MAPS)])
+        for j, m in enumerate(members):
+            shade = 0.95 - 0.45 * j / max(1, len(members) - 1) if len(members) > 1 else 0.75
+            styles[m] = (cmap(shade), MARKERS[present.index(m) % len(MARKERS)])
+    return styles
+
+
+def plain_log_axis(axis, values=None):
+    """A log axis labelled with plain numbers: 512, 1024, 16384 (not 5x10^2); with `values`, a
+    tick at each of them (the measured sequence lengths)."""
+    fmt = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:.0f}" if v >= 1 else f"{v:g}")
+    if values is not None:
+        axis.set_major_locator(matplotlib.ticker.FixedLocator(sorted(values)))
+        axis.set_minor_locator(matplotlib.ticker.NullLocator())
+    else:
+        axis.set_major_locator(matplotlib.ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    axis.set_major_formatter(fmt)
+
+
 def main():
+    import os
     import sys
     if len(sys.argv) > 1 and sys.argv[1] == "curves":
         return curves_main(sys.argv[2:])
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("result")
     ap.add_argument("prefix")
-    ap.add_argument("--baseline", default="vanilla")
+    ap.add_argument("--baseline", default="vanilla",
+                    help="the speed-up panel's reference (flash when this one is not in the file)")
+    ap.add_argument("--attnbench", default=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                                        "build", "attnbench"),
+                    help="the binary whose `list` names each mechanism's family (the colours)")
     a = ap.parse_args()
     doc, series, failed = load(a.result)
     if not series:
@@ -180,17 +243,24 @@ def main():
         ns = np.array(sorted(pts))
         data[key] = (ns, np.array([pts[n][0] for n in ns]), np.array([pts[n][1] for n in ns]) / 2**20)
 
-    fig, (ax_t, ax_m, ax_s) = plt.subplots(1, 3, figsize=(24, 7))
-    mechs = sorted({k[0] for k in series})
-    palette = plt.cm.tab10 if len(mechs) <= 10 else plt.cm.tab20
-    colour = {m: palette(i % palette.N) for i, m in enumerate(mechs)}
-    style = {"fwd": "-", "fwdbwd": "--", "decode": "-", "train": ":"}
+    mechs = {k[0] for k in series}
+    styles = mechanism_styles(mechs, mechanism_families(a.attnbench))
+    baseline = a.baseline
+    if not any(k[0] == baseline for k in data):
+        baseline = "flash" if any(k[0] == "flash" for k in data) else None
 
+    fig, (ax_t, ax_m, ax_s) = plt.subplots(1, 3, figsize=(20, 6.5))
+    linestyle = {"fwd": "-", "fwdbwd": "--", "decode": "-", "train": ":"}
+    all_ns = set()
     rows = []
-    for key in sorted(data):
+    order = {m: i for i, m in enumerate(styles)}
+    for key in sorted(data, key=lambda k: (order.get(k[0], 99), k[1:])):
         ns, t, mem = data[key]
+        all_ns |= set(int(n) for n in ns)
         mech, mode, causal, threads = key
-        fmt = dict(marker="o", color=colour[mech], linestyle=style.get(mode, "-"), markersize=4)
+        colour, marker = styles[mech]
+        fmt = dict(marker=marker, color=colour, linestyle=linestyle.get(mode, "-"), markersize=5, linewidth=1.4,
+                   markeredgecolor="black", markeredgewidth=0.4)
         lab = label_of(key, several_threads)
         slope = exponent(ns, t)
         cross = {}
@@ -198,35 +268,56 @@ def main():
             rkey = (ref, mode, causal, threads)
             if ref != mech and rkey in data:
                 cross[ref] = crossover(ns, t, data[rkey][0], data[rkey][1])
+
         def show(c):
             if c is None:
                 return "never"
             return f"<={-c:,.0f}" if c < 0 else f"{c:,.0f}"
-        extra = "".join(f", < {r} from N={show(c)}" for r, c in cross.items())
-        ax_t.loglog(ns, t, label=f"{lab} (N^{slope:.2f}{extra})", **fmt)
-        ax_m.loglog(ns, np.maximum(mem, 1e-3), label=lab, **fmt)
-        bkey = (a.baseline, mode, causal, threads)
-        if bkey in data:
+        ax_t.loglog(ns, t, label=f"{lab}  (time ~ N^{slope:.2f})", **fmt)
+        ax_m.loglog(ns, np.maximum(mem, 1e-3), **fmt)
+        bkey = (baseline, mode, causal, threads)
+        if baseline and bkey in data:
             bn, bt, _ = data[bkey]
             common = [n for n in ns if n in set(bn)]
             sp = [dict(zip(bn, bt))[n] / dict(zip(ns, t))[n] for n in common]
-            ax_s.loglog(common, sp, label=lab, **fmt)
+            ax_s.loglog(common, sp, **fmt)
         rows.append((lab, slope, show(cross.get("vanilla")) if "vanilla" in cross else "-",
                      show(cross.get("flash")) if "flash" in cross else "-"))
 
     ctx = doc["context"]
     decode = any(k[1] == "decode" for k in data)
     xlabel = "context length N" if decode else "sequence length N"
+    points = [b["point"] for b in doc["benchmarks"] if "point" in b]
+    shape = ""
+    if points:
+        p0 = points[0]
+        shape = f'B={p0.get("batch")} H={p0.get("heads")} D={p0.get("dhead")}'
+    threads = sorted({k[3] for k in data})
+    machine = ctx.get("machine_id") or ctx.get("cpu_model", "")
+    fig.suptitle(f'{machine}, {"/".join(map(str, threads))} thread(s), {shape}, median of '
+                 f'{doc["benchmarks"][0].get("repetitions", "?")} repetitions\n{ctx.get("command", "")}',
+                 fontsize=9)
     ax_t.set(xlabel=xlabel, ylabel="median time per new token (ms)" if decode else "median time per call (ms)",
-             title=f'time, {ctx.get("cpu_model", "")}')
+             title="time per call")
     ax_m.set(xlabel=xlabel, ylabel="tracked working memory (MiB)", title="working memory")
-    ax_s.set(xlabel=xlabel, ylabel=f"speed-up over {a.baseline} (x)", title=f"speed-up over {a.baseline}")
-    ax_s.axhline(1.0, color="grey", linewidth=0.8)
+    if baseline:
+        ax_s.set(xlabel=xlabel, ylabel=f"speed-up over {baseline} (x)",
+                 title=f"speed-up over {baseline}" + (f" ({a.baseline} is not in the file)" if baseline != a.baseline else ""))
+        ax_s.axhline(1.0, color="grey", linewidth=0.8)
+    else:
+        ax_s.set(xlabel=xlabel, title="speed-up")
+        ax_s.text(0.5, 0.5, f"neither {a.baseline} nor flash is in the file:\nno reference for a speed-up",
+                  ha="center", va="center", transform=ax_s.transAxes)
     for ax in (ax_t, ax_m, ax_s):
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=6.5, loc="upper left", bbox_to_anchor=(0.0, -0.12), ncol=1)
-    fig.suptitle(ctx.get("command", ""), fontsize=7)
-    fig.tight_layout()
+        ax.grid(True, which="major", alpha=0.3)
+        if ax.lines:
+            plain_log_axis(ax.xaxis, all_ns)
+            plain_log_axis(ax.yaxis)
+            ax.tick_params(axis="x", labelrotation=45)
+    handles, labels = ax_t.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=9, frameon=False,
+               title="mechanism mode (dashed: fwd+bwd)" if any(k[1] == "fwdbwd" for k in data) else "mechanism")
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
     fig.savefig(a.prefix + ".png", dpi=110, bbox_inches="tight")
     fig.savefig(a.prefix + ".svg", bbox_inches="tight")
 

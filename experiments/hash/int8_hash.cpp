@@ -1,5 +1,5 @@
 // An exact int8 filter for reformer's hash: an experiment, not part of attnbench (CMake does not
-// build it; README, "Reformer", "On a Zen 4"). It needs AVX-512 VNNI.
+// build it; experiments/hash/README.md). It needs AVX-512 VNNI.
 //
 // reformer's bucket is argmax over [x·R ; -x·R] (mechanisms.md), one fp32 product of D x n_buckets/2
 // per row and round. This computes it exactly with a cheaper product:
@@ -14,7 +14,7 @@
 // It checks every bucket against a double-precision argmax and prints the time per head.
 //
 // Build and run (16384 rows, 128 rotation columns per round, D = 64, 4 rounds; then N=4096):
-//   g++ -O3 -march=native -std=c++17 bench/experiments/int8_hash.cpp -o /tmp/int8_hash
+//   g++ -O3 -march=native -std=c++17 experiments/hash/int8_hash.cpp -o /tmp/int8_hash
 //   /tmp/int8_hash 16384 128 64 && /tmp/int8_hash 4096 32 64
 // Phases: add `skip-select` (quantise and product only) or `skip-refine` (no fp32 dots).
 #include <immintrin.h>

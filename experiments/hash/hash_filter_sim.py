@@ -14,7 +14,7 @@ round of standard normal rotations and prints the share of rows by candidate cou
 The bound is Cauchy-Schwarz with the measured norms of the rounding errors dx and dr:
 |x~·r~ - x·r| <= ||dx||·||r~|| + ||x||·||dr|| (for int8 written in its scaled form), plus
 gamma_D·||x||·||r|| for the fp32 dot's own rounding (and for bf16 the same for the product's
-fp32 sums). Usage: scripts/hash_filter_sim.py [--rows 8192] [--D 64] [--half 128] [--seed 0]
+fp32 sums). Usage: experiments/hash/hash_filter_sim.py [--rows 8192] [--D 64] [--half 128] [--seed 0]
 """
 import argparse
 

@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# The longer reproductions and studies, by name: each writes results/studies/NAME/ (its result
+# files, tables, plots and a README naming the command, the commit and the machine) without
+# losing what it replaces (scripts/place.sh). The training reproductions resume where they were
+# stopped (checkpoints in runs/NAME/, which git ignores).
+#
+# usage: scripts/reproduce.sh --list
+#        scripts/reproduce.sh NAME [NAME...]
+#   ATTNBENCH_EXE=PATH uses that binary instead of building one.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+
+# name | about how long on the 2-core reference machine | what it reproduces
+targets=(
+  "attention|15 min|every mechanism, fwd and fwd+bwd, N = 256..8192, one thread, and at N = 4096 on two threads"
+  "sparse|2 min|the fixed sparse patterns against flash at N = 4096 and 16384"
+  "lowrank|2 min|Linformer at 16384, memory-compressed at 8192, Synthesizer's random and factorized variants"
+  "kernel|1 min|linear and Performer at N = 16384, non-causal and causal"
+  "routing|2 min|Sinkhorn and Reformer (fwd, fwd+bwd) at N = 4096 and 16384"
+  "decode|2 min|decoding one token after N = 1024..65536 of context (the RNN view of linear attention)"
+  "lra-efficiency|15 min|LRA Table 2: the text model's training steps, N = 1K..4K, every mechanism, two threads"
+  "task-rates|1 min|how fast each task generates a batch of its LRA size"
+  "copy|2 h (one thread)|the copy task of \"Transformers are RNNs\": softmax, linear, LSH-1, LSH-4 (train --preset copy)"
+  "lra-accuracy|about 20 h (one thread)|LRA Table 1 at CPU scale: every mechanism on five tasks (train --preset lra-accuracy)"
+)
+
+list() {
+  echo "scripts/reproduce.sh NAME: the targets, with about how long each takes on the reference machine"
+  for t in "${targets[@]}"; do
+    IFS='|' read -r name time what <<<"$t"
+    printf "  %-15s %-22s %s\n" "$name" "$time" "$what"
+  done
+}
+
+if [ $# -eq 0 ] || [ "$1" = "--list" ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; then
+  list
+  exit 0
+fi
+for name in "$@"; do
+  known=0
+  for t in "${targets[@]}"; do [ "${t%%|*}" = "$name" ] && known=1; done
+  if [ "$known" = 0 ]; then
+    echo "reproduce.sh: unknown target '$name'" >&2
+    list >&2
+    exit 2
+  fi
+done
+
+if [ -n "${ATTNBENCH_EXE:-}" ]; then
+  exe="$ATTNBENCH_EXE"
+else
+  "$root/scripts/setup.sh"
+  cmake -S "$root" -B "$root/build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake --build "$root/build" -j "$(nproc)" --target attnbench
+  exe="$root/build/attnbench"
+fi
+source "$root/scripts/place.sh"
+py=/usr/bin/python3
+
+run_target() {
+  local name="$1" out="results/studies/$1" work commands=() start
+  work="$(mktemp -d)"
+  start=$(date +%s)
+  # bench NAME ARGS...: attnbench run ARGS into NAME.json, its table into NAME.md
+  bench() {
+    local file="$1"
+    shift
+    commands+=("attnbench run $*")
+    echo "== $name/$file: attnbench run $*" >&2
+    "$exe" run "$@" --out "$work/$file.json" >"$work/$file.md"
+  }
+  case "$name" in
+    attention)
+      bench attention_1thread --attn all --seq 256:8192:x2 --mode fwd,fwdbwd --threads 1 --error
+      bench attention_2threads --attn all --seq 4096 --mode fwd,fwdbwd --threads 2 --error
+      $py scripts/plot.py "$work/attention_1thread.json" "$work/attention_1thread" --attnbench "$exe" ;;
+    sparse)
+      bench sparse --attn flash,local,sliding,dilated,strided,longformer,bigbird --seq 4096,16384 --mode fwd --threads 1 ;;
+    lowrank)
+      bench lowrank --attn linformer --seq 16384 --mode fwd,fwdbwd --threads 1
+      bench memory_compressed_8192 --attn memory_compressed --seq 8192 --mode fwd,fwdbwd --threads 1
+      bench synthesizer_variants --attn synthesizer --param variant=random --seq 1024,4096 --mode fwd,fwdbwd --threads 1 --error
+      bench synthesizer_factorized --attn synthesizer --param variant=factorized --seq 1024,4096 --mode fwd,fwdbwd --threads 1 --error ;;
+    kernel)
+      bench kernel_16384 --attn linear,performer --seq 16384 --mode fwd,fwdbwd --threads 1
+      bench kernel_16384_causal --attn linear,performer --seq 16384 --mode fwd,fwdbwd --threads 1 --causal ;;
+    routing)
+      bench sinkhorn_fwdbwd --attn sinkhorn --seq 4096,16384 --mode fwdbwd --reps 3
+      bench reformer_fwd --attn reformer,flash --seq 4096,16384 --mode fwd --reps 3 --threads 1
+      bench reformer_fwdbwd --attn reformer --seq 4096,16384 --mode fwdbwd --reps 3 --threads 1 ;;
+    decode)
+      bench decode --attn all --seq 1024:65536:x2 --mode decode --threads 1 --error
+      $py scripts/plot.py "$work/decode.json" "$work/decode" --attnbench "$exe" ;;
+    lra-efficiency)
+      bench model_text_flash_1thread --level model --task text --mode train --seq 1024 --batch 4 --attn flash --reps 5 --threads 1
+      bench lra_efficiency --preset lra-efficiency --reps 3 --threads 2 ;;
+    task-rates)
+      commands+=("attnbench task rate --task T --reps 3, for every task")
+      "$exe" list tasks --wide | awk -F'|' '/^\| / && NR > 2 { gsub(/ /, "", $2); if ($2 != "") print $2 }' | while read -r t; do
+        "$exe" task rate --task "$t" --reps 3
+      done >"$work/task_rates.txt" ;;
+    copy | lra-accuracy)
+      # Resumable: the result file and the runs' checkpoints stay where the last attempt left them.
+      local file="results/studies/$name/$name.json" train="runs/$name"
+      mkdir -p "results/studies/$name" "$train"
+      commands+=("attnbench train --preset $name --threads 1 --out $file --train-dir $train --resume")
+      echo "== $name: ${commands[-1]}" >&2
+      local rc=0
+      "$exe" train --preset "$name" --threads 1 --out "$file" --train-dir "$train" --resume || rc=$?
+      [ -f "$file" ] || exit "$rc"
+      mkdir -p "$work/logs"
+      cp "$train"/logs/*.jsonl "$work/logs/" 2>/dev/null || true
+      if [ "$name" = copy ]; then
+        "$exe" table "$file" --metric accuracy >"$work/copy.md"
+        "$exe" table "$file" --metric eval_loss >>"$work/copy.md"
+        $py scripts/plot.py curves "$work"/logs/*.jsonl "$work/copy_curves" --title "copy task, N = 128: learning curves"
+      else
+        "$exe" table "$file" --metric accuracy --published lra >"$work/lra-accuracy.md"
+        $py scripts/plot.py bubbles "$file" "$work/lra_bubbles" --attnbench "$exe"
+      fi
+      [ "$rc" = 0 ] || echo "$name: stopped before the end (exit $rc); run the target again to resume" >&2 ;;
+  esac
+  local elapsed=$(( $(date +%s) - start ))
+  {
+    echo "# $name"
+    echo
+    for t in "${targets[@]}"; do [ "${t%%|*}" = "$name" ] && echo "${t##*|}."; done
+    echo
+    echo "Made by \`scripts/reproduce.sh $name\` at commit $(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
+    echo "on $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //') ($(getconf _NPROCESSORS_ONLN) CPUs), $(date -u +%Y-%m-%d), in $((elapsed / 60)) min. Commands:"
+    echo
+    for c in "${commands[@]}"; do echo "    $c"; done
+    echo
+    echo "Each result file's context names the machine, the build and the exact command of every point."
+  } >"$work/README.md"
+  for f in "$work"/* "$work"/logs/*; do
+    [ -f "$f" ] || continue
+    place "$f" "$out/${f#"$work"/}"
+  done
+  rm -rf "$work"
+  echo "== $name: results/studies/$name/ ($((elapsed / 60)) min)" >&2
+}
+
+for name in "$@"; do run_target "$name"; done
+if [ ${#replaced[@]} -gt 0 ]; then
+  echo "replaced the committed ${replaced[*]}: \`git diff --stat\` shows the change, \`git checkout -- FILE\` restores one" >&2
+fi
