@@ -20,6 +20,17 @@ several).
 
 usage: /usr/bin/python3 scripts/plot.py curves LOG.jsonl [LOG.jsonl ...] OUT_PREFIX [--title TEXT]
        (writes OUT_PREFIX.png, OUT_PREFIX.svg)
+
+The speed-accuracy-memory chart of LRA (Tay et al. 2020, Figure 3) from a training result file
+(`attnbench train --preset lra-accuracy --out`): one bubble per mechanism at its test accuracy
+averaged over the tasks it finished (y) against its training steps per second relative to the
+baseline, as the geometric mean over those tasks (x), bubble area proportional to its tracked
+memory relative to the baseline (geometric mean); and one panel per task with that task's
+accuracy against its steps/s, area by memory. A mechanism without every task is drawn hollow and
+its label says how many tasks it has.
+
+usage: /usr/bin/python3 scripts/plot.py bubbles RESULT.json OUT_PREFIX [--baseline vanilla] [--attnbench build/attnbench]
+       (writes OUT_PREFIX.png, OUT_PREFIX.svg)
 """
 import argparse
 import json
@@ -220,11 +231,107 @@ def plain_log_axis(axis, values=None):
     axis.set_major_formatter(fmt)
 
 
+def load_training(path):
+    """{task: {mechanism: (test accuracy, steps/s, tracked bytes)}} of the successful training
+    points of a result file, and its context. With several points per (task, mechanism), e.g.
+    seeds, the mean accuracy and the median speed and memory."""
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"plot.py bubbles: cannot read {path}: {e}")
+    acc = defaultdict(lambda: defaultdict(list))
+    for b in doc.get("benchmarks", []):
+        p = b.get("point", {})
+        if b.get("status", "OK") != "OK" or p.get("mode") != "train" or "accuracy" not in b:
+            continue
+        acc[p.get("task", "?")][p["attn"]].append((b["accuracy"], b.get("steps_per_s"), b.get("peak_bytes")))
+    out = {}
+    for task, per in acc.items():
+        out[task] = {m: (float(np.mean([v[0] for v in vs])), float(np.median([v[1] for v in vs])),
+                         float(np.median([v[2] for v in vs]))) for m, vs in per.items()}
+    return out, doc.get("context", {})
+
+
+def bubbles_main(argv):
+    import os
+    ap = argparse.ArgumentParser(description="LRA's speed-accuracy-memory chart of a training result file")
+    ap.add_argument("result")
+    ap.add_argument("prefix")
+    ap.add_argument("--baseline", default="vanilla", help="the reference of speed and memory (flash when absent)")
+    ap.add_argument("--attnbench", default=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                                        "build", "attnbench"))
+    a = ap.parse_args(argv)
+    data, ctx = load_training(a.result)
+    if not data:
+        raise SystemExit(f"{a.result}: no finished training point (mode train, status OK) to plot")
+    tasks = sorted(data)
+    mechs = {m for per in data.values() for m in per}
+    baseline = a.baseline if a.baseline in mechs else ("flash" if "flash" in mechs else None)
+    if baseline is None:
+        raise SystemExit(f"{a.result}: neither {a.baseline} nor flash trained: no reference for speed and memory")
+    styles = mechanism_styles(mechs, mechanism_families(a.attnbench))
+
+    # 1. Per mechanism, over the tasks where it and the baseline both finished.
+    summary = {}
+    for m in mechs:
+        common = [t for t in tasks if m in data[t] and baseline in data[t]]
+        if not common:
+            continue
+        speed = math.exp(np.mean([math.log(data[t][m][1] / data[t][baseline][1]) for t in common]))
+        memory = math.exp(np.mean([math.log(data[t][m][2] / data[t][baseline][2]) for t in common]))
+        summary[m] = (float(np.mean([data[t][m][0] for t in common])), speed, memory, len(common))
+
+    # 2. The overview and one panel per task.
+    ncols = min(3, len(tasks))
+    nrows = 1 + math.ceil(len(tasks) / ncols)
+    fig = plt.figure(figsize=(6 * ncols, 4.6 * nrows))
+    grid = fig.add_gridspec(nrows, ncols)
+    ax0 = fig.add_subplot(grid[0, :])
+    area = 900.0  # points^2 of the baseline's bubble
+    full = len(tasks)
+    for m, (acc, speed, memory, n) in sorted(summary.items(), key=lambda kv: kv[1][1]):
+        colour, marker = styles[m]
+        hollow = n < full
+        ax0.scatter([speed], [100 * acc], s=area * memory, facecolors="none" if hollow else [colour],
+                    edgecolors=[colour] if hollow else "black", linewidths=1.5 if hollow else 0.5, alpha=0.75)
+        ax0.annotate(m + (f" ({n}/{full} tasks)" if hollow else ""), (speed, 100 * acc), fontsize=8,
+                     xytext=(6, 6), textcoords="offset points")
+    ax0.set_xscale("log")
+    ax0.margins(0.15)
+    plain_log_axis(ax0.xaxis)
+    ax0.axvline(1.0, color="grey", linewidth=0.8)
+    ax0.set(xlabel=f"training steps/s relative to {baseline} (geometric mean over tasks)",
+            ylabel="test accuracy, mean over tasks (%)",
+            title=f"speed, accuracy and memory (bubble area: tracked memory relative to {baseline})")
+    ax0.grid(True, alpha=0.3)
+    for i, t in enumerate(tasks):
+        ax = fig.add_subplot(grid[1 + i // ncols, i % ncols])
+        base_mem = data[t].get(baseline, (0, 0, None))[2] or max(v[2] for v in data[t].values())
+        for m, (acc, sps, mem) in data[t].items():
+            colour, marker = styles[m]
+            ax.scatter([sps], [100 * acc], s=area * 0.5 * mem / base_mem, color=colour, edgecolors="black",
+                       linewidths=0.5, alpha=0.75)
+            ax.annotate(m, (sps, 100 * acc), fontsize=7, xytext=(4, 4), textcoords="offset points")
+        ax.set_xscale("log")
+        ax.margins(0.2)
+        plain_log_axis(ax.xaxis)
+        ax.set(xlabel="training steps/s", ylabel="test accuracy (%)", title=t)
+        ax.grid(True, alpha=0.3)
+    machine = ctx.get("machine_id") or ctx.get("cpu_model", "")
+    fig.suptitle(f"{machine}: {ctx.get('command', a.result)}", fontsize=9)
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
+    fig.savefig(a.prefix + ".png", dpi=110)
+    fig.savefig(a.prefix + ".svg")
+
+
 def main():
     import os
     import sys
     if len(sys.argv) > 1 and sys.argv[1] == "curves":
         return curves_main(sys.argv[2:])
+    if len(sys.argv) > 1 and sys.argv[1] == "bubbles":
+        return bubbles_main(sys.argv[2:])
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("result")
     ap.add_argument("prefix")
