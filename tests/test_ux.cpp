@@ -316,7 +316,7 @@ TEST(Ux, LongCsvRoundTripsEveryFieldAtFullPrecision) {
 }
 
 TEST(Ux, UntrustworthyMeasurementsAreWarnedAbout) {
-  nlohmann::json ctx = {{"num_cpus", 2}, {"threads", 2}, {"load_avg", {1.2, 1.0, 1.0}}, {"gemm_other_runnable", 0}};
+  nlohmann::json ctx = {{"num_cpus", 2}, {"threads", 2}, {"load_avg", {1.2, 1.0, 1.0}}, {"gemm_other_runnable", 1}};
   PointResult quiet, spread, waited;
   for (PointResult* r : {&quiet, &spread, &waited}) r->id.mechanism = "flash";
   quiet.reps = {{1.0, 1.0, 1, {}}, {1.01, 1.0, 1, {}}, {0.99, 1.0, 1, {}}};
@@ -327,6 +327,8 @@ TEST(Ux, UntrustworthyMeasurementsAreWarnedAbout) {
   };
   auto w = measurement_warnings(ctx, {quiet});
   EXPECT_TRUE(has(w, "load average 1.20")) << "two threads on two CPUs with one busy";
+  ctx["gemm_other_runnable"] = 0;
+  EXPECT_FALSE(has(measurement_warnings(ctx, {quiet}), "load average")) << "a past load, nothing runnable now";
   ctx["load_avg"] = {0.1, 0.1, 0.1};
   EXPECT_TRUE(measurement_warnings(ctx, {quiet}).empty());
   EXPECT_TRUE(has(measurement_warnings(ctx, {spread}), "spread above 10%"));
