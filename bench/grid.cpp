@@ -132,6 +132,9 @@ void GridOptions::add_to(CLI::App* app, Verb verb) {
       continue;
     }
     if (recipe && f.scope == PointField::training) help += " (training runs)";
+    // dump has no --task: the head size is its own option there.
+    if (verb == Verb::dump && key == "dhead") help = "head dimension D";
+    if (verb == Verb::train && key == "task") help = "the task to train on (attnbench list tasks); the model's shape defaults to its";
     // A training run is the model level's train mode: those two are not options of its verb.
     if (verb == Verb::train && (key == "level" || key == "mode")) continue;
     switch (f.type) {

@@ -20,8 +20,13 @@ std::string lra_efficiency_report(const std::vector<PointResult>& rs, const std:
       "model L={} d_model={} heads={} mlp={}. Ratios in brackets are against `{}`, the Transformer.\n\n",
       first.task, first.shape.B, first.threads, first.threads == 1 ? "" : "s", first.model.layers, first.model.dmodel,
       first.shape.H, first.model.mlp, baseline);
-  out += make_table({rf}, TableOptions{"steps_per_s", baseline, "md", false, ""}) + "\n";
-  out += make_table({rf}, TableOptions{"peak_bytes", "none", "md", false, ""}) + "\n";
+  TableOptions steps, memory;
+  steps.metric = "steps_per_s";
+  steps.baseline = baseline;
+  memory.metric = "peak_bytes";
+  memory.baseline = "none";
+  out += make_table({rf}, steps) + "\n";
+  out += make_table({rf}, memory) + "\n";
   // Measured speed-up against the speed-up the analytic FLOPs predict, at the longest N, with
   // where the time goes.
   int64_t n_max = 0;

@@ -4,6 +4,7 @@
 #include "bench/text_table.hpp"
 
 #include <fmt/format.h>
+#include <algorithm>
 
 #include <cstdio>
 #include <set>
@@ -151,11 +152,15 @@ std::string to_markdown(const std::vector<PointResult>& rs, int width) {
   // Fitted to a terminal, the headline metrics only (--wide: all of them).
   static const std::set<std::string> headline = {"GFLOP/s",  "of GEMM", "peak MiB",  "nmse",     "instructions",
                                                  "steps/s",  "accuracy", "val acc", "token acc", "test loss"};
+  const bool training = std::any_of(rs.begin(), rs.end(), [](const PointResult& r) { return r.train.has_value(); });
+  static const std::set<std::string> timing_details = {"median ms", "cv %", "cpu ms", "GFLOP/s", "of GEMM"};
   for (size_t i = 0; i < all.size(); ++i) {
     // Columns of some points only (model sizes, real data, training recipes): only with such rows.
     bool any = i < fixed && all[i].header != "model" && all[i].header != "training" && all[i].header != "data";
     for (const auto& r : rs) any = any || !all[i].cell(r).empty();
     if (width > 0 && i >= fixed && !headline.count(all[i].header)) any = false;
+    // Training runs: the accuracy and the step rate say it; the per-step timing details are --wide's.
+    if (width > 0 && training && timing_details.count(all[i].header)) any = false;
     if (any) cols.push_back(all[i]);
   }
   TextTable t;

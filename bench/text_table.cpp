@@ -37,8 +37,11 @@ std::string render_markdown(const TextTable& t, int width) {
   for (size_t r = 0; r < t.rows.size(); ++r)
     for (size_t c : cols) rows[r].push_back(t.rows[r][c]);
   // Cut the widest column while a line is too wide: the width of a row is its cells' widths
-  // plus 3 per column plus 1.
+  // plus 3 per column plus 1. A column is not cut below its header's width (up to 10 columns:
+  // "median ms" stays readable), and never below 6; a table that still does not fit is left wider.
   if (width > 0) {
+    std::vector<int> floor_w(header.size());
+    for (size_t c = 0; c < header.size(); ++c) floor_w[c] = std::clamp(display_columns(header[c]), 6, 10);
     auto column_width = [&](size_t c) {
       int w = display_columns(header[c]);
       for (const auto& r : rows) w = std::max(w, display_columns(r[c]));
@@ -51,10 +54,10 @@ std::string render_markdown(const TextTable& t, int width) {
       for (size_t c = 0; c < header.size(); ++c) {
         const int w = column_width(c);
         total += w + 3;
-        if (w > widest_w) widest_w = w, widest = c;
+        if (w > floor_w[c] && w > widest_w) widest_w = w, widest = c;
       }
-      if (total <= width || widest_w <= 6) break;
-      const int target = std::max(6, widest_w - (total - width));
+      if (total <= width || widest_w < 0) break;
+      const int target = std::max(floor_w[widest], widest_w - (total - width));
       header[widest] = fit_columns(header[widest], target);
       for (auto& r : rows) r[widest] = fit_columns(r[widest], target);
     }

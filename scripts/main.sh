@@ -69,6 +69,8 @@ echo "== default sweep: attnbench sweep ${grid[*]}" >&2
   "$exe" table "$work/default_sweep.json" --metric nmse --baseline none
 } > "$work/default_sweep.md"
 /usr/bin/python3 scripts/plot.py "$work/default_sweep.json" "$work/default_sweep" --baseline flash --attnbench "$exe"
+# The crossover table names its source file: the one it will be, not the scratch copy.
+sed -i "s#$work/default_sweep.json#$out_dir/default_sweep.json#" "$work/default_sweep_crossover.md"
 
 # Into place (scripts/place.sh: nothing it replaces is lost).
 source "$root/scripts/place.sh"
