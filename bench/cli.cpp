@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cmath>
 #include <iostream>
 #include <sstream>
 
@@ -12,6 +13,8 @@
 #include "bench/dump.hpp"
 #include "bench/export.hpp"
 #include "bench/plan.hpp"
+#include "bench/process.hpp"
+#include "bench/result_writer.hpp"
 #include "bench/runner.hpp"
 #include "bench/grid.hpp"
 #include "bench/list.hpp"
@@ -67,6 +70,7 @@ std::string join_args(int argc, char** argv) {
 }  // namespace
 
 int cli_main(int argc, char** argv) {
+  guard_sweep_child();
   // Large buffers always come from (and go back to) mmap, so the resident set measured for one
   // point is not inflated by heap memory glibc kept from an earlier, larger point.
   mallopt(M_MMAP_THRESHOLD, 256 * 1024);
@@ -96,6 +100,8 @@ int cli_main(int argc, char** argv) {
                   "compared points are measured close together in every pass")
       ->capture_default_str();
   run->add_option("--out", run_out, "write the Google-Benchmark JSON result file here ('-': to stdout, instead of the table)");
+  bool run_force = false;
+  run->add_flag("--force", run_force, "overwrite --out when it exists");
   run->add_option("--preset", run_preset,
                   "lra-efficiency: LRA's efficiency table (text task, N = 1K..4K, train, every mechanism, batch 4 "
                   "unless --batch), printed in the LRA layout");
@@ -221,6 +227,8 @@ int cli_main(int argc, char** argv) {
   auto* merge = app.add_subcommand("merge", "join result files (e.g. the shards of a sweep) into one");
   merge->add_option("files", merge_files, "result files")->required();
   merge->add_option("--out", merge_out, "the merged file")->required();
+  bool merge_force = false;
+  merge->add_flag("--force", merge_force, "overwrite --out when it exists");
   merge->add_flag("--allow-mixed-cpus", mixed_cpus, "merge files measured on different CPU models");
 
   // dump
@@ -322,6 +330,7 @@ int cli_main(int argc, char** argv) {
       apply_run_preset(run_preset, run_grid, run_measure.run);
       run_measure.finish(run_grid);
       if (dry_run) return cmd_dry_run(run_grid.grid(), run_measure.run, false, run_wide ? 0 : kDefaultTableWidth);
+      prepare_output_path(run_out, run_force);  // before any point runs
       return cmd_run(run_grid.grid(), run_measure.run, run_out, run_format, command, run_preset,
                      run_wide ? 0 : kDefaultTableWidth);
     }
@@ -333,7 +342,8 @@ int cli_main(int argc, char** argv) {
       if (sweep_opts.train_dir.empty()) sweep_opts.train_dir = sweep_opts.out + ".train";
       sweep_measure.finish(sweep_grid);
       parse_shard(shard, &sweep_opts.shard_index, &sweep_opts.shard_count);
-      if (sweep_opts.time_limit_s < 0) throw InvalidInput("--time-limit must not be negative");
+      if (!(sweep_opts.time_limit_s >= 0) || !std::isfinite(sweep_opts.time_limit_s))
+        throw InvalidInput(fmt::format("--time-limit {} is not a finite number of seconds >= 0", sweep_opts.time_limit_s));
       sweep_opts.command = command;
       if (dry_run) return cmd_dry_run(shard_of(sweep_grid.grid(), sweep_opts.shard_index, sweep_opts.shard_count),
                                       sweep_measure.run, true, kDefaultTableWidth);
@@ -377,6 +387,7 @@ int cli_main(int argc, char** argv) {
       return cmd_compare(base_file, new_file, copts);
     }
     if (exporter->parsed()) return cmd_export(export_paths, eopts);
+    if (merge->parsed()) prepare_output_path(merge_out, merge_force);
     if (merge->parsed()) return cmd_merge(merge_files, merge_out, mixed_cpus, command);
     if (dump->parsed()) {
       if (dump_grid.mechanism_list().size() != 1) throw InvalidInput("dump takes exactly one mechanism");

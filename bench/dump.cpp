@@ -4,16 +4,73 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "bench/runner.hpp"
 #include "core/npy.hpp"
 
 namespace ab {
 
+namespace {
+namespace fs = std::filesystem;
+
+// Where a dump may go, decided before anything is computed: a new path, an empty directory, or a
+// directory that holds exactly an earlier dump (the files its config.json lists). Anything else
+// holds the user's files and is refused; `earlier` gets the files of an earlier dump, which are
+// the only ones a dump ever removes.
+fs::path dump_target(const std::string& dir, std::vector<fs::path>* earlier, bool* exists) {
+  if (dir.empty()) throw InvalidInput("dump --out: an empty path");
+  fs::path target = fs::absolute(dir).lexically_normal();
+  if (!target.has_filename()) target = target.parent_path();  // "a/b/" and "." end in a separator
+  if (target == target.root_path() || !target.has_filename())
+    throw InvalidInput(fmt::format("dump --out '{}': the root directory is not a dump directory", dir));
+  std::error_code ec;
+  const fs::file_status st = fs::symlink_status(target, ec);
+  *exists = fs::exists(st);
+  if (!*exists) return target;
+  if (fs::is_symlink(st))
+    throw InvalidInput(fmt::format("dump --out '{}' is a symbolic link; give the directory itself", dir));
+  if (!fs::is_directory(st))
+    throw InvalidInput(fmt::format("dump --out '{}' exists and is not a directory; a dump writes a new or empty directory", dir));
+  std::set<std::string> listed;
+  const fs::path config = target / "config.json";
+  if (fs::is_regular_file(config)) {
+    try {
+      std::ifstream f(config);
+      const nlohmann::json cfg = nlohmann::json::parse(f);
+      if (cfg.is_object() && cfg.contains("tensors") && cfg["tensors"].is_object() && cfg.contains("mechanism")) {
+        listed.insert("config.json");
+        for (const auto& [name, file] : cfg["tensors"].items())
+          if (file.is_string() && fs::path(file.get<std::string>()).filename() == file.get<std::string>())
+            listed.insert(file.get<std::string>());
+      }
+    } catch (const std::exception&) {
+      listed.clear();  // not a dump's config: the directory is the user's
+    }
+  }
+  for (const auto& entry : fs::directory_iterator(target)) {
+    const std::string name = entry.path().filename().string();
+    if (!listed.count(name) || !entry.is_regular_file())
+      throw InvalidInput(fmt::format("dump --out '{}' holds '{}', which an attnbench dump did not write; a dump writes a "
+                                     "new directory, an empty one or its own earlier dump",
+                                     dir, name));
+    earlier->push_back(entry.path());
+  }
+  return target;
+}
+
+}  // namespace
+
 void dump_point(const PointId& id, uint64_t seed, const std::string& dir) {
-  namespace fs = std::filesystem;
+  std::vector<fs::path> earlier;
+  bool exists = false;
+  const fs::path target = dump_target(dir, &earlier, &exists);
   RunOptions opts;
   opts.seed = seed;
   PointId pid = id;
@@ -30,11 +87,12 @@ void dump_point(const PointId& id, uint64_t seed, const std::string& dir) {
   pp.impl->forward(data.args());
   if (bwd) pp.impl->backward(data.args());
 
-  fs::path target(dir);
-  fs::path tmp = target;
-  tmp += fmt::format(".tmp.{}", static_cast<long>(getpid()));
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
+  // 1. Everything into a new scratch directory beside the target (made here, so removable).
+  std::string pattern = (target.parent_path() / ("." + target.filename().string() + ".tmp.XXXXXX")).string();
+  if (!mkdtemp(pattern.data()))
+    throw std::runtime_error(fmt::format("cannot create a scratch directory beside {}: {}", target.string(), std::strerror(errno)));
+  const fs::path tmp = pattern;
+  try {
   nlohmann::json files = nlohmann::json::object();
   const std::vector<int64_t> shape = {s.B, s.H, s.N, s.D};
   auto put = [&](const std::string& name, const Tensor& t) {
@@ -65,13 +123,28 @@ void dump_point(const PointId& id, uint64_t seed, const std::string& dir) {
                         {"causal", id.causal},       {"seed", seed},       {"scale", 1.0 / std::sqrt(double(s.D))},
                         {"tensors", files}};
   if (const std::string note = pp.impl->dump_note(); !note.empty()) cfg["note"] = note;
+  const std::string text = cfg.dump(2) + "\n";
   FILE* f = std::fopen((tmp / "config.json").c_str(), "w");
   if (!f) throw std::runtime_error("cannot write " + (tmp / "config.json").string());
-  const std::string text = cfg.dump(2) + "\n";
-  std::fwrite(text.data(), 1, text.size(), f);
-  std::fclose(f);
-  fs::remove_all(target);
-  fs::rename(tmp, target);
+  bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  ok = (std::fclose(f) == 0) && ok;
+  if (!ok) throw std::runtime_error("failed writing " + (tmp / "config.json").string() + " (disk full?)");
+  // 2. Into place: a new path by one rename; an existing (empty, or earlier-dump) directory keeps
+  // its inode: the earlier dump's files are removed, the new ones moved in, config.json last.
+  if (!exists) {
+    fs::rename(tmp, target);
+    return;
+  }
+  for (const auto& p : earlier) fs::remove(p);
+  for (const auto& entry : fs::directory_iterator(tmp))
+    if (entry.path().filename() != "config.json") fs::rename(entry.path(), target / entry.path().filename());
+  fs::rename(tmp / "config.json", target / "config.json");
+  fs::remove(tmp);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);  // the scratch directory made above, nothing else
+    throw;
+  }
 }
 
 }  // namespace ab

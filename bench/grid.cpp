@@ -21,6 +21,27 @@ int64_t parse_at_least(const std::string& s, const std::string& whole, int64_t m
     throw InvalidInput(fmt::format("'{}' in '{}' is not a {} integer", s, whole, min_value > 0 ? "positive" : "non-negative"));
   return v;
 }
+constexpr size_t kMaxGridPoints = 100000;
+
+// Sizes whose products no machine could hold are refused here, before any count of FLOPs or
+// bytes is formed (those are int64 and would overflow): the largest tensor a point makes, in
+// elements, must stay below 2^44 (64 TiB of floats).
+void check_sizes_fit(const PointId& p) {
+  // In long double: four factors of up to 2^63 each overflow any integer type.
+  using real = long double;
+  const real B = real(p.shape.B), H = real(p.shape.H), N = real(p.shape.N), D = real(p.shape.D);
+  const real width = real(std::max<int64_t>({p.model.dmodel, p.model.mlp, 1}));
+  const real layers = real(std::max<int64_t>(p.model.layers, 1));
+  const real biggest = std::max({B * H * N * D, B * N * width * layers, B * H * N});
+  // The quadratic mechanisms' counts (4·B·H·N²·D FLOPs, B·H·N² scores) are int64 everywhere.
+  const real quadratic = 4 * B * H * N * N * D;
+  if (biggest >= 17592186044416.0L || quadratic >= 4611686018427387904.0L)  // 2^44, 2^62
+    throw InvalidInput(fmt::format("B={} H={} N={} D={}{}: tensors of this size exceed any machine's memory (2^44 elements, or 2^62 for the N x N counts)",
+                                   p.shape.B, p.shape.H, p.shape.N, p.shape.D,
+                                   p.model.dmodel ? fmt::format(" dmodel={} mlp={} layers={}", p.model.dmodel, p.model.mlp,
+                                                                p.model.layers)
+                                                  : ""));
+}
 }  // namespace
 
 std::vector<std::string> split(const std::string& s, char sep) {
@@ -36,6 +57,7 @@ std::vector<std::string> split(const std::string& s, char sep) {
 }
 
 std::vector<int64_t> parse_int_list(const std::string& text, int64_t min_value) {
+  constexpr size_t kMaxListValues = 10000;
   auto parse_positive = [&](const std::string& s, const std::string& whole) { return parse_at_least(s, whole, min_value); };
   std::vector<int64_t> out;
   if (text.empty()) throw InvalidInput("empty list");
@@ -48,7 +70,16 @@ std::vector<int64_t> parse_int_list(const std::string& text, int64_t min_value) 
       const int64_t step = parse_at_least(parts[2].substr(1), text, 1);
       if (hi < lo) throw InvalidInput(fmt::format("range '{}' ends below its start", item));
       if (parts[2][0] == 'x' && step < 2) throw InvalidInput(fmt::format("range '{}' needs a factor >= 2", item));
-      for (int64_t v = lo; v <= hi; v = parts[2][0] == 'x' ? v * step : v + step) out.push_back(v);
+      // The next value is computed only when it stays within hi (no overflow), and a range
+      // gives at most kMaxListValues values.
+      for (int64_t v = lo;;) {
+        out.push_back(v);
+        if (out.size() > kMaxListValues)
+          throw InvalidInput(fmt::format("range '{}' gives more than {} values; use a coarser step or split the grid", item,
+                                         kMaxListValues));
+        if (parts[2][0] == 'x' ? v > hi / step : v > hi - step) break;
+        v = parts[2][0] == 'x' ? v * step : v + step;
+      }
     } else {
       throw InvalidInput(fmt::format("'{}' is not a number or a range like 256:16384:x2 or 1024:4096:+1024", item));
     }
@@ -66,7 +97,7 @@ size_t parse_bytes(const std::string& text) {
   else if (unit == "M" || unit == "MiB") mult = 1024.0 * 1024;
   else if (unit == "G" || unit == "GiB") mult = 1024.0 * 1024 * 1024;
   else if (!unit.empty()) mult = -1;
-  if (text.empty() || errno || mult < 0 || !(v > 0))
+  if (text.empty() || errno || mult < 0 || !(v > 0) || !(v * mult >= 1) || !(v * mult < 1.8e19))
     throw InvalidInput(fmt::format("'{}' is not a memory size (examples: 16G, 512M, 1048576)", text));
   return static_cast<size_t>(v * mult);
 }
@@ -319,6 +350,11 @@ std::vector<PointId> GridOptions::grid() const {
       PointId q = p;
       // Decoding is causal by definition; so is a next-token task's model.
       q.causal = q.causal || q.mode == RunMode::decode || (ti && ti->next_token);
+      check_sizes_fit(q);
+      if (out.size() >= kMaxGridPoints)
+        throw InvalidInput(fmt::format("the grid has more than {} points; narrow its lists, or split it with --filter or "
+                                       "sweep --shard",
+                                       kMaxGridPoints));
       out.push_back(std::move(q));
       return;
     }

@@ -3,13 +3,16 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -28,6 +31,31 @@ std::string ChildOutcome::describe() const {
     case SpawnFailed: return "could not start the child process";
   }
   return "?";
+}
+
+namespace {
+// The environment a child is started with: ours, plus who its parent is and its time limit, so
+// the child can stop itself when the sweep cannot (guard_sweep_child).
+constexpr const char* kParentVar = "ATTNBENCH_SWEEP_PID";
+constexpr const char* kLimitVar = "ATTNBENCH_CHILD_TIME_LIMIT";
+}  // namespace
+
+void guard_sweep_child() {
+  const char* parent = std::getenv(kParentVar);
+  const char* limit = std::getenv(kLimitVar);
+  const long parent_pid = parent ? std::atol(parent) : 0;
+  const double limit_s = limit ? std::atof(limit) : 0;
+  // Not for the child's own children (valgrind counting instructions runs attnbench again).
+  unsetenv(kParentVar);
+  unsetenv(kLimitVar);
+  if (parent_pid <= 0) return;
+  // 1. Die with the sweep: a sweep killed by SIGKILL cannot stop its children itself. The parent
+  // may have died before the prctl took effect, so check it is still the one that started us.
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != static_cast<pid_t>(parent_pid)) _exit(137);
+  // 2. Stop at the time limit even if the sweep does not (it kills at the limit; this is the
+  // second guard, a minute later): SIGALRM's default action ends the process.
+  if (limit_s > 0) alarm(static_cast<unsigned>(std::min(limit_s + 60.0, 4.0e9)));
 }
 
 std::string self_executable() { return std::filesystem::read_symlink("/proc/self/exe").string(); }
@@ -56,8 +84,17 @@ ChildOutcome run_child(const std::vector<std::string>& argv, const std::string& 
   sigaddset(&dflt, SIGTERM);
   posix_spawnattr_setsigdefault(&attr, &dflt);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF);
+  std::vector<std::string> env_text;
+  for (char** e = environ; *e; ++e)
+    if (std::strncmp(*e, kParentVar, std::strlen(kParentVar)) != 0 && std::strncmp(*e, kLimitVar, std::strlen(kLimitVar)) != 0)
+      env_text.emplace_back(*e);
+  env_text.push_back(fmt::format("{}={}", kParentVar, static_cast<long>(getpid())));
+  if (time_limit_s > 0) env_text.push_back(fmt::format("{}={}", kLimitVar, time_limit_s));
+  std::vector<char*> envp;
+  for (auto& e : env_text) envp.push_back(e.data());
+  envp.push_back(nullptr);
   pid_t pid = -1;
-  const int rc = posix_spawn(&pid, cargv[0], &fa, &attr, cargv.data(), environ);
+  const int rc = posix_spawn(&pid, cargv[0], &fa, &attr, cargv.data(), envp.data());
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
   if (rc != 0) {

@@ -19,6 +19,10 @@ struct ChildOutcome {
 // given files. Kills the whole group with SIGKILL after `time_limit_s` (0: no limit), and with
 // SIGTERM (then, `grace_s` seconds later, SIGKILL) when `*interrupt` becomes true: a training
 // run uses the grace to finish its step and write a checkpoint.
+// Called first by every attnbench process: when it is a sweep's child, it dies with the sweep
+// (PR_SET_PDEATHSIG) and stops itself a minute after its time limit.
+void guard_sweep_child();
+
 ChildOutcome run_child(const std::vector<std::string>& argv, const std::string& stdout_path,
                        const std::string& stderr_path, double time_limit_s,
                        const std::atomic<bool>* interrupt, double grace_s = 2.0);

@@ -10,7 +10,13 @@
 #include <set>
 #include <filesystem>
 #include <stdexcept>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 namespace ab {
 
@@ -211,9 +217,44 @@ std::string to_csv(const std::vector<PointResult>& rs) {
   return out;
 }
 
+namespace {
+// The file a path names: a symbolic link's target (relative to the link's directory), so a write
+// replaces the file and keeps the link; any other path as it is.
+std::filesystem::path link_target(const std::string& path) {
+  namespace fs = std::filesystem;
+  fs::path p(path);
+  std::error_code ec;
+  for (int hops = 0; hops < 40 && fs::is_symlink(fs::symlink_status(p, ec)); ++hops) {
+    const fs::path to = fs::read_symlink(p, ec);
+    if (ec) break;
+    p = to.is_absolute() ? to : p.parent_path() / to;
+  }
+  return p;
+}
+}  // namespace
+
+std::string prepare_output_path(const std::string& path, bool force) {
+  namespace fs = std::filesystem;
+  if (path.empty() || path == "-") return path;
+  const fs::path target = link_target(path);
+  std::error_code ec;
+  const fs::file_status st = fs::status(target, ec);
+  if (fs::exists(st)) {
+    if (!fs::is_regular_file(st))
+      throw InvalidInput(fmt::format("--out {} exists and is not a regular file", path));
+    if (!force) throw InvalidInput(fmt::format("--out {} exists; choose another name or pass --force to overwrite it", path));
+  }
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  if (!fs::is_directory(dir, ec))
+    throw InvalidInput(fmt::format("--out {}: the directory {} does not exist", path, dir.string()));
+  if (access(dir.c_str(), W_OK) != 0)
+    throw InvalidInput(fmt::format("--out {}: the directory {} is not writable", path, dir.string()));
+  return target.string();
+}
+
 void write_file_atomic(const std::string& path, const std::string& content) {
   namespace fs = std::filesystem;
-  fs::path target(path);
+  const fs::path target = link_target(path);
   fs::path tmp = target;
   tmp += fmt::format(".tmp.{}", static_cast<long>(getpid()));
   FILE* f = std::fopen(tmp.c_str(), "wb");
@@ -232,6 +273,43 @@ void write_file_atomic(const std::string& path, const std::string& content) {
     std::remove(tmp.c_str());
     throw std::runtime_error("cannot write " + path + ": " + ec.message());
   }
+}
+
+ResultFileLock::ResultFileLock(const std::string& path) {
+  lock_path_ = link_target(path).string() + ".lock";
+  // Open, lock, and check the lock file is still the one at the path (a holder that finished
+  // removes it; a lock on a removed file would guard nothing): the usual lock-file loop.
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    const int fd = ::open(lock_path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) throw InvalidInput(fmt::format("cannot create the lock file {}: {}", lock_path_, std::strerror(errno)));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      char buf[32] = {};
+      const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+      ::close(fd);
+      const std::string holder = n > 0 ? std::string(buf, static_cast<size_t>(n)) : "unknown";
+      throw InvalidInput(fmt::format("{} is being written by another attnbench (pid {}); wait for it to finish, or "
+                                     "choose another --out",
+                                     path, holder.substr(0, holder.find_first_of("\n "))));
+    }
+    struct stat held {}, now {};
+    if (fstat(fd, &held) == 0 && ::stat(lock_path_.c_str(), &now) == 0 && held.st_ino == now.st_ino &&
+        held.st_dev == now.st_dev) {
+      const std::string pid = std::to_string(static_cast<long>(getpid())) + "\n";
+      if (ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
+        // The pid is for messages only; the lock holds without it.
+      }
+      fd_ = fd;
+      return;
+    }
+    ::close(fd);  // replaced while we waited: try the new one
+  }
+  throw InvalidInput(fmt::format("cannot lock {}", lock_path_));
+}
+
+ResultFileLock::~ResultFileLock() {
+  if (fd_ < 0) return;
+  ::unlink(lock_path_.c_str());  // while still holding it: a waiter then retries on a new file
+  ::close(fd_);
 }
 
 }  // namespace ab

@@ -16,7 +16,29 @@ nlohmann::json results_document(const nlohmann::json& context, const std::vector
 std::string to_markdown(const std::vector<PointResult>& rs, int width = 0);
 std::string to_csv(const std::vector<PointResult>& rs);
 
-// Writes through a temporary file and a rename, so the destination is never partial.
+// Checks an --out path before any work: refused (InvalidInput, exit 2) when it exists and `force`
+// is off, when it is not a regular file, or when its directory is missing or not writable.
+// Returns the file it names (a symbolic link's target).
+std::string prepare_output_path(const std::string& path, bool force);
+
+// Writes through a temporary file and a rename, so the destination is never partial; through a
+// symbolic link, the file it points to is written and the link kept.
 void write_file_atomic(const std::string& path, const std::string& content);
+
+// An exclusive lock on a result file for a writer's whole run: flock on PATH.lock, which holds the
+// writer's pid and is removed when the lock is released. A second writer (two sweeps, or a sweep
+// and a train, on one --out) is refused with InvalidInput naming the holder's pid, instead of the
+// two overwriting each other's points.
+class ResultFileLock {
+ public:
+  explicit ResultFileLock(const std::string& path);
+  ~ResultFileLock();
+  ResultFileLock(const ResultFileLock&) = delete;
+  ResultFileLock& operator=(const ResultFileLock&) = delete;
+
+ private:
+  int fd_ = -1;
+  std::string lock_path_;
+};
 
 }  // namespace ab

@@ -40,7 +40,8 @@ void MeasureOptions::finish(const GridOptions& grid) {
   run.mem_limit = mem_limit.empty() ? physical_memory_bytes() / 5 * 4 : parse_bytes(mem_limit);
   if (run.reps < 1) throw InvalidInput("--reps must be at least 1");
   if (run.rounds < 1) throw InvalidInput("--rounds must be at least 1");
-  if (run.min_time < 0) throw InvalidInput("--min-time must not be negative");
+  if (!(run.min_time >= 0) || !(run.min_time <= 3600))
+    throw InvalidInput(fmt::format("--min-time {} is not a number of seconds in [0, 3600]", run.min_time));
   if (run.warmup < 0) throw InvalidInput("--warmup must not be negative");
   if (run.count_instructions) check_instruction_counting();
 }
@@ -153,7 +154,16 @@ int cmd_run(const std::vector<PointId>& grid, const RunOptions& opts, const std:
     std::cout << doc.dump(2) << "\n";
     return 0;
   }
-  if (!out_path.empty()) write_file_atomic(out_path, doc.dump(2) + "\n");
+  if (!out_path.empty()) {
+    try {
+      write_file_atomic(out_path, doc.dump(2) + "\n");
+    } catch (const std::exception& e) {
+      // Nothing measured is lost: the result file goes to stdout instead.
+      std::cout << doc.dump(2) << "\n";
+      std::cerr << "attnbench: error: " << e.what() << "; the result file was written to stdout instead\n";
+      return 1;
+    }
+  }
   if (format == "json") std::cout << doc.dump(2) << "\n";
   else if (format == "csv") std::cout << to_csv(results);
   else if (preset == "lra-efficiency") std::cout << lra_efficiency_report(results, "flash");

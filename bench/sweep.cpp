@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <set>
 
 #include "bench/grid.hpp"
@@ -184,6 +185,9 @@ int run_sweep(const std::vector<PointId>& full_grid, const RunOptions& opts, con
   std::vector<PointResult> results;
   std::set<std::string> done;
   nlohmann::json context;
+  // One writer at a time: the file is read (for --resume) and saved under the lock.
+  std::optional<ResultFileLock> lock;
+  if (so.out != "-") lock.emplace(so.out);
   double gemm = opts.gemm_gflops;
   int gemm_others = -1;  // other runnable tasks while the reference was measured
   if (gemm <= 0) {

@@ -1,6 +1,8 @@
 #include "bench/train.hpp"
 
 #include <fmt/format.h>
+
+#include <optional>
 #include <signal.h>
 #include <unistd.h>
 
@@ -253,6 +255,9 @@ int cmd_train(const std::vector<PointId>& grid, const TrainCliOptions& o, const 
   if (o.log_every < 1) throw InvalidInput("--log-every must be at least 1");
   if (o.resume && o.checkpoint_dir.empty()) throw InvalidInput("--resume needs --checkpoint DIR (where the run left off)");
   check_out(o.out);
+  // One writer of the result file at a time (runs are added to it as they finish).
+  std::optional<ResultFileLock> lock;
+  if (!o.out.empty() && o.out != "-") lock.emplace(o.out);
   if (!o.log_path.empty() && fs::exists(o.log_path) && !o.resume)
     throw InvalidInput(fmt::format("--log {} exists; choose another, or --resume the run that wrote it", o.log_path));
   // Validate every point before training any (a bad recipe or shape exits 2 with nothing run).

@@ -1,0 +1,282 @@
+// Hardening (issue 31): no input, file or fault may delete data, crash, hang or fake a result.
+// Each test reproduces a failure seen before its fix and asserts the fixed behaviour: the user's
+// files untouched, the exit code, a message naming the thing.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <thread>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "tests/helpers.hpp"
+
+namespace ab {
+namespace {
+namespace fs = std::filesystem;
+using test::exec;
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+void write(const fs::path& p, const std::string& text) { std::ofstream(p) << text; }
+
+const std::string kDump = "dump --attn flash --seq 16 --heads 1 --dhead 4 --out ";
+
+// 1. dump never removes what it did not make: an existing directory with the user's files, a
+// file, '.', '..' are refused; an empty directory and its own earlier dump are written.
+TEST(Hardening, DumpNeverDeletesTheUsersFiles) {
+  const fs::path dir = test::temp_path("dump_user_dir");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  write(dir / "notes.txt", "mine");
+  auto e = exec(kDump + dir.string());
+  EXPECT_EQ(e.code, 2) << e.out;
+  EXPECT_NE(e.out.find(dir.string()), std::string::npos) << e.out;
+  EXPECT_EQ(slurp(dir / "notes.txt"), "mine");
+  EXPECT_FALSE(fs::exists(dir / "config.json"));
+
+  const fs::path file = test::temp_path("dump_user_file.json");
+  write(file, "{}");
+  e = exec(kDump + file.string());
+  EXPECT_EQ(e.code, 2) << e.out;
+  EXPECT_TRUE(fs::is_regular_file(file));
+  EXPECT_EQ(slurp(file), "{}");
+
+  // '.' and '..' name the user's directories too. Run from inside a sandbox (never from the
+  // build directory: before the fix, '.' emptied the current directory).
+  const fs::path sandbox = test::temp_path("dump_sandbox");
+  fs::remove_all(sandbox);
+  fs::create_directories(sandbox / "inner");
+  write(sandbox / "outer.txt", "outer");
+  write(sandbox / "inner" / "inner.txt", "inner");
+  for (const char* special : {".", "..", "./", "../inner/."}) {
+    const std::string cmd = "cd " + (sandbox / "inner").string() + " && " + ATTNBENCH_EXE + " " + kDump + special + " 2>&1";
+    const int st = std::system(cmd.c_str());
+    EXPECT_EQ(WIFEXITED(st) ? WEXITSTATUS(st) : -1, 2) << special;
+    EXPECT_EQ(slurp(sandbox / "outer.txt"), "outer") << special;
+    EXPECT_EQ(slurp(sandbox / "inner" / "inner.txt"), "inner") << special;
+  }
+  fs::remove_all(sandbox);
+
+  // An empty directory is used; run again, the dump replaces its own earlier one.
+  const fs::path empty = test::temp_path("dump_empty_dir");
+  fs::remove_all(empty);
+  fs::create_directories(empty);
+  e = exec(kDump + empty.string());
+  ASSERT_EQ(e.code, 0) << e.out;
+  EXPECT_TRUE(fs::exists(empty / "config.json"));
+  e = exec(kDump + empty.string());
+  ASSERT_EQ(e.code, 0) << e.out;
+  EXPECT_TRUE(fs::exists(empty / "q.npy"));
+  // ... but not once the user has added a file of their own to it.
+  write(empty / "analysis.py", "print(1)");
+  e = exec(kDump + empty.string());
+  EXPECT_EQ(e.code, 2) << e.out;
+  EXPECT_EQ(slurp(empty / "analysis.py"), "print(1)");
+  EXPECT_TRUE(fs::exists(empty / "q.npy"));
+  // No scratch directory is left beside it.
+  for (const auto& entry : fs::directory_iterator(empty.parent_path()))
+    EXPECT_EQ(entry.path().filename().string().find("." + empty.filename().string() + ".tmp"), std::string::npos)
+        << entry.path();
+  fs::remove_all(dir);
+  fs::remove_all(empty);
+  fs::remove(file);
+}
+
+// 16. run --out and merge --out refuse an existing file unless --force.
+TEST(Hardening, RunAndMergeRefuseToOverwriteWithoutForce) {
+  const fs::path out = test::temp_path("existing_result.json");
+  write(out, "precious");
+  const std::string run = "run --attn flash --seq 16 --heads 1 --dhead 4 --reps 1 --min-time 0 --out " + out.string();
+  auto e = exec(run);
+  EXPECT_EQ(e.code, 2) << e.out;
+  EXPECT_NE(e.out.find("--force"), std::string::npos) << e.out;
+  EXPECT_EQ(slurp(out), "precious");
+
+  const fs::path a = test::temp_path("merge_a.json");
+  fs::remove(a);
+  ASSERT_EQ(exec("run --attn flash --seq 16 --heads 1 --dhead 4 --reps 1 --min-time 0 --out " + a.string()).code, 0);
+  e = exec("merge " + a.string() + " --out " + out.string());
+  EXPECT_EQ(e.code, 2) << e.out;
+  EXPECT_EQ(slurp(out), "precious");
+
+  e = exec(run + " --force");
+  EXPECT_EQ(e.code, 0) << e.out;
+  EXPECT_NE(slurp(out), "precious");
+  fs::remove(out);
+  fs::remove(a);
+}
+
+// 5. --out through a symbolic link writes the file it points to and keeps the link.
+TEST(Hardening, OutThroughASymlinkWritesItsTarget) {
+  const fs::path target = test::temp_path("link_target.json"), link = test::temp_path("link.json");
+  fs::remove(target);
+  fs::remove(link);
+  fs::create_symlink(target, link);
+  auto e = exec("run --attn flash --seq 16 --heads 1 --dhead 4 --reps 1 --min-time 0 --out " + link.string());
+  ASSERT_EQ(e.code, 0) << e.out;
+  EXPECT_TRUE(fs::is_symlink(link));
+  EXPECT_TRUE(fs::is_regular_file(target));
+  EXPECT_TRUE(nlohmann::json::accept(slurp(target)));
+  fs::remove(link);
+  fs::remove(target);
+}
+
+// 3. An --out that cannot be written is refused before the first point runs.
+TEST(Hardening, UnwritableOutIsRefusedBeforeRunning) {
+  const std::string out = "/nonexistent_dir_attnbench/x.json";
+  auto e = exec("run --attn flash --seq 16 --heads 1 --dhead 4 --reps 1 --min-time 0 --out " + out);
+  EXPECT_EQ(e.code, 2) << e.out;
+  EXPECT_NE(e.out.find("/nonexistent_dir_attnbench"), std::string::npos) << e.out;
+  EXPECT_EQ(e.out.find("[1/1]"), std::string::npos) << "no point may run: " << e.out;
+}
+
+}  // namespace
+}  // namespace ab
+
+namespace ab {
+namespace {
+namespace fs = std::filesystem;
+
+// The processes whose command line contains `marker` (from /proc).
+std::vector<long> processes_with(const std::string& marker) {
+  std::vector<long> out;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream f(entry.path() / "cmdline");
+    std::string cmd((std::istreambuf_iterator<char>(f)), {});
+    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+    if (cmd.find(marker) != std::string::npos && cmd.find("attnbench") != std::string::npos) out.push_back(std::stol(name));
+  }
+  return out;
+}
+
+// 4. A sweep killed by SIGKILL takes its running child with it (before, the child ran on with no
+// time limit).
+TEST(Hardening, KilledSweepTakesItsChildWithIt) {
+  const fs::path out = test::temp_path("orphan_sweep.json"), pidfile = test::temp_path("orphan_sweep.pid");
+  fs::remove(out);
+  const std::string marker = "--seed 918273";
+  const std::string cmd = "ATTNBENCH_FAULT=hang:N:16 " + std::string(ATTNBENCH_EXE) +
+                          " sweep --attn flash --seq 16 --heads 1 --dhead 4 --reps 1 --min-time 0 --time-limit 0 " + marker +
+                          " --out " + out.string() + " >/dev/null 2>&1 & echo $! > " + pidfile.string();
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  long sweep_pid = 0;
+  for (int i = 0; i < 100 && !sweep_pid; ++i) {
+    std::ifstream(pidfile) >> sweep_pid;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_GT(sweep_pid, 0);
+  // Wait for the child (its command line is `attnbench run ... --seed 918273`) to hang.
+  std::vector<long> child;
+  for (int i = 0; i < 200; ++i) {
+    for (long p : processes_with(marker))
+      if (p != sweep_pid) child.push_back(p);
+    if (!child.empty()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_FALSE(child.empty()) << "the sweep's child never started";
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  kill(static_cast<pid_t>(sweep_pid), SIGKILL);
+  bool gone = false;
+  for (int i = 0; i < 100 && !gone; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    gone = processes_with(marker).empty();
+  }
+  for (long p : processes_with(marker)) kill(static_cast<pid_t>(p), SIGKILL);  // never leave one behind
+  EXPECT_TRUE(gone) << "the child outlived the sweep";
+  fs::remove(out);
+  fs::remove(pidfile);
+}
+
+TEST(Hardening, TimeLimitMustBeFinite) {
+  for (const char* v : {"nan", "inf", "1e309", "-1"}) {
+    auto e = test::exec(std::string("sweep --attn flash --seq 16 --out /tmp/never_written.json --time-limit ") + v);
+    EXPECT_EQ(e.code, 2) << v << ": " << e.out;
+    EXPECT_FALSE(fs::exists("/tmp/never_written.json"));
+  }
+}
+
+}  // namespace
+}  // namespace ab
+
+namespace ab {
+namespace {
+
+// 6, 7, 12. Sizes and ranges that overflow, grids too large to make, and limits that are not
+// numbers are refused at once with exit 2 (before: overflow, memory exhaustion, or silence).
+TEST(Hardening, OverflowingSizesRangesAndLimitsExitTwoAtOnce) {
+  const std::string base = "run --attn flash,linear --reps 1 --min-time 0 ";
+  struct Case {
+    std::string args, says;
+  };
+  const std::vector<Case> cases = {
+      {"--seq 1:9223372036854775807:x2", "exceed any machine"},  // 63 values, the last ones too large
+      {"--seq 1:100000000:+1", "more than 10000 values"},
+      {"--seq 9223372036854775807", "exceed any machine"},
+      {"--seq 100000000 --heads 1000000 --batch 1000000", "exceed any machine"},
+      {"--seq 16 --heads 1 --batch 2:4000:+1 --dhead 1:40:+1 --threads 1,2", "more than 100000 points"},
+      {"--seq 16 --mem-limit 0.5", "memory size"},
+      {"--seq 16 --min-time inf", "--min-time"},
+      {"--seq 16 --min-time nan", "--min-time"},
+      {"--seq 16 --seed ''", "--seed"},
+  };
+  for (const auto& c : cases) {
+    auto e = test::exec(base + c.args);
+    EXPECT_EQ(e.code, 2) << c.args << ": " << e.out;
+    EXPECT_NE(e.out.find(c.says), std::string::npos) << c.args << ": " << e.out;
+  }
+}
+
+}  // namespace
+}  // namespace ab
+
+namespace ab {
+namespace {
+namespace fs = std::filesystem;
+
+// 2. Two writers of one result file: the second is refused, naming the first's pid (before,
+// both exited 0 and one sweep's points were lost).
+TEST(Hardening, SecondWriterOfAResultFileIsRefused) {
+  const fs::path out = test::temp_path("locked_sweep.json"), pidfile = test::temp_path("locked_sweep.pid");
+  fs::remove(out);
+  const std::string marker = "--seed 827364";
+  const std::string first = "ATTNBENCH_FAULT=hang:N:16 " + std::string(ATTNBENCH_EXE) +
+                            " sweep --attn flash --seq 16 --heads 1 --dhead 4 --reps 1 --min-time 0 --time-limit 0 " + marker +
+                            " --out " + out.string() + " >/dev/null 2>&1 & echo $! > " + pidfile.string();
+  ASSERT_EQ(std::system(first.c_str()), 0);
+  long sweep_pid = 0;
+  for (int i = 0; i < 100 && !sweep_pid; ++i) {
+    std::ifstream(pidfile) >> sweep_pid;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_GT(sweep_pid, 0);
+  // The first sweep holds the lock once its child runs.
+  for (int i = 0; i < 200 && processes_with(marker).size() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  auto e = test::exec("sweep --attn linear --seq 16 --heads 1 --dhead 4 --reps 1 --min-time 0 --resume --out " + out.string());
+  EXPECT_EQ(e.code, 2) << e.out;
+  EXPECT_NE(e.out.find("pid " + std::to_string(sweep_pid)), std::string::npos) << e.out;
+  e = test::exec("train --task copy --seq 16 --layers 1 --dmodel 8 --heads 1 --mlp 8 --steps 1 --out " + out.string());
+  EXPECT_EQ(e.code, 2) << e.out;
+  kill(static_cast<pid_t>(sweep_pid), SIGKILL);
+  for (int i = 0; i < 100 && !processes_with(marker).empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  for (long p : processes_with(marker)) kill(static_cast<pid_t>(p), SIGKILL);
+  // The holder is gone (killed: its lock file stays behind), and the lock went with it.
+  e = test::exec("sweep --attn linear --seq 16 --heads 1 --dhead 4 --reps 1 --min-time 0 --resume --out " + out.string());
+  EXPECT_EQ(e.code, 0) << e.out;
+  EXPECT_FALSE(fs::exists(out.string() + ".lock")) << "a finished writer removes its lock file";
+  fs::remove(out);
+  fs::remove(out.string() + ".lock");
+  fs::remove(pidfile);
+}
+
+}  // namespace
+}  // namespace ab
