@@ -156,7 +156,12 @@ CompareOutcome compare_files(const ResultFile& base, const ResultFile& next, con
 int cmd_compare(const std::string& base, const std::string& next, const CompareOptions& o) {
   std::vector<ResultFile> files = read_result_files({base, next});
   filter_result_files(files, o.filter);
+  require_points(files);
   const ResultFile &bf = files[0], &nf = files[1];
+  // A gate on instruction counts whose base has none would pass everything: an input error.
+  if (o.metric == "instructions" &&
+      std::none_of(bf.points.begin(), bf.points.end(), [](const PointResult& r) { return r.instructions.has_value(); }))
+    throw InvalidInput(fmt::format("{} has no instruction counts (run it with --instructions) to compare against", base));
   // Bad options and files without a common point are input errors (exit 2) whatever the machines.
   const CompareOutcome c = compare_files(bf, nf, o);
   // Wall times from two machines measure the machines: such a pair is refused (exit 3, so a gate

@@ -426,9 +426,18 @@ std::vector<std::string> point_args(const PointId& id, const RunOptions& o) {
   return a;
 }
 
+std::string shell_quote(const std::string& arg) {
+  static const std::string plain = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./:=,+@%";
+  if (!arg.empty() && arg.find_first_not_of(plain) == std::string::npos) return arg;
+  std::string out = "'";
+  for (char c : arg) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
 std::string point_label(const PointId& id, const RunOptions& o) {
+  // Every argument quoted where a shell would split or expand it: the label re-runs through sh -c.
   std::string s = "attnbench";
-  for (const auto& a : point_args(id, o)) s += " " + a;
+  for (const auto& a : point_args(id, o)) s += " " + shell_quote(a);
   return s;
 }
 

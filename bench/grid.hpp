@@ -76,6 +76,9 @@ std::vector<PointId> filter_points(std::vector<PointId> points, const std::strin
 // The arguments of the `attnbench run` command that reproduces one point (without the program
 // name), and that command as one line: the label of every result entry.
 std::vector<std::string> point_args(const PointId& id, const RunOptions& o);
+// An argument as a POSIX shell reads it back: as it is when it is plain, else in single quotes.
+std::string shell_quote(const std::string& arg);
+
 std::string point_label(const PointId& id, const RunOptions& o);
 
 }  // namespace ab

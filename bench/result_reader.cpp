@@ -4,8 +4,12 @@
 
 #include <algorithm>
 
+#include <sys/stat.h>
+
+#include <cmath>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
 
@@ -39,6 +43,40 @@ std::optional<double> counter(const nlohmann::json& e, const char* key) {
   if (!e.contains(key) || !e.at(key).is_number()) return std::nullopt;
   return e.at(key).get<double>();
 }
+
+// A number of a repetition that must be finite and at least `min` (times, counts, bytes).
+double checked(const nlohmann::json& e, const char* key, const std::string& where, double min, bool required) {
+  if (!e.contains(key)) {
+    if (required) throw InvalidInput(fmt::format("{} has no '{}'", where, key));
+    return min;
+  }
+  const auto& v = e.at(key);
+  if (!v.is_number()) throw InvalidInput(fmt::format("{}: '{}' is not a number", where, key));
+  const double x = v.get<double>();
+  if (!std::isfinite(x) || x < min) throw InvalidInput(fmt::format("{}: '{}' is {}, not a finite number >= {}", where, key, x, min));
+  return x;
+}
+
+// The deepest nesting of arrays and objects in a JSON text (strings skipped), so that a hostile
+// file cannot overflow the parser's stack: result files nest four levels.
+int json_depth(const std::string& text) {
+  int depth = 0, deepest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
 }  // namespace
 
 ResultFile parse_result_document(const nlohmann::json& doc, const std::string& path) {
@@ -46,8 +84,13 @@ ResultFile parse_result_document(const nlohmann::json& doc, const std::string& p
   rf.path = path;
   if (!doc.is_object() || !doc.contains("benchmarks") || !doc.at("benchmarks").is_array())
     throw InvalidInput(fmt::format("{} is not a result file: no 'benchmarks' array", path));
-  rf.context = doc.value("context", nlohmann::json::object());
+  rf.context = doc.contains("context") ? doc.at("context") : nlohmann::json::object();
   if (!rf.context.is_object()) throw InvalidInput(fmt::format("{}: 'context' is not an object", path));
+  for (const char* key : {"machine_id", "cpu_model", "git_commit", "command"})
+    if (rf.context.contains(key) && !rf.context.at(key).is_string())
+      throw InvalidInput(fmt::format("{}: context '{}' is not a string", path, key));
+  if (rf.context.contains("gemm_gflops_per_s_1thread") && !rf.context.at("gemm_gflops_per_s_1thread").is_number())
+    throw InvalidInput(fmt::format("{}: context 'gemm_gflops_per_s_1thread' is not a number", path));
   if (rf.context.contains("json_schema_version")) {
     const auto& v = rf.context.at("json_schema_version");
     if (!v.is_number_integer() || v.get<int64_t>() < 1)
@@ -58,6 +101,7 @@ ResultFile parse_result_document(const nlohmann::json& doc, const std::string& p
   }
   const double file_gemm = rf.context.value("gemm_gflops_per_s_1thread", 0.0);
   std::map<std::string, size_t> index;  // point name -> position in rf.points
+  std::set<std::string> seen;            // name#repetition: each once
   const auto& entries = doc.at("benchmarks");
   for (size_t i = 0; i < entries.size(); ++i) {
     const auto& e = entries[i];
@@ -71,7 +115,9 @@ ResultFile parse_result_document(const nlohmann::json& doc, const std::string& p
       r.id = read_point(e, name, where);
       if (r.id.name() != name)
         throw InvalidInput(fmt::format("{}: its name '{}' does not match its point fields ('{}')", where, name, r.id.name()));
-      r.label = e.value("label", "");
+      r.label = e.contains("label") && e.at("label").is_string() ? e.at("label").get<std::string>() : "";
+      if (e.contains("error_occurred") && !e.at("error_occurred").is_boolean())
+        throw InvalidInput(fmt::format("{}: 'error_occurred' is not true or false", where));
       if (e.value("error_occurred", false)) {
         r.status = parse_status(field<std::string>(e, "error_message", where), &r.message);
       } else {
@@ -86,9 +132,17 @@ ResultFile parse_result_document(const nlohmann::json& doc, const std::string& p
     PointResult& r = rf.points[it->second];
     if (r.status == Status::OK) {
       const double unit = 1e-3;  // time_unit ms
-      if (e.value("time_unit", "ms") != "ms") throw InvalidInput(where + ": time_unit is not ms");
-      r.reps.push_back({field<double>(e, "real_time", where) * unit, field<double>(e, "cpu_time", where) * unit,
-                        field<int64_t>(e, "iterations", where), std::nullopt});
+      if (field<std::string>(e, "time_unit", where) != "ms") throw InvalidInput(where + ": time_unit is not ms");
+      const int64_t rep = static_cast<int64_t>(checked(e, "repetition_index", where, 0, true));
+      if (!seen.insert(name + "#" + std::to_string(rep)).second)
+        throw InvalidInput(fmt::format("{}: point {} repetition {} appears twice in the file", where, name, rep));
+      const double real = checked(e, "real_time", where, 0, true), cpu = checked(e, "cpu_time", where, 0, true);
+      if (!(real > 0)) throw InvalidInput(fmt::format("{}: 'real_time' is {}, not a positive time", where, real));
+      const auto& iters = e.contains("iterations") ? e.at("iterations") : nlohmann::json();
+      if (!iters.is_number_integer() || iters.get<int64_t>() < 1)
+        throw InvalidInput(fmt::format("{}: 'iterations' is not a positive integer", where));
+      for (const char* bytes : {"peak_bytes", "peak_rss_bytes", "flops"}) checked(e, bytes, where, 0, false);
+      r.reps.push_back({real * unit, cpu * unit, iters.get<int64_t>(), std::nullopt});
       // Every stored metric, through the one list of fields (derived rates are recomputed).
       for (const auto& f : result_fields())
         if (f.store)
@@ -108,17 +162,35 @@ std::vector<ResultFile> read_result_files(const std::vector<std::string>& paths)
 }
 
 ResultFile read_result_file(const std::string& path) {
+  // A FIFO or a device would block the read forever, a directory reads as nothing: only a
+  // regular file (through links) is a result file.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) throw InvalidInput(fmt::format("cannot read result file {}: it does not exist", path));
+  if (!S_ISREG(st.st_mode)) throw InvalidInput(fmt::format("{} is not a regular file (a directory, FIFO or device)", path));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InvalidInput(fmt::format("cannot read result file {}", path));
   std::stringstream ss;
   ss << in.rdbuf();
+  const std::string text = ss.str();
+  if (const int depth = json_depth(text); depth > 64)
+    throw InvalidInput(fmt::format("{} nests {} levels deep; a result file nests a few: not a result file", path, depth));
   nlohmann::json doc;
   try {
-    doc = nlohmann::json::parse(ss.str());
-  } catch (const nlohmann::json::parse_error& e) {
+    doc = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
     throw InvalidInput(fmt::format("{} is not valid JSON (truncated or corrupt?): {}", path, e.what()));
   }
-  return parse_result_document(doc, path);
+  try {
+    return parse_result_document(doc, path);
+  } catch (const nlohmann::json::exception& e) {
+    // A field of an unexpected type that the checks above did not name.
+    throw InvalidInput(fmt::format("{}: {}", path, e.what()));
+  }
+}
+
+void require_points(const std::vector<ResultFile>& files) {
+  for (const auto& f : files)
+    if (f.points.empty()) throw InvalidInput(fmt::format("{} holds no points (an empty result file)", f.path));
 }
 
 void filter_result_files(std::vector<ResultFile>& files, const std::string& regex) {

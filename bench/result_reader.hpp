@@ -22,6 +22,9 @@ std::vector<ResultFile> read_result_files(const std::vector<std::string>& paths)
 
 // --filter on files: keeps the points whose name matches `regex` (point.hpp NameFilter) in each
 // file. InvalidInput when a non-empty filter leaves no point in any of them.
+// An empty result file is an error for the verbs that compare points (table, compare).
+void require_points(const std::vector<ResultFile>& files);
+
 void filter_result_files(std::vector<ResultFile>& files, const std::string& regex);
 ResultFile parse_result_document(const nlohmann::json& doc, const std::string& path);
 

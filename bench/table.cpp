@@ -264,6 +264,7 @@ int cmd_table(const std::vector<std::string>& paths, const TableOptions& o) {
   find_metric(o.metric);  // bad options are reported before any file is read
   auto files = read_result_files(paths);
   filter_result_files(files, o.filter);
+  require_points(files);
   std::cout << make_table(files, o);
   return 0;
 }

@@ -55,12 +55,18 @@ int cmd_list_tasks(const TaskOptions& opts, int width) {
 int cmd_task_sample(const TaskCliOptions& o) {
   if (o.format != "md" && o.format != "jsonl") throw unknown_name("format", o.format, {"md", "jsonl"}, "formats");
   if (o.scale < 1 || o.scale > 64) throw InvalidInput(fmt::format("--scale must be 1 to 64, got {}", o.scale));
-  if (o.count < 1) throw InvalidInput("--count must be at least 1");
-  if (o.first < 0) throw InvalidInput("--first must not be negative");
+  if (o.count < 1 || o.count > 100000) throw InvalidInput(fmt::format("--count must be 1 to 100000, got {}", o.count));
+  // An example index is an int64 the generators multiply (by the length, by strides): bounded.
+  if (o.first < 0 || o.first > (int64_t{1} << 40))
+    throw InvalidInput(fmt::format("--first must be 0 to 2^40, got {}", o.first));
   const auto task = make_task(o.task, o.task_opts);
   if (!o.png_dir.empty()) {
     if (task->image_side() == 0) throw InvalidInput(fmt::format("--png: {} is not an image task", o.task));
-    std::filesystem::create_directories(o.png_dir);
+    std::error_code ec;
+    if (std::filesystem::exists(o.png_dir, ec) && !std::filesystem::is_directory(o.png_dir, ec))
+      throw InvalidInput(fmt::format("--png {} exists and is not a directory", o.png_dir));
+    std::filesystem::create_directories(o.png_dir, ec);
+    if (ec) throw InvalidInput(fmt::format("--png {}: cannot create the directory: {}", o.png_dir, ec.message()));
   }
   if (o.format == "md") std::cout << fmt::format("# {}: N = {}, source: {}\n", o.task, task->seq(), task->source());
   for (int64_t i = o.first; i < o.first + o.count; ++i) {
@@ -95,7 +101,7 @@ int cmd_task_sample(const TaskCliOptions& o) {
 
 int cmd_task_rate(const TaskCliOptions& o) {
   if (o.reps < 1) throw InvalidInput("--reps must be at least 1");
-  if (o.threads < 1) throw InvalidInput("--threads must be at least 1");
+  if (o.threads < 1 || o.threads > 1024) throw InvalidInput(fmt::format("--threads must be 1 to 1024, got {}", o.threads));
   const auto& info = find_task(o.task);
   const auto task = make_task(o.task, o.task_opts);
   const int64_t batch = o.batch > 0 ? o.batch : info.model.batch;

@@ -107,6 +107,7 @@ class ImageTask final : public Task {
                                      "and no Fashion-MNIST IDX files", dir, split == Split::test ? "test batch" : "batches"));
     std::sort(paths.begin(), paths.end());
     for (const auto& p : paths) {
+      require_regular_file(p.string());
       std::ifstream in(p, std::ios::binary);
       if (!in) throw InvalidInput(fmt::format("{}: cannot open", p.string()));
       std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -159,6 +160,7 @@ class ImageTask final : public Task {
   static std::vector<unsigned char> read_idx(const std::string& dir, const std::string& name, int dims) {
     fs::path path = fs::path(dir) / (name + ".gz");
     if (!fs::exists(path)) path = fs::path(dir) / name;
+    require_regular_file(path.string());
     gzFile f = gzopen(path.c_str(), "rb");  // reads plain files too
     if (!f) throw InvalidInput(fmt::format("{}: cannot open", path.string()));
     std::vector<unsigned char> bytes;

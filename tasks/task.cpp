@@ -1,6 +1,8 @@
 // The task registry (explicit, in one place), batching, and helpers shared by the tasks.
 #include "tasks/task.hpp"
 
+#include <filesystem>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <zlib.h>
@@ -264,6 +266,14 @@ void write_png_grey(const std::string& path, const std::vector<int32_t>& pixels,
   if (!f) throw InvalidInput("cannot write " + path);
   std::fwrite(out.data(), 1, out.size(), f);
   std::fclose(f);
+}
+
+void require_regular_file(const std::string& path) {
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  if (!std::filesystem::exists(st)) throw InvalidInput(fmt::format("{}: cannot open (missing?)", path));
+  if (!std::filesystem::is_regular_file(st))
+    throw InvalidInput(fmt::format("{} is not a regular file (a directory, FIFO or device)", path));
 }
 
 }  // namespace ab

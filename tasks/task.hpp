@@ -138,6 +138,10 @@ std::string listops_layout(const std::vector<int32_t>& tokens, size_t width = 96
 // characters per pixel, and a key of the glyphs.
 std::string ascii_art(const std::vector<int32_t>& pixels, int64_t side, int64_t step);
 // Writes an 8-bit grey PNG.
+// A data file must be a regular file (through links): a directory reads as nothing and a FIFO
+// blocks forever. Throws InvalidInput naming the path.
+void require_regular_file(const std::string& path);
+
 void write_png_grey(const std::string& path, const std::vector<int32_t>& pixels, int64_t width, int64_t height);
 
 }  // namespace ab

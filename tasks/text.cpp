@@ -76,6 +76,7 @@ std::vector<std::string> split_tabs(const std::string& line) {
 // Records of a TSV file with `fields` columns: (label, fields...). Every record must end with a
 // newline (a file cut short loses its last one) and have a label of 0 or 1.
 std::vector<std::pair<int32_t, std::vector<std::string>>> read_tsv(const fs::path& path, size_t fields) {
+  require_regular_file(path.string());
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InvalidInput(fmt::format("{}: cannot open (missing?)", path.string()));
   std::stringstream ss;

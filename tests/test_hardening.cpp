@@ -9,11 +9,13 @@
 #include <chrono>
 #include <csignal>
 #include <filesystem>
+#include <functional>
 #include <thread>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "bench/grid.hpp"
 #include "tests/helpers.hpp"
 
 namespace ab {
@@ -276,6 +278,156 @@ TEST(Hardening, SecondWriterOfAResultFileIsRefused) {
   fs::remove(out);
   fs::remove(out.string() + ".lock");
   fs::remove(pidfile);
+}
+
+}  // namespace
+}  // namespace ab
+
+namespace ab {
+namespace {
+namespace fs = std::filesystem;
+
+// A valid one-point result file, written by the binary (the malformed ones below are edits of it).
+nlohmann::json small_result(const std::string& name) {
+  const fs::path p = test::temp_path(name);
+  fs::remove(p);
+  const auto e = test::exec("run --attn flash --seq 16 --heads 1 --dhead 4 --reps 2 --min-time 0 --out " + p.string());
+  EXPECT_EQ(e.code, 0) << e.out;
+  std::ifstream f(p);
+  return nlohmann::json::parse(f);
+}
+
+// 8, 9, 10. Every reader refuses, with exit 2 and the file named, a file that is not a regular
+// file, nests too deep, or holds fields of the wrong type or range (before: a stack overflow, a
+// hang, or exit 1 with a raw library message, which for compare reads as a regression).
+TEST(Hardening, MalformedResultFilesExitTwoNamingTheFile) {
+  const nlohmann::json good = small_result("reader_good.json");
+  const fs::path good_path = test::temp_path("reader_good.json");
+  std::vector<std::pair<std::string, std::string>> cases;  // (what, file text)
+  auto edited = [&](const std::string& what, const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json d = good;
+    edit(d);
+    cases.push_back({what, d.dump()});
+  };
+  edited("context is an array", [](nlohmann::json& d) { d["context"] = nlohmann::json::array({1}); });
+  edited("numeric machine_id", [](nlohmann::json& d) { d["context"]["machine_id"] = 7; });
+  edited("error_occurred is a string", [](nlohmann::json& d) { d["benchmarks"][0]["error_occurred"] = "yes"; });
+  edited("negative time", [](nlohmann::json& d) { d["benchmarks"][0]["real_time"] = -1.0; });
+  edited("zero time", [](nlohmann::json& d) { d["benchmarks"][0]["real_time"] = 0.0; });
+  edited("zero iterations", [](nlohmann::json& d) { d["benchmarks"][0]["iterations"] = 0; });
+  edited("fractional iterations", [](nlohmann::json& d) { d["benchmarks"][0]["iterations"] = 1.5; });
+  edited("negative memory", [](nlohmann::json& d) { d["benchmarks"][0]["peak_bytes"] = -5.0; });
+  edited("no time_unit", [](nlohmann::json& d) { d["benchmarks"][0].erase("time_unit"); });
+  edited("no repetition_index", [](nlohmann::json& d) { d["benchmarks"][0].erase("repetition_index"); });
+  edited("a repetition twice", [](nlohmann::json& d) { d["benchmarks"][1]["repetition_index"] = d["benchmarks"][0]["repetition_index"]; });
+  edited("no points", [](nlohmann::json& d) { d["benchmarks"] = nlohmann::json::array(); });
+  std::string text = good.dump();
+  cases.push_back({"real_time 1e309", text.replace(text.find("\"real_time\":") + 12, 1, "1e309,\"x\":")});
+  cases.push_back({"nested 200000 deep", std::string(200000, '[') + std::string(200000, ']')});
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const fs::path bad = test::temp_path("reader_bad_" + std::to_string(i) + ".json");
+    write(bad, cases[i].second);
+    std::vector<std::string> verbs = {"table " + bad.string(), "compare " + good_path.string() + " " + bad.string(),
+                                      "compare " + bad.string() + " " + good_path.string()};
+    // An empty file is a valid (empty) shard to merge; every other case is refused by merge too.
+    if (cases[i].first != "no points") verbs.push_back("merge " + bad.string() + " --out " + bad.string() + ".merged");
+    for (const std::string& verb : verbs) {
+      const auto e = test::exec(verb);
+      EXPECT_EQ(e.code, 2) << cases[i].first << ": " << verb << ": " << e.out.substr(0, 300);
+      EXPECT_NE(e.out.find(bad.string()), std::string::npos) << cases[i].first << ": " << e.out.substr(0, 300);
+      EXPECT_FALSE(fs::exists(bad.string() + ".merged"));
+    }
+    fs::remove(bad);
+  }
+  // A FIFO would block a reader forever; a directory is not a file.
+  const fs::path fifo = test::temp_path("reader_fifo.json");
+  fs::remove(fifo);
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
+  for (const fs::path& p : {fifo, fs::path(::testing::TempDir())}) {
+    const auto e = test::exec("table " + p.string());
+    EXPECT_EQ(e.code, 2) << e.out;
+    EXPECT_NE(e.out.find("not a regular file"), std::string::npos) << e.out;
+  }
+  fs::remove(fifo);
+  // 11. A gate on instruction counts against a base without them is an input error, not a pass.
+  const auto e = test::exec("compare " + good_path.string() + " " + good_path.string() + " --metric instructions");
+  EXPECT_EQ(e.code, 2) << e.out;
+  fs::remove(good_path);
+}
+
+// 14, 15. An error line stays short whatever it quotes, and a point's label re-runs through sh -c
+// even when an argument has spaces or quotes.
+TEST(Hardening, ErrorLinesAreBoundedAndLabelsAreShellQuoted) {
+  const auto e = test::exec("run --attn " + std::string(100000, 'x'));
+  EXPECT_EQ(e.code, 2);
+  EXPECT_LT(e.out.size(), 600u) << e.out.substr(0, 600);
+  EXPECT_EQ(std::count(e.out.begin(), e.out.end(), '\n'), 1) << e.out.substr(0, 600);
+
+  EXPECT_EQ(shell_quote("plain-256:x2"), "plain-256:x2");
+  EXPECT_EQ(shell_quote("my data"), "'my data'");
+  EXPECT_EQ(shell_quote("it's"), "'it'\\''s'");
+  EXPECT_EQ(shell_quote(""), "''");
+  // A data directory with a space and a quote in its name: the label names it so that sh -c
+  // passes it back as one argument.
+  const fs::path dir = test::temp_path("my data's dir");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  write(dir / "text.tsv", "1\tgood good good\n0\tbad bad bad\n1\tgood\n0\tbad\n1\tgood\n0\tbad\n1\tgood\n0\tbad\n1\tgood\n0\tbad\n"
+                           "1\tgood\n0\tbad\n1\tgood\n0\tbad\n1\tgood\n0\tbad\n1\tgood\n0\tbad\n1\tgood\n0\tbad\n");
+  const fs::path out = test::temp_path("quoted_label.json");
+  fs::remove(out);
+  const std::string args = "run --level model --task text --seq 64 --batch 2 --layers 1 --dmodel 8 --heads 1 --mlp 8 --mode fwd "
+                           "--reps 1 --min-time 0 --data-dir " + shell_quote(dir.string()) + " --out " + out.string();
+  const int st = std::system((std::string(ATTNBENCH_EXE) + " " + args + " >/dev/null 2>&1").c_str());
+  ASSERT_EQ(WEXITSTATUS(st), 0);
+  std::ifstream f(out);
+  const auto doc = nlohmann::json::parse(f);
+  std::string label = doc["benchmarks"][0]["label"].get<std::string>();
+  ASSERT_EQ(label.rfind("attnbench ", 0), 0u) << label;
+  label.replace(0, std::string("attnbench").size(), ATTNBENCH_EXE);
+  const int again = std::system(("sh -c " + shell_quote(label + " >/dev/null 2>&1")).c_str());
+  EXPECT_EQ(WEXITSTATUS(again), 0) << label;
+  fs::remove_all(dir);
+  fs::remove(out);
+}
+
+}  // namespace
+}  // namespace ab
+
+namespace ab {
+namespace {
+namespace fs = std::filesystem;
+
+// 9, 12, 13. Data files that are directories or FIFOs, a --png path that is a file, and out-of-range
+// counts are refused with exit 2 naming the path or the option (before: exit 1 with a library
+// message, a hang, or an overflow).
+TEST(Hardening, TaskInputsThatAreNotFilesOrOutOfRangeExitTwo) {
+  const fs::path file = test::temp_path("png_is_a_file");
+  write(file, "mine");
+  auto e = test::exec("task sample --task image --count 1 --png " + file.string());
+  EXPECT_EQ(e.code, 2) << e.out;
+  EXPECT_NE(e.out.find(file.string()), std::string::npos) << e.out;
+  EXPECT_EQ(slurp(file), "mine");
+  fs::remove(file);
+
+  const fs::path dir = test::temp_path("data_dir_with_a_dir");
+  fs::remove_all(dir);
+  fs::create_directories(dir / "text.tsv");  // a directory where the file should be
+  e = test::exec("train --task text --seq 64 --layers 1 --dmodel 8 --heads 1 --mlp 8 --steps 1 --data-dir " + dir.string());
+  EXPECT_EQ(e.code, 2) << e.out;
+  EXPECT_NE(e.out.find("not a regular file"), std::string::npos) << e.out;
+  fs::remove_all(dir / "text.tsv");
+  ASSERT_EQ(mkfifo((dir / "text.tsv").c_str(), 0644), 0);
+  e = test::exec("train --task text --seq 64 --layers 1 --dmodel 8 --heads 1 --mlp 8 --steps 1 --data-dir " + dir.string());
+  EXPECT_EQ(e.code, 2) << e.out;
+  EXPECT_NE(e.out.find("not a regular file"), std::string::npos) << e.out;
+  fs::remove_all(dir);
+
+  for (const std::string bad : {"task sample --task listops --first 9223372036854775000", "task sample --task listops --count 0",
+                                "task rate --task copy --threads 100000", "run --level model --task text --mlp 1000000000000"}) {
+    e = test::exec(bad);
+    EXPECT_EQ(e.code, 2) << bad << ": " << e.out;
+  }
 }
 
 }  // namespace
