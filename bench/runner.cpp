@@ -169,6 +169,19 @@ PreparedPoint prepare_point(const PointId& id, const RunOptions& opts) {
     }
     return pp;
   }
+  // Over the limit by its inputs and outputs alone: refused before the mechanism builds anything
+  // (a sparse pattern's segments at N = 10^7 take minutes to lay out, only to be refused).
+  auto over_limit = [&](size_t bytes) -> PreparedPoint {
+    const std::string need = format_gib(static_cast<double>(bytes)), limit = format_gib(static_cast<double>(opts.mem_limit));
+    if (!opts.oom_as_status)
+      throw InvalidInput(fmt::format("{} at N={} needs {} (predicted), above --mem-limit {}", id.mechanism, s.N, need, limit));
+    pp.status = Status::OOM;
+    pp.message = fmt::format("predicted {}, above --mem-limit {}", need, limit);
+    pp.predicted_bytes = bytes;
+    pp.impl.reset();
+    return std::move(pp);
+  };
+  if (opts.mem_limit && io_bytes(id) > opts.mem_limit) return over_limit(io_bytes(id));
   pp.impl = pp.info->make(problem_of(id), id.params);
   pp.impl->validate();
   const Mode mode = attention_mode(id.mode);
@@ -185,9 +198,7 @@ PreparedPoint prepare_point(const PointId& id, const RunOptions& opts) {
     auto f = find_mechanism("flash").make(problem_of(ref), ref.params);
     pp.predicted_bytes += f->working_bytes(Mode::fwd) + static_cast<size_t>(ref.shape.numel()) * sizeof(float);
   }
-  if (opts.mem_limit && pp.predicted_bytes > opts.mem_limit)
-    throw InvalidInput(fmt::format("{} at N={} needs {} (predicted), above --mem-limit {}", id.mechanism,
-                                   s.N, format_gib(static_cast<double>(pp.predicted_bytes)), format_gib(static_cast<double>(opts.mem_limit))));
+  if (opts.mem_limit && pp.predicted_bytes > opts.mem_limit) return over_limit(pp.predicted_bytes);
   return pp;
 }
 

@@ -168,16 +168,12 @@ int run_sweep(const std::vector<PointId>& full_grid, const RunOptions& opts, con
     double flops = 0;
   };
   std::vector<Planned> plan;
-  RunOptions no_limit = opts;
-  no_limit.mem_limit = 0;
+  RunOptions plan_opts = opts;
+  plan_opts.oom_as_status = true;  // a point over --mem-limit is a row marked OOM, not an abort
   for (const auto& id : grid) {
-    PreparedPoint pp = prepare_point(id, no_limit);
+    PreparedPoint pp = prepare_point(id, plan_opts);
     Planned p{id, pp.status, pp.message, pp.flops};
-    if (p.status == Status::OK && opts.mem_limit && pp.predicted_bytes > opts.mem_limit) {
-      p.status = Status::OOM;
-      p.message = fmt::format("predicted {}, above --mem-limit {}; not run", format_gib(static_cast<double>(pp.predicted_bytes)),
-                              format_gib(static_cast<double>(opts.mem_limit)));
-    }
+    if (p.status == Status::OOM) p.message += "; not run";
     plan.push_back(std::move(p));
   }
 

@@ -231,6 +231,16 @@ TEST(Hardening, OverflowingSizesRangesAndLimitsExitTwoAtOnce) {
       {"--seq 16 --min-time nan", "--min-time"},
       {"--seq 16 --seed ''", "--seed"},
   };
+  // A point over the memory limit is refused before its mechanism lays anything out (bigbird's
+  // segments at N = 10^7 took minutes), in run (exit 2) and in a sweep's plan (an OOM row).
+  auto e = test::exec("run --attn bigbird --seq 10000000 --mem-limit 1G");
+  EXPECT_EQ(e.code, 2) << e.out;
+  EXPECT_NE(e.out.find("above --mem-limit"), std::string::npos) << e.out;
+  const std::string swept = test::temp_path("oom_sweep.json");
+  std::filesystem::remove(swept);
+  e = test::exec("sweep --attn all --seq 10000000 --mem-limit 1G --out " + swept);
+  EXPECT_EQ(e.code, 0) << e.out;
+  std::filesystem::remove(swept);
   for (const auto& c : cases) {
     auto e = test::exec(base + c.args);
     EXPECT_EQ(e.code, 2) << c.args << ": " << e.out;
