@@ -67,7 +67,11 @@ std::string export_files(const std::vector<std::string>& paths, const ExportOpti
     const nlohmann::json doc = nlohmann::json::parse(in);
     const nlohmann::json& ctx = doc.at("context");
     for (const auto& entry : doc.at("benchmarks")) {
-      if (!keep(entry.value("run_name", entry.value("name", "")))) continue;
+      // Aggregate entries are not checked by the reader (it derives them): read their name warily.
+      std::string name;
+      for (const char* key : {"run_name", "name"})
+        if (name.empty() && entry.contains(key) && entry.at(key).is_string()) name = entry.at(key).get<std::string>();
+      if (!keep(name)) continue;
       Row row;
       flatten(entry, "", row);
       for (const auto& [k, v] : row) keys.insert(k);
