@@ -140,12 +140,6 @@ TEST(Hardening, UnwritableOutIsRefusedBeforeRunning) {
   EXPECT_EQ(e.out.find("[1/1]"), std::string::npos) << "no point may run: " << e.out;
 }
 
-}  // namespace
-}  // namespace ab
-
-namespace ab {
-namespace {
-namespace fs = std::filesystem;
 
 // The processes whose command line contains `marker` (from /proc).
 std::vector<long> processes_with(const std::string& marker) {
@@ -161,31 +155,35 @@ std::vector<long> processes_with(const std::string& marker) {
   return out;
 }
 
-// 4. A sweep killed by SIGKILL takes its running child with it (before, the child ran on with no
-// time limit).
-TEST(Hardening, KilledSweepTakesItsChildWithIt) {
-  const fs::path out = test::temp_path("orphan_sweep.json"), pidfile = test::temp_path("orphan_sweep.pid");
+// Starts, in the background, a sweep whose one child hangs (ATTNBENCH_FAULT), its command lines
+// marked by `marker`; returns the sweep's pid once its child is running (0 if it never started).
+long start_hanging_sweep(const fs::path& out, const std::string& marker) {
+  const fs::path pidfile = out.string() + ".pid";
   fs::remove(out);
-  const std::string marker = "--seed 918273";
+  fs::remove(pidfile);
   const std::string cmd = "ATTNBENCH_FAULT=hang:N:16 " + std::string(ATTNBENCH_EXE) +
                           " sweep --attn flash --seq 16 --heads 1 --dhead 4 --reps 1 --min-time 0 --time-limit 0 " + marker +
                           " --out " + out.string() + " >/dev/null 2>&1 & echo $! > " + pidfile.string();
-  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  if (std::system(cmd.c_str()) != 0) return 0;
   long sweep_pid = 0;
   for (int i = 0; i < 100 && !sweep_pid; ++i) {
     std::ifstream(pidfile) >> sweep_pid;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  ASSERT_GT(sweep_pid, 0);
-  // Wait for the child (its command line is `attnbench run ... --seed 918273`) to hang.
-  std::vector<long> child;
-  for (int i = 0; i < 200; ++i) {
-    for (long p : processes_with(marker))
-      if (p != sweep_pid) child.push_back(p);
-    if (!child.empty()) break;
+  fs::remove(pidfile);
+  // The child's command line (`attnbench run ... <marker>`) carries the marker too.
+  for (int i = 0; i < 200 && sweep_pid && processes_with(marker).size() < 2; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ASSERT_FALSE(child.empty()) << "the sweep's child never started";
+  return processes_with(marker).size() >= 2 ? sweep_pid : 0;
+}
+
+// 4. A sweep killed by SIGKILL takes its running child with it (before, the child ran on with no
+// time limit).
+TEST(Hardening, KilledSweepTakesItsChildWithIt) {
+  const fs::path out = test::temp_path("orphan_sweep.json");
+  const std::string marker = "--seed 918273";
+  const long sweep_pid = start_hanging_sweep(out, marker);
+  ASSERT_GT(sweep_pid, 0) << "the sweep's child never started";
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   kill(static_cast<pid_t>(sweep_pid), SIGKILL);
   bool gone = false;
@@ -196,7 +194,6 @@ TEST(Hardening, KilledSweepTakesItsChildWithIt) {
   for (long p : processes_with(marker)) kill(static_cast<pid_t>(p), SIGKILL);  // never leave one behind
   EXPECT_TRUE(gone) << "the child outlived the sweep";
   fs::remove(out);
-  fs::remove(pidfile);
 }
 
 TEST(Hardening, TimeLimitMustBeFinite) {
@@ -207,11 +204,6 @@ TEST(Hardening, TimeLimitMustBeFinite) {
   }
 }
 
-}  // namespace
-}  // namespace ab
-
-namespace ab {
-namespace {
 
 // 6, 7, 12. Sizes and ranges that overflow, grids too large to make, and limits that are not
 // numbers are refused at once with exit 2 (before: overflow, memory exhaustion, or silence).
@@ -248,31 +240,14 @@ TEST(Hardening, OverflowingSizesRangesAndLimitsExitTwoAtOnce) {
   }
 }
 
-}  // namespace
-}  // namespace ab
-
-namespace ab {
-namespace {
-namespace fs = std::filesystem;
 
 // 2. Two writers of one result file: the second is refused, naming the first's pid (before,
 // both exited 0 and one sweep's points were lost).
 TEST(Hardening, SecondWriterOfAResultFileIsRefused) {
-  const fs::path out = test::temp_path("locked_sweep.json"), pidfile = test::temp_path("locked_sweep.pid");
-  fs::remove(out);
+  const fs::path out = test::temp_path("locked_sweep.json");
   const std::string marker = "--seed 827364";
-  const std::string first = "ATTNBENCH_FAULT=hang:N:16 " + std::string(ATTNBENCH_EXE) +
-                            " sweep --attn flash --seq 16 --heads 1 --dhead 4 --reps 1 --min-time 0 --time-limit 0 " + marker +
-                            " --out " + out.string() + " >/dev/null 2>&1 & echo $! > " + pidfile.string();
-  ASSERT_EQ(std::system(first.c_str()), 0);
-  long sweep_pid = 0;
-  for (int i = 0; i < 100 && !sweep_pid; ++i) {
-    std::ifstream(pidfile) >> sweep_pid;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  const long sweep_pid = start_hanging_sweep(out, marker);  // holds the lock while its child hangs
   ASSERT_GT(sweep_pid, 0);
-  // The first sweep holds the lock once its child runs.
-  for (int i = 0; i < 200 && processes_with(marker).size() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   auto e = test::exec("sweep --attn linear --seq 16 --heads 1 --dhead 4 --reps 1 --min-time 0 --resume --out " + out.string());
   EXPECT_EQ(e.code, 2) << e.out;
   EXPECT_NE(e.out.find("pid " + std::to_string(sweep_pid)), std::string::npos) << e.out;
@@ -287,15 +262,8 @@ TEST(Hardening, SecondWriterOfAResultFileIsRefused) {
   EXPECT_FALSE(fs::exists(out.string() + ".lock")) << "a finished writer removes its lock file";
   fs::remove(out);
   fs::remove(out.string() + ".lock");
-  fs::remove(pidfile);
 }
 
-}  // namespace
-}  // namespace ab
-
-namespace ab {
-namespace {
-namespace fs = std::filesystem;
 
 // A valid one-point result file, written by the binary (the malformed ones below are edits of it).
 nlohmann::json small_result(const std::string& name) {
@@ -401,12 +369,6 @@ TEST(Hardening, ErrorLinesAreBoundedAndLabelsAreShellQuoted) {
   fs::remove(out);
 }
 
-}  // namespace
-}  // namespace ab
-
-namespace ab {
-namespace {
-namespace fs = std::filesystem;
 
 // 9, 12, 13. Data files that are directories or FIFOs, a --png path that is a file, and out-of-range
 // counts are refused with exit 2 naming the path or the option (before: exit 1 with a library
