@@ -42,13 +42,14 @@ void check_instruction_counting() {
 
 void count_point_instructions(const std::vector<std::string>& run_args, PointResult& r) {
   namespace fs = std::filesystem;
-  char tmpl[] = "/tmp/attnbench-callgrind-XXXXXX";
-  if (!mkdtemp(tmpl)) {
+  fs::path dir;
+  try {
+    dir = make_scratch_dir("callgrind");
+  } catch (const std::exception& e) {
     r.status = Status::FAILED;
-    r.message = "instruction count: cannot create a temporary directory";
+    r.message = std::string("instruction count: ") + e.what();
     return;
   }
-  const fs::path dir = tmpl;
   const std::string out_file = (dir / "callgrind.out").string();
   std::vector<std::string> argv = {find_valgrind(), "--tool=callgrind", "--collect-atstart=no",
                                    "--callgrind-out-file=" + out_file, self_executable()};

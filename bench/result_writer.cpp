@@ -1,5 +1,6 @@
 #include "bench/result_writer.hpp"
 
+#include "bench/process.hpp"
 #include "bench/terminal.hpp"
 #include "bench/text_table.hpp"
 
@@ -255,6 +256,7 @@ std::string prepare_output_path(const std::string& path, bool force) {
 void write_file_atomic(const std::string& path, const std::string& content) {
   namespace fs = std::filesystem;
   const fs::path target = link_target(path);
+  remove_stale_temporaries(target.string());
   fs::path tmp = target;
   tmp += fmt::format(".tmp.{}", static_cast<long>(getpid()));
   FILE* f = std::fopen(tmp.c_str(), "wb");

@@ -216,9 +216,7 @@ int run_sweep(const std::vector<PointId>& full_grid, const RunOptions& opts, con
                            plan.size() - todo, so.out, todo));
   save();  // the file exists and is valid from the start
 
-  char tmpl[] = "/tmp/attnbench-sweep-XXXXXX";
-  if (!mkdtemp(tmpl)) throw std::runtime_error("cannot create a temporary directory");
-  const fs::path dir = tmpl;
+  const fs::path dir = make_scratch_dir("sweep");
   struct sigaction sa {}, old_int {}, old_term {};
   sa.sa_handler = on_interrupt;
   sigemptyset(&sa.sa_mask);
@@ -297,9 +295,7 @@ int run_sweep(const std::vector<PointId>& full_grid, const RunOptions& opts, con
 int run_sweep_to_stdout(const std::vector<PointId>& grid, const RunOptions& opts, SweepOptions so) {
   namespace fs = std::filesystem;
   if (so.resume) throw InvalidInput("--out - has nothing to resume; give a file to --out");
-  char tmpl[] = "/tmp/attnbench-out-XXXXXX";
-  if (!mkdtemp(tmpl)) throw std::runtime_error("cannot create a temporary directory");
-  const fs::path dir = tmpl;
+  const fs::path dir = make_scratch_dir("out");
   so.out = (dir / "sweep.json").string();
   if (so.train_dir == "-.train") so.train_dir = (dir / "train").string();
   int rc = 1;

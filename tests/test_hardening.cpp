@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <filesystem>
@@ -400,6 +401,32 @@ TEST(Hardening, TaskInputsThatAreNotFilesOrOutOfRangeExitTwo) {
     e = test::exec(bad);
     EXPECT_EQ(e.code, 2) << bad << ": " << e.out;
   }
+}
+
+// 3. What a killed run leaves behind (its scratch directory, a half-written FILE.tmp.PID) is
+// removed at the next start, with a message; a live process's is not touched.
+TEST(Hardening, LeftoversOfAKilledRunAreRemovedAtTheNextStart) {
+  long dead = 4000000;
+  while (dead > 1000 && !(kill(static_cast<pid_t>(dead), 0) != 0 && errno == ESRCH)) --dead;
+  const fs::path stale_dir = "/tmp/attnbench-sweep-" + std::to_string(dead) + "-abcdef";
+  const fs::path live_dir = "/tmp/attnbench-sweep-" + std::to_string(getpid()) + "-abcdef";
+  for (const auto& d : {stale_dir, live_dir}) {
+    fs::create_directories(d);
+    write(d / "point.json", "{}");
+  }
+  const fs::path out = test::temp_path("leftovers.json");
+  fs::remove(out);
+  const fs::path stale_tmp = out.string() + ".tmp." + std::to_string(dead);
+  write(stale_tmp, "half a file");
+  const auto e = test::exec("sweep --attn flash --seq 16 --heads 1 --dhead 4 --reps 1 --min-time 0 --out " + out.string());
+  EXPECT_EQ(e.code, 0) << e.out;
+  EXPECT_FALSE(fs::exists(stale_dir)) << e.out;
+  EXPECT_FALSE(fs::exists(stale_tmp)) << e.out;
+  EXPECT_TRUE(fs::exists(live_dir / "point.json")) << "a live process's scratch is left alone";
+  EXPECT_NE(e.out.find("removed " + stale_dir.string()), std::string::npos) << e.out;
+  fs::remove_all(live_dir);
+  fs::remove_all(stale_dir);
+  fs::remove(out);
 }
 
 }  // namespace
