@@ -429,5 +429,36 @@ TEST(Hardening, LeftoversOfAKilledRunAreRemovedAtTheNextStart) {
   fs::remove(out);
 }
 
+// 3. A write that fails (here: a file-size limit, as a full disk would) loses nothing: dump exits
+// 1 with no partial directory, run exits 1 with its result file on stdout instead.
+TEST(Hardening, FailedWritesLoseNothingAndLeaveNothing) {
+  const fs::path dir = test::temp_path("full_disk_dump"), out = test::temp_path("full_disk_run.json");
+  fs::remove_all(dir);
+  fs::remove(out);
+  // SIGXFSZ ignored, so a write past the limit fails with EFBIG instead of killing the process.
+  auto sh = [](const std::string& args) {
+    const std::string cmd = "sh -c " + shell_quote("trap '' XFSZ; ulimit -f 4; " + std::string(ATTNBENCH_EXE) + " " + args) + " 2>&1";
+    test::Exec e;
+    FILE* p = popen(cmd.c_str(), "r");
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) e.out.append(buf, n);
+    const int st = pclose(p);
+    e.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return e;
+  };
+  auto e = sh("dump --attn flash --seq 256 --heads 2 --dhead 32 --out " + dir.string());
+  EXPECT_EQ(e.code, 1) << e.out;
+  EXPECT_FALSE(fs::exists(dir)) << e.out;
+  for (const auto& entry : fs::directory_iterator(dir.parent_path()))
+    EXPECT_EQ(entry.path().filename().string().find("." + dir.filename().string() + ".tmp"), std::string::npos) << entry.path();
+  e = sh("run --attn flash,linear,local,sliding --seq 64,128 --heads 1 --dhead 4 --reps 3 --min-time 0 --out " + out.string());
+  EXPECT_EQ(e.code, 1) << e.out.substr(0, 300);
+  EXPECT_NE(e.out.find("written to stdout instead"), std::string::npos);
+  EXPECT_NE(e.out.find("\"benchmarks\""), std::string::npos) << "the results are on stdout";
+  EXPECT_FALSE(fs::exists(out) && fs::file_size(out) > 0 && !nlohmann::json::accept(slurp(out)));
+  fs::remove(out);
+}
+
 }  // namespace
 }  // namespace ab
