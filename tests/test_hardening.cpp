@@ -128,6 +128,11 @@ TEST(Hardening, OutThroughASymlinkWritesItsTarget) {
   EXPECT_TRUE(fs::is_symlink(link));
   EXPECT_TRUE(fs::is_regular_file(target));
   EXPECT_TRUE(nlohmann::json::accept(slurp(target)));
+  // A sweep resumed through the link adds its points to the file the link names.
+  e = exec("sweep --attn flash,linear --seq 16 --heads 1 --dhead 4 --reps 1 --min-time 0 --resume --out " + link.string());
+  ASSERT_EQ(e.code, 0) << e.out;
+  EXPECT_TRUE(fs::is_symlink(link));
+  EXPECT_NE(slurp(target).find("attn:linear"), std::string::npos) << "the real file has the resumed sweep's points";
   fs::remove(link);
   fs::remove(target);
 }
