@@ -101,7 +101,7 @@ def crossover(ns_a, t_a, ns_b, t_b):
 
 def load_curves(paths):
     """Per run (its point name): the loss lines and the validation lines, in step order."""
-    runs = defaultdict(lambda: {"loss": [], "val": [], "mechanism": "", "seed": 0, "task": ""})
+    runs = defaultdict(lambda: {"loss": [], "val": [], "mechanism": "", "seed": 0, "task": "", "params": ""})
     for path in paths:
         with open(path) as f:
             for line in f:
@@ -111,6 +111,9 @@ def load_curves(paths):
                 j = json.loads(line)
                 r = runs[j["point"]]
                 r["mechanism"], r["seed"], r["task"] = j.get("mechanism", "?"), j.get("seed", 0), j.get("task", "")
+                # The mechanism's parameters: the name's fields between attn: and level:.
+                fields = j["point"].split("/level:")[0].split("/")[1:]
+                r["params"] = " ".join(f.replace(":", "=") for f in fields)
                 if "val_accuracy" in j:
                     r["val"].append((j["step"], j["elapsed_s"], j["val_accuracy"], j.get("val_token_accuracy")))
                 else:
@@ -129,18 +132,27 @@ def curves_main(argv):
     runs = load_curves(logs)
     if not runs:
         raise SystemExit("plot.py curves: the logs hold no runs")
-    seeds = defaultdict(set)
+    # A line's identity: the mechanism, with its parameters where the logs hold several settings
+    # of it (reformer with 1 and 4 hashing rounds), and its seed where there are several.
+    seeds, settings = defaultdict(set), defaultdict(set)
     for r in runs.values():
         seeds[r["mechanism"]].add(r["seed"])
-    mechs = sorted(seeds)
-    palette = plt.cm.tab10 if len(mechs) <= 10 else plt.cm.tab20
-    colour = {m: palette(i % palette.N) for i, m in enumerate(mechs)}
+        settings[r["mechanism"]].add(r["params"])
+
+    def series(r):
+        if len(settings[r["mechanism"]]) <= 1:
+            return r["mechanism"]
+        differing = [p for p in r["params"].split() if not all(p in o.split() for o in settings[r["mechanism"]])]
+        return r["mechanism"] + " " + " ".join(differing)
+    names = sorted({series(r) for r in runs.values()})
+    palette = plt.cm.tab10 if len(names) <= 10 else plt.cm.tab20
+    colour = {m: palette(i % palette.N) for i, m in enumerate(names)}
     fig, axes = plt.subplots(2, 2, figsize=(14, 9))
     (ax_ls, ax_lt), (ax_as, ax_at) = axes
     for name in sorted(runs, key=lambda n: (runs[n]["mechanism"], runs[n]["seed"])):
         r = runs[name]
-        label = r["mechanism"] + (f" seed {r['seed']}" if len(seeds[r["mechanism"]]) > 1 else "")
-        style = dict(color=colour[r["mechanism"]], linewidth=1.2, alpha=0.9)
+        label = series(r) + (f" seed {r['seed']}" if len(seeds[r["mechanism"]]) > 1 else "")
+        style = dict(color=colour[series(r)], linewidth=1.2, alpha=0.9)
         loss = sorted(r["loss"])
         if loss:
             steps, secs, values = zip(*loss)
@@ -165,7 +177,7 @@ def curves_main(argv):
     for ax in (ax_ls, ax_lt):
         ax.set_yscale("log")
         ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
-        ax.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     handles, labels = ax_ls.get_legend_handles_labels()
     if not handles:
         handles, labels = ax_as.get_legend_handles_labels()
