@@ -284,6 +284,14 @@ ResultFileLock::ResultFileLock(const std::string& path) {
   for (int attempt = 0; attempt < 100; ++attempt) {
     const int fd = ::open(lock_path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0) throw InvalidInput(fmt::format("cannot create the lock file {}: {}", lock_path_, std::strerror(errno)));
+    // A lock file holds a pid or nothing (just made); anything else is a user's file that only
+    // has the name: never written over, never removed.
+    char seen[32] = {};
+    const ssize_t got = ::pread(fd, seen, sizeof seen - 1, 0);
+    if (got > 0 && std::string(seen, static_cast<size_t>(got)).find_first_not_of("0123456789\n") != std::string::npos) {
+      ::close(fd);
+      throw InvalidInput(fmt::format("{} exists and is not an attnbench lock file; move it away to write {}", lock_path_, path));
+    }
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
       char buf[32] = {};
       const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);

@@ -262,6 +262,13 @@ TEST(Hardening, SecondWriterOfAResultFileIsRefused) {
   kill(static_cast<pid_t>(sweep_pid), SIGKILL);
   for (int i = 0; i < 100 && !processes_with(marker).empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   for (long p : processes_with(marker)) kill(static_cast<pid_t>(p), SIGKILL);
+  // A user's file that only has the lock file's name is neither written over nor removed.
+  const fs::path other = test::temp_path("user_lock.json");
+  write(other.string() + ".lock", "my notes");
+  e = test::exec("sweep --attn linear --seq 16 --heads 1 --dhead 4 --reps 1 --min-time 0 --out " + other.string());
+  EXPECT_EQ(e.code, 2) << e.out;
+  EXPECT_EQ(slurp(other.string() + ".lock"), "my notes");
+  fs::remove(other.string() + ".lock");
   // The holder is gone (killed: its lock file stays behind), and the lock went with it.
   e = test::exec("sweep --attn linear --seq 16 --heads 1 --dhead 4 --reps 1 --min-time 0 --resume --out " + out.string());
   EXPECT_EQ(e.code, 0) << e.out;
