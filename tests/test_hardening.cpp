@@ -150,11 +150,19 @@ TEST(Hardening, UnwritableOutIsRefusedBeforeRunning) {
 // The processes whose command line contains `marker` (from /proc).
 std::vector<long> processes_with(const std::string& marker) {
   std::vector<long> out;
-  for (const auto& entry : fs::directory_iterator("/proc")) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator("/proc", ec)) {
     const std::string name = entry.path().filename().string();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream f(entry.path() / "cmdline");
-    std::string cmd((std::istreambuf_iterator<char>(f)), {});
+    // A process can exit between the listing and the read; its cmdline then fails with ESRCH
+    // (libstdc++ throws from the stream buffer), which only means it is gone.
+    std::string cmd;
+    try {
+      std::ifstream f(entry.path() / "cmdline");
+      cmd.assign(std::istreambuf_iterator<char>(f), {});
+    } catch (const std::exception&) {
+      continue;
+    }
     std::replace(cmd.begin(), cmd.end(), '\0', ' ');
     if (cmd.find(marker) != std::string::npos && cmd.find("attnbench") != std::string::npos) out.push_back(std::stol(name));
   }
