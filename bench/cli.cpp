@@ -127,6 +127,9 @@ int cli_main(int argc, char** argv) {
                      "KEY=VALUE added to the result file's context, e.g. --context kernel_patch=v2 (repeatable)");
   };
   add_dry_run_and_context(run);
+  bool status_only = false;
+  const char* status_help =
+      "print how far the sweep in --out (its --shard) has come: points done, failed and left; runs nothing";
 
   // sweep
   GridOptions sweep_grid;
@@ -139,6 +142,7 @@ int cli_main(int argc, char** argv) {
   sweep_measure.add_to(sweep);
   sweep->add_option("--out", sweep_opts.out, "the result file, rewritten whole after every point ('-': stdout at the end)")->required();
   add_dry_run_and_context(sweep);
+  sweep->add_flag("--status", status_only, status_help);
   sweep->add_flag("--resume", sweep_opts.resume, "keep the points already in --out and run only the missing ones");
   sweep->add_option("--time-limit", sweep_opts.time_limit_s, "seconds one point may take before it is stopped as TIMEOUT (0: none)")->capture_default_str();
   sweep->add_option("--shard", shard, "i/n: run only the i-th of n disjoint parts of the grid (merge the files afterwards)")->capture_default_str();
@@ -167,6 +171,7 @@ int cli_main(int argc, char** argv) {
   train->add_option("--log-every", train_opts.log_every, "steps per log line (the loss averaged over them)")->capture_default_str();
   train->add_option("--out", train_opts.out, "add each run's result entry to this result file (created if absent)");
   add_dry_run_and_context(train);
+  train->add_flag("--status", status_only, std::string("--preset: ") + status_help);
   train->add_option("--format", train_opts.format, "stdout: md | json")->capture_default_str();
   bool train_wide = false;
   train->add_flag("--wide", train_wide, "stdout: every column in full (default: fitted to 100 columns)");
@@ -356,6 +361,7 @@ int cli_main(int argc, char** argv) {
       sweep_opts.command = command;
       if (dry_run) return cmd_dry_run(shard_of(sweep_grid.grid(), sweep_opts.shard_index, sweep_opts.shard_count),
                                       sweep_measure.run, true, kDefaultTableWidth);
+      if (status_only) return cmd_sweep_status(sweep_grid.grid(), sweep_opts);
       if (sweep_opts.out == "-") return run_sweep_to_stdout(sweep_grid.grid(), sweep_measure.run, sweep_opts);
       return run_sweep(sweep_grid.grid(), sweep_measure.run, sweep_opts);
     }
@@ -364,6 +370,7 @@ int cli_main(int argc, char** argv) {
       if (train_wide) train_opts.width = 0;
       if (train_preset.empty()) {
         if (dry_run) return cmd_dry_run(train_grid.grid(), RunOptions{}, false, train_wide ? 0 : kDefaultTableWidth);
+        if (status_only) throw InvalidInput("--status needs --preset (or use sweep --verb train ... --status)");
         return cmd_train(train_grid.grid(), train_opts, command);
       }
       // A preset: its grid through the sweep (isolated runs, resumable, shardable).
@@ -388,6 +395,7 @@ int cli_main(int argc, char** argv) {
       const auto grid = filter_points(train_preset_grid(train_preset, po), train_grid.filter);
       if (dry_run) return cmd_dry_run(shard_of(grid, so.shard_index, so.shard_count), mo.run, true, train_wide ? 0 : kDefaultTableWidth);
       if (train_opts.out.empty()) throw InvalidInput("--preset needs --out FILE (the runs' result file)");
+      if (status_only) return cmd_sweep_status(grid, so);
       return run_sweep(grid, mo.run, so);
     }
     if (table->parsed()) return cmd_table(table_files, topts);

@@ -12,6 +12,7 @@
 #include <iostream>
 #include <optional>
 #include <set>
+#include <thread>
 
 #include "bench/grid.hpp"
 #include "bench/train.hpp"
@@ -127,6 +128,19 @@ PointResult run_isolated(const PointId& id, const RunOptions& opts, const SweepO
   const ChildOutcome o = run_child(argv, "/dev/null", err, time_limit, &g_interrupted, id.training() ? 600.0 : 2.0);
   const std::string last = last_line_of(err);
   auto with_last = [&](std::string m) { return last.empty() ? m : m + "; last output: " + last; };
+  // A scheduler stopping the job (Slurm's scancel, a time limit, preemption) signals every process
+  // of it, the child too, which may die before the sweep's own handler is seen: a point that did not
+  // finish while the sweep was being stopped is not a result but left for --resume.
+  // The signals reach the processes one by one, so a child stopped by SIGTERM or SIGINT (or a
+  // training run that stopped on one, exit 130) gives the sweep's own signal a moment to arrive.
+  const bool finished = o.kind == ChildOutcome::Exited && o.exit_code == 0;
+  const bool stopped = (o.kind == ChildOutcome::Signaled && (o.signal == SIGTERM || o.signal == SIGINT)) ||
+                       (o.kind == ChildOutcome::Exited && o.exit_code == 130);
+  for (int i = 0; stopped && !g_interrupted && i < 40; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  if (g_interrupted && !finished) {
+    *interrupted = true;
+    return error_result(id, opts, Status::FAILED, "interrupted");
+  }
   switch (o.kind) {
     case ChildOutcome::Interrupted:
       *interrupted = true;
@@ -289,6 +303,37 @@ int run_sweep(const std::vector<PointId>& full_grid, const RunOptions& opts, con
   }
   progress.message(fmt::format("sweep: {} points in {} ({} run now, {})", results.size(), so.out, finished,
                            duration(since_start())));
+  return 0;
+}
+
+SweepProgress sweep_progress(const std::vector<PointId>& full_grid, const SweepOptions& so) {
+  if (so.out == "-") throw InvalidInput("--status reads the sweep's file; give it to --out");
+  std::set<std::string> planned;
+  for (const auto& id : shard_of(full_grid, so.shard_index, so.shard_count)) planned.insert(id.name());
+  SweepProgress p;
+  p.points = planned.size();
+  std::set<std::string> seen;
+  if (std::filesystem::exists(so.out)) {
+    for (const auto& r : read_result_file(so.out).points) {
+      const std::string name = r.id.name();
+      if (!planned.count(name)) {
+        ++p.foreign;
+        continue;
+      }
+      if (!seen.insert(name).second) continue;
+      ++(r.status == Status::OK ? p.done : p.failed);
+    }
+  }
+  p.left = p.points - p.done - p.failed;
+  return p;
+}
+
+int cmd_sweep_status(const std::vector<PointId>& grid, const SweepOptions& so) {
+  const SweepProgress p = sweep_progress(grid, so);
+  std::cout << fmt::format("shard {}/{}: {} points, {} done, {} failed, {} left ({}{})\n", so.shard_index,
+                           so.shard_count, p.points, p.done, p.failed, p.left,
+                           std::filesystem::exists(so.out) ? so.out : so.out + ", not yet written",
+                           p.foreign ? fmt::format("; {} other points in it, not of this grid", p.foreign) : "");
   return 0;
 }
 

@@ -38,4 +38,18 @@ std::vector<PointId> shard_of(const std::vector<PointId>& grid, int index, int c
 // anything runs.
 int run_sweep(const std::vector<PointId>& grid, const RunOptions& opts, const SweepOptions& so);
 
+// `--status`: how far the sweep of `so` (its shard of `grid`, its file `so.out`) has come, read
+// from the file alone (it is replaced atomically after every point, so this is safe while the
+// sweep runs, on any host that sees the file). Nothing is run, locked or written.
+struct SweepProgress {
+  size_t points = 0;  // the shard's planned points
+  size_t done = 0;    // in the file with status OK
+  size_t failed = 0;  // in the file with any other status (OOM, TIMEOUT, CRASHED, FAILED, SKIPPED)
+  size_t left = 0;    // planned, not yet in the file
+  size_t foreign = 0; // in the file but not in this grid (the file belongs to another sweep)
+};
+SweepProgress sweep_progress(const std::vector<PointId>& grid, const SweepOptions& so);
+// Prints one line: "shard 2/3: 4 points, 3 done, 1 failed, 0 left (FILE)". Returns 0.
+int cmd_sweep_status(const std::vector<PointId>& grid, const SweepOptions& so);
+
 }  // namespace ab

@@ -171,11 +171,11 @@ std::vector<long> processes_with(const std::string& marker) {
 
 // Starts, in the background, a sweep whose one child hangs (ATTNBENCH_FAULT), its command lines
 // marked by `marker`; returns the sweep's pid once its child is running (0 if it never started).
-long start_hanging_sweep(const fs::path& out, const std::string& marker) {
+long start_hanging_sweep(const fs::path& out, const std::string& marker, const std::string& launcher = "") {
   const fs::path pidfile = out.string() + ".pid";
   fs::remove(out);
   fs::remove(pidfile);
-  const std::string cmd = "ATTNBENCH_FAULT=hang:N:16 " + std::string(ATTNBENCH_EXE) +
+  const std::string cmd = "ATTNBENCH_FAULT=hang:N:16 " + launcher + std::string(ATTNBENCH_EXE) +
                           " sweep --attn flash --seq 16 --heads 1 --dhead 4 --reps 1 --min-time 0 --time-limit 0 " + marker +
                           " --out " + out.string() + " >/dev/null 2>&1 & echo $! > " + pidfile.string();
   if (std::system(cmd.c_str()) != 0) return 0;
@@ -207,6 +207,35 @@ TEST(Hardening, KilledSweepTakesItsChildWithIt) {
   }
   for (long p : processes_with(marker)) kill(static_cast<pid_t>(p), SIGKILL);  // never leave one behind
   EXPECT_TRUE(gone) << "the child outlived the sweep";
+  fs::remove(out);
+}
+
+// A scheduler stops a job by signalling every process in it (Slurm's scancel, a time limit,
+// preemption), one after another: the running point's child may die of SIGTERM before the sweep
+// gets its own. The stopped point is left for --resume, not recorded as CRASHED (a requeued shard
+// would then never run it again).
+TEST(Hardening, SweepStoppedWithItsChildLeavesThePointForResume) {
+  const fs::path out = test::temp_path("group_stopped_sweep.json");
+  const std::string marker = "--seed 736251";
+  const long sweep_pid = start_hanging_sweep(out, marker);
+  ASSERT_GT(sweep_pid, 0) << "the sweep's child never started";
+  for (long p : processes_with(marker))
+    if (p != sweep_pid) kill(static_cast<pid_t>(p), SIGTERM);  // the child first
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  kill(static_cast<pid_t>(sweep_pid), SIGTERM);
+  bool gone = false;
+  for (int i = 0; i < 200 && !gone; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    gone = processes_with(marker).empty();
+  }
+  for (long p : processes_with(marker)) kill(static_cast<pid_t>(p), SIGKILL);
+  ASSERT_TRUE(gone);
+  const auto doc = nlohmann::json::parse(std::ifstream(out));
+  EXPECT_TRUE(doc.at("benchmarks").empty()) << doc.at("benchmarks").dump();
+  auto e = test::exec("sweep --attn flash --seq 16 --heads 1 --dhead 4 --reps 1 --min-time 0 " + marker + " --out " +
+                      out.string() + " --status");
+  EXPECT_EQ(e.code, 0) << e.out;
+  EXPECT_NE(e.out.find("1 points, 0 done, 0 failed, 1 left"), std::string::npos) << e.out;
   fs::remove(out);
 }
 
