@@ -78,6 +78,27 @@ TEST(Cli, RunWritesGoogleBenchmarkJson) {
 
 // The context names the commit the binary was built from, taken at build time: the source
 // tree's HEAD (with -dirty while tracked files differ from it).
+// --min-time is per repetition. The count of calls used to come from the warm-up call alone,
+// which is often 100x slower than the steady state, so a repetition lasted a few ms whatever
+// --min-time said; now the count is grown until a round of calls lasts --min-time.
+TEST(Cli, EveryRepetitionLastsAboutMinTime) {
+  const std::string path = test::temp_path("min_time.json");
+  std::filesystem::remove(path);
+  auto e = exec("run --attn local --seq 1024 --heads 1 --dhead 8 --reps 3 --min-time 0.1 --format csv --out " + path);
+  ASSERT_EQ(e.code, 0) << e.out;
+  const auto doc = nlohmann::json::parse(std::ifstream(path));
+  int reps = 0;
+  for (const auto& b : doc.at("benchmarks")) {
+    if (b.value("run_type", "") != "iteration") continue;
+    ++reps;
+    const double seconds = b.at("real_time").get<double>() * 1e-3 * b.at("iterations").get<double>();
+    // Half, not all, of --min-time: a timed round may run faster than the calibrating one.
+    EXPECT_GE(seconds, 0.05) << b.dump();
+  }
+  EXPECT_EQ(reps, 3);
+  std::filesystem::remove(path);
+}
+
 TEST(Cli, ContextNamesTheCommitTheBinaryWasBuiltFrom) {
   FILE* p = popen("git -C " ATTNBENCH_SOURCE_DIR " rev-parse --short=12 HEAD 2>/dev/null", "r");
   ASSERT_NE(p, nullptr);

@@ -93,6 +93,43 @@ TEST(Sweep, ShardsAreDisjointAndCoverTheGrid) {
   EXPECT_EQ(std::set<int64_t>(seen.begin(), seen.end()).size(), 10u);
 }
 
+// The cluster path (scripts/slurm/submit.sh) relies on this: for any shard count, every point of
+// the grid is in exactly one shard, and the shards' sizes differ by at most one.
+TEST(Sweep, EveryShardCountCoversEveryPointExactlyOnce) {
+  for (size_t size : {0, 1, 2, 6, 7, 12, 13, 100}) {
+    std::vector<PointId> grid(size);
+    for (size_t k = 0; k < size; ++k) grid[k].shape.N = static_cast<int64_t>(k);
+    for (int n = 1; n <= 7; ++n) {
+      std::vector<int> times(size, 0);
+      size_t smallest = size, largest = 0;
+      for (int s = 1; s <= n; ++s) {
+        const auto part = shard_of(grid, s, n);
+        smallest = std::min(smallest, part.size());
+        largest = std::max(largest, part.size());
+        for (const auto& p : part) ++times.at(static_cast<size_t>(p.shape.N));
+      }
+      for (size_t k = 0; k < size; ++k) EXPECT_EQ(times[k], 1) << "point " << k << " of " << size << ", " << n << " shards";
+      EXPECT_LE(largest - smallest, 1u) << size << " points, " << n << " shards";
+    }
+  }
+  // A grid of several dimensions as the CLI makes it: point names, not just indices, once each.
+  GridOptions g;
+  g.attn = {"local", "linear"};
+  g.params = {"block=16,32"};
+  g.text["seq"] = "64,128,256";
+  g.text["threads"] = "1,2";
+  g.text["mode"] = "fwd,fwdbwd";
+  const auto real = g.grid();
+  ASSERT_EQ(real.size(), 36u);  // local 2 blocks x 3 N x 2 threads x 2 modes + linear 3 x 2 x 2
+  for (int n = 1; n <= 7; ++n) {
+    std::multiset<std::string> names;
+    for (int s = 1; s <= n; ++s)
+      for (const auto& p : shard_of(real, s, n)) names.insert(p.name());
+    EXPECT_EQ(names.size(), real.size()) << n << " shards";
+    for (const auto& p : real) EXPECT_EQ(names.count(p.name()), 1u) << p.name() << ", " << n << " shards";
+  }
+}
+
 TEST(Sweep, ListValuedOptionsMakeTheGrid) {
   const std::string path = test::temp_path("grid.json");
   std::filesystem::remove(path);

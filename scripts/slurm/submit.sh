@@ -1,0 +1,249 @@
+#!/usr/bin/env bash
+# Runs an attnbench grid on a Slurm cluster: one job array whose task i runs shard i/n of the grid
+# into DIR/shard-i.json (with --resume, so a requeued, preempted or resubmitted task continues
+# where it stopped), and one merge job, started when every task succeeded, that writes the merged
+# result file.
+#
+#   scripts/slurm/submit.sh --shards N --dir DIR [options] -- sweep GRID...
+#   scripts/slurm/submit.sh --shards N --dir DIR [options] -- train --preset NAME [...]
+#   scripts/slurm/submit.sh --status DIR     per shard: points done, failed, left; the jobs' states
+#
+# Options:
+#   --shards N        the number of array tasks (the grid is split into N disjoint shards)
+#   --dir DIR         the shard files, logs, job scripts and training runs; on a filesystem every
+#                     node sees. New or empty, or an earlier submission of the same grid: then
+#                     only the shards with points left are submitted again, with a new merge job.
+#   --out FILE        the merged result file (default DIR/merged.json); must not exist yet
+#   --partition P     sbatch --partition
+#   --time T          sbatch --time for each task (e.g. 4:00:00)
+#   --cpus C          sbatch --cpus-per-task (default 1); each point runs with --threads C unless
+#                     the grid sets --threads itself
+#   --exe PATH        the attnbench every node runs (default: this checkout's build/attnbench)
+#   --sbatch ARG      one more sbatch argument for both jobs, e.g. --sbatch=--account=proj (repeatable)
+#   --no-submit       write the job scripts and print the sbatch commands; submit nothing
+#
+# Bad input exits 2 with one line naming the problem, before anything is submitted.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/../.." && pwd)
+
+die() { echo "submit.sh: error: $*" >&2; exit 2; }
+usage() { sed -n '2,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+
+shards="" dir="" out="" partition="" time_limit="" cpus=1 exe="" status_dir="" submit=1
+extra_sbatch=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --shards) shards=${2-}; shift 2 || die "--shards needs a value" ;;
+    --shards=*) shards=${1#*=}; shift ;;
+    --dir) dir=${2-}; shift 2 || die "--dir needs a value" ;;
+    --dir=*) dir=${1#*=}; shift ;;
+    --out) out=${2-}; shift 2 || die "--out needs a value" ;;
+    --out=*) out=${1#*=}; shift ;;
+    --partition) partition=${2-}; shift 2 || die "--partition needs a value" ;;
+    --partition=*) partition=${1#*=}; shift ;;
+    --time) time_limit=${2-}; shift 2 || die "--time needs a value" ;;
+    --time=*) time_limit=${1#*=}; shift ;;
+    --cpus) cpus=${2-}; shift 2 || die "--cpus needs a value" ;;
+    --cpus=*) cpus=${1#*=}; shift ;;
+    --exe) exe=${2-}; shift 2 || die "--exe needs a value" ;;
+    --exe=*) exe=${1#*=}; shift ;;
+    --sbatch) extra_sbatch+=("${2-}"); shift 2 || die "--sbatch needs a value" ;;
+    --sbatch=*) extra_sbatch+=("${1#*=}"); shift ;;
+    --no-submit) submit=0; shift ;;
+    --status) status_dir=${2-}; shift 2 || die "--status needs the submission's directory" ;;
+    -h | --help) usage; exit 0 ;;
+    --) shift; break ;;
+    *) die "unknown option '$1' (the grid goes after --; see --help)" ;;
+  esac
+done
+grid=("$@")
+
+# The files a submission keeps in DIR, read back by --status and by a resubmission.
+settings_file() { echo "$1/submission.args"; }  # NUL-separated: exe, shards, out, then the grid
+jobs_file() { echo "$1/jobs"; }                 # one line per submission: ARRAY_ID MERGE_ID SHARDS
+
+read_submission() {  # sets exe shards out grid from DIR's settings
+  local f
+  f=$(settings_file "$1")
+  [ -f "$f" ] || die "$1 holds no submission (no $(basename "$f"))"
+  local fields=()
+  mapfile -d '' fields <"$f"
+  exe=${fields[0]} shards=${fields[1]} out=${fields[2]}
+  grid=("${fields[@]:3}")
+}
+
+# One line per shard from attnbench itself ("shard i/n: P points, D done, F failed, L left (FILE)"),
+# the Slurm state of its task when the scheduler still knows the job, and the totals.
+status() {
+  local d=$1
+  read_submission "$d"
+  local array_id="" merge_id=""
+  if [ -s "$(jobs_file "$d")" ]; then read -r array_id merge_id _ < <(tail -1 "$(jobs_file "$d")"); fi
+  declare -A state=()
+  if [ -n "$array_id" ] && command -v squeue >/dev/null; then
+    while read -r id st; do
+      [ -n "$id" ] && state[${id##*_}]=$st
+    done < <(squeue -h -r -j "$array_id" -o '%i %T' 2>/dev/null || true)
+  fi
+  local i line total=0 done_=0 failed=0 left=0
+  for i in $(seq 1 "$shards"); do
+    line=$("$exe" "${grid[@]}" --shard "$i/$shards" --out "$d/shard-$i.json" --status) || exit $?
+    read -r _ _ p _ dn _ fl _ lf _ <<<"$line"
+    total=$((total + p)) done_=$((done_ + dn)) failed=$((failed + fl)) left=$((left + lf))
+    echo "$line${state[$i]:+ [${state[$i]}]}"
+  done
+  local merged="merged file $out: "
+  if [ -f "$out" ]; then merged+="written"; else merged+="not yet written"; fi
+  if [ -n "$merge_id" ] && command -v squeue >/dev/null; then
+    local ms
+    ms=$(squeue -h -j "$merge_id" -o '%T %r' 2>/dev/null || true)
+    [ -n "$ms" ] && merged+=" (merge job $merge_id: $ms)"
+  fi
+  echo "all: $total points, $done_ done, $failed failed, $left left; $merged"
+}
+
+if [ -n "$status_dir" ]; then
+  [ -d "$status_dir" ] || die "--status $status_dir: no such directory"
+  status "$status_dir"
+  exit 0
+fi
+
+# --- validate ---
+[ -n "$shards" ] || die "--shards N is required"
+[[ "$shards" =~ ^[1-9][0-9]*$ ]] && [ "$shards" -le 10000 ] || die "--shards $shards is not a count from 1 to 10000"
+[[ "$cpus" =~ ^[1-9][0-9]*$ ]] || die "--cpus $cpus is not a positive count"
+[ -n "$dir" ] || die "--dir DIR is required (where the shard files go, on a filesystem every node sees)"
+[ ${#grid[@]} -gt 0 ] || die "no grid: give it after --, e.g. -- sweep --attn all --seq 256:4096:x2"
+case "${grid[0]}" in
+  sweep) ;;
+  train) printf '%s\n' "${grid[@]}" | grep -qx -- '--preset\|--preset=.*' ||
+           die "train runs on a cluster as a --preset grid (or use: sweep --verb train ...)" ;;
+  *) die "the grid must start with 'sweep' or 'train', not '${grid[0]}'" ;;
+esac
+has_threads=0
+for a in "${grid[@]}"; do
+  case "$a" in
+    --out | --out=* | --shard | --shard=* | --resume | --train-dir | --train-dir=* | --dry-run | --status)
+      die "the grid may not set $a: submit.sh sets it for each shard" ;;
+    --threads | --threads=*) has_threads=1 ;;
+  esac
+done
+[ $has_threads = 1 ] || grid+=(--threads "$cpus")
+if [ -z "$exe" ]; then
+  exe="$root/build/attnbench"
+  [ -x "$exe" ] || exe=$(command -v attnbench || true)
+  [ -n "$exe" ] && [ -x "$exe" ] || die "no attnbench to run: build it (scripts/build.sh) or give --exe"
+fi
+[ -x "$exe" ] || die "--exe $exe is not an executable"
+exe=$(cd "$(dirname "$exe")" && pwd)/$(basename "$exe")
+[[ "$dir" =~ [[:space:]] ]] && die "--dir '$dir' holds white space, which Slurm's #SBATCH --output cannot take"
+mkdir -p "$dir" 2>/dev/null || die "--dir $dir cannot be made"
+dir=$(cd "$dir" && pwd)
+[ -n "$out" ] || out="$dir/merged.json"
+case "$out" in /*) ;; *) out="$(pwd)/$out" ;; esac
+[ -e "$out" ] && die "$out exists; give another --out (the merge job never overwrites a file)"
+
+# The grid checked by attnbench itself (a bad option exits 2 here, not in N tasks on the cluster).
+"$exe" "${grid[@]}" --shard "1/$shards" --out "$dir/shard-1.json" --dry-run >/dev/null ||
+  die "attnbench refused the grid (above); nothing submitted"
+
+# A new submission, or the same one again (then only the shards with points left).
+settings=$(printf '%s\0' "$exe" "$shards" "$out" "${grid[@]}" | od -An -c | tr -d ' \n')
+resubmit=0
+if [ -f "$(settings_file "$dir")" ]; then
+  previous=$(od -An -c <"$(settings_file "$dir")" | tr -d ' \n')
+  [ "$previous" = "$settings" ] || die "$dir holds another submission (its grid, shard count, binary or --out differ); give a new --dir"
+  resubmit=1
+elif [ -n "$(ls -A "$dir")" ]; then
+  die "$dir is not empty and holds no submission; give a new or empty --dir"
+fi
+
+tasks=()
+if [ $resubmit = 1 ]; then
+  for i in $(seq 1 "$shards"); do
+    line=$("$exe" "${grid[@]}" --shard "$i/$shards" --out "$dir/shard-$i.json" --status)
+    read -r _ _ _ _ _ _ _ _ lf _ <<<"$line"
+    [ "$lf" = 0 ] || tasks+=("$i")
+  done
+  if [ ${#tasks[@]} -eq 0 ]; then
+    echo "submit.sh: every shard in $dir is complete; submitting the merge job only" >&2
+  fi
+else
+  tasks=($(seq 1 "$shards"))
+fi
+array_spec=$(IFS=,; echo "${tasks[*]}")
+[ ${#tasks[@]} -eq "$shards" ] && array_spec="1-$shards"
+
+mkdir -p "$dir/logs"
+printf '%s\0' "$exe" "$shards" "$out" "${grid[@]}" >"$dir/.submission.args.tmp"
+mv "$dir/.submission.args.tmp" "$(settings_file "$dir")"
+
+# --- the job scripts (shown in full in docs/cluster.md) ---
+q() {  # a word for the job script: as is when plain, else in single quotes
+  if [[ "$1" =~ ^[A-Za-z0-9_./:=,+@%^-]+$ ]]; then printf '%s' "$1"; else printf "'%s'" "${1//\'/\'\\\'\'}"; fi
+}
+quoted_grid=""
+for a in "${grid[@]}"; do quoted_grid+=" $(q "$a")"; done
+sbatch_lines=""
+[ -n "$partition" ] && sbatch_lines+="#SBATCH --partition=$partition"$'\n'
+[ -n "$time_limit" ] && sbatch_lines+="#SBATCH --time=$time_limit"$'\n'
+for a in "${extra_sbatch[@]+"${extra_sbatch[@]}"}"; do sbatch_lines+="#SBATCH $a"$'\n'; done
+
+cat >"$dir/shard.sbatch" <<EOF
+#!/bin/bash
+# Shard \$SLURM_ARRAY_TASK_ID of $shards of an attnbench grid; made by scripts/slurm/submit.sh.
+# Each task resumes its own shard file, so a requeued, preempted or resubmitted task continues
+# where it stopped (scancel and time limits send SIGTERM, which the sweep obeys, keeping its points).
+#SBATCH --job-name=attnbench-shards
+#SBATCH --array=1-$shards
+#SBATCH --cpus-per-task=$cpus
+#SBATCH --output=$dir/logs/shard-%a.log
+#SBATCH --open-mode=append
+#SBATCH --requeue
+${sbatch_lines}set -euo pipefail
+shard=\${SLURM_ARRAY_TASK_ID:?submit this script with sbatch --array}
+exec $(q "$exe")$quoted_grid --shard "\$shard/$shards" --resume --out $(q "$dir")/shard-\$shard.json --train-dir $(q "$dir/train")
+EOF
+
+shard_files=""
+for i in $(seq 1 "$shards"); do shard_files+=" $(q "$dir/shard-$i.json")"; done
+cat >"$dir/merge.sbatch" <<EOF
+#!/bin/bash
+# Merges the $shards shard files of an attnbench grid into one; made by scripts/slurm/submit.sh and
+# submitted with --dependency=afterok on the shards' array job.
+#SBATCH --job-name=attnbench-merge
+#SBATCH --cpus-per-task=1
+#SBATCH --output=$dir/logs/merge.log
+#SBATCH --open-mode=append
+${sbatch_lines}set -euo pipefail
+exec $(q "$exe") merge$shard_files --out $(q "$out")
+EOF
+bash -n "$dir/shard.sbatch" && bash -n "$dir/merge.sbatch"
+
+if [ ${#tasks[@]} -gt 0 ]; then
+  array_cmd=(sbatch --parsable --array="$array_spec" "$dir/shard.sbatch")
+else
+  array_cmd=()
+fi
+if [ $submit = 0 ]; then
+  echo "submit.sh: wrote $dir/shard.sbatch and $dir/merge.sbatch; to submit:"
+  [ ${#array_cmd[@]} -gt 0 ] && echo "  array=\$(${array_cmd[*]})"
+  echo "  sbatch --parsable ${array_cmd:+--dependency=afterok:\$array }$dir/merge.sbatch"
+  exit 0
+fi
+command -v sbatch >/dev/null || die "sbatch is not on PATH (no Slurm here); --no-submit writes the scripts only"
+array_id="-"
+if [ ${#array_cmd[@]} -gt 0 ]; then
+  array_id=$("${array_cmd[@]}") || die "sbatch refused the array job (above)"
+  array_id=${array_id%%;*}
+  merge_id=$(sbatch --parsable --dependency="afterok:$array_id" "$dir/merge.sbatch") ||
+    die "sbatch refused the merge job (above); the array job $array_id was submitted"
+else
+  merge_id=$(sbatch --parsable "$dir/merge.sbatch") || die "sbatch refused the merge job (above)"
+fi
+merge_id=${merge_id%%;*}
+echo "$array_id $merge_id $array_spec" >>"$(jobs_file "$dir")"
+echo "submit.sh: array job $array_id (shards $array_spec of $shards), merge job $merge_id -> $out"
+echo "  progress: scripts/slurm/submit.sh --status $dir"
