@@ -7,6 +7,10 @@
 #   scripts/slurm/submit.sh --shards N --dir DIR [options] -- sweep GRID...
 #   scripts/slurm/submit.sh --shards N --dir DIR [options] -- train --preset NAME [...]
 #   scripts/slurm/submit.sh --status DIR     per shard: points done, failed, left; the jobs' states
+#   scripts/slurm/submit.sh --requeue DIR [I...]
+#                     puts array tasks I (default: every stopped task whose shard has points left,
+#                     e.g. after scancel or a node failure) back in the queue at once, and points the
+#                     merge job at them again (Slurm never re-checks a dependency that failed)
 #
 # Options:
 #   --shards N        the number of array tasks (the grid is split into N disjoint shards)
@@ -29,9 +33,9 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 
 die() { echo "submit.sh: error: $*" >&2; exit 2; }
-usage() { sed -n '2,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,29p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
-shards="" dir="" out="" partition="" time_limit="" cpus=1 exe="" status_dir="" submit=1
+shards="" dir="" out="" partition="" time_limit="" cpus=1 exe="" status_dir="" requeue_dir="" submit=1
 extra_sbatch=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -53,6 +57,7 @@ while [ $# -gt 0 ]; do
     --sbatch=*) extra_sbatch+=("${1#*=}"); shift ;;
     --no-submit) submit=0; shift ;;
     --status) status_dir=${2-}; shift 2 || die "--status needs the submission's directory" ;;
+    --requeue) requeue_dir=${2-}; shift 2 || die "--requeue needs the submission's directory"; break ;;
     -h | --help) usage; exit 0 ;;
     --) shift; break ;;
     *) die "unknown option '$1' (the grid goes after --; see --help)" ;;
@@ -74,6 +79,28 @@ read_submission() {  # sets exe shards out grid from DIR's settings
   grid=("${fields[@]:3}")
 }
 
+# The state of each task of array job $1 the controller still knows (finished ones too, for
+# MinJobAge), into the associative array named $2, by task index.
+task_states() {
+  local -n into=$2
+  [ -n "$1" ] && [ "$1" != - ] && command -v scontrol >/dev/null || return 0
+  local line idx st
+  while read -r line; do
+    idx=$(grep -o 'ArrayTaskId=[0-9]*' <<<"$line" | cut -d= -f2)
+    st=$(grep -o 'JobState=[A-Z_]*' <<<"$line" | cut -d= -f2)
+    [ -n "$idx" ] && into[$idx]=$st
+  done < <(scontrol -o show job "$1" 2>/dev/null || true)
+}
+
+# afterok on each task, not on the array: after a requeue, `scontrol update` can set it again
+# (a dependency on the whole array stays failed once one task was cancelled).
+task_dependency() {  # ARRAY_ID TASK...
+  local a=$1 dep=afterok
+  shift
+  for t in "$@"; do dep+=":${a}_$t"; done
+  echo "$dep"
+}
+
 # One line per shard from attnbench itself ("shard i/n: P points, D done, F failed, L left (FILE)"),
 # the Slurm state of its task when the scheduler still knows the job, and the totals.
 status() {
@@ -82,11 +109,7 @@ status() {
   local array_id="" merge_id=""
   if [ -s "$(jobs_file "$d")" ]; then read -r array_id merge_id _ < <(tail -1 "$(jobs_file "$d")"); fi
   declare -A state=()
-  if [ -n "$array_id" ] && command -v squeue >/dev/null; then
-    while read -r id st; do
-      [ -n "$id" ] && state[${id##*_}]=$st
-    done < <(squeue -h -r -j "$array_id" -o '%i %T' 2>/dev/null || true)
-  fi
+  task_states "$array_id" state
   local i line total=0 done_=0 failed=0 left=0
   for i in $(seq 1 "$shards"); do
     line=$("$exe" "${grid[@]}" --shard "$i/$shards" --out "$d/shard-$i.json" --status) || exit $?
@@ -96,17 +119,68 @@ status() {
   done
   local merged="merged file $out: "
   if [ -f "$out" ]; then merged+="written"; else merged+="not yet written"; fi
-  if [ -n "$merge_id" ] && command -v squeue >/dev/null; then
+  if [ -n "$merge_id" ] && command -v scontrol >/dev/null; then
     local ms
-    ms=$(squeue -h -j "$merge_id" -o '%T %r' 2>/dev/null || true)
+    ms=$(scontrol -o show job "$merge_id" 2>/dev/null | grep -o 'JobState=[A-Z_]* Reason=[^ ]*' | sed 's/JobState=//; s/ Reason=None//; s/Reason=//' || true)
     [ -n "$ms" ] && merged+=" (merge job $merge_id: $ms)"
   fi
   echo "all: $total points, $done_ done, $failed failed, $left left; $merged"
 }
 
+# Requeues stopped tasks now (Slurm otherwise holds a requeued job for two minutes) and resets the
+# merge job's dependency to the array's tasks.
+requeue() {
+  local d=$1
+  shift
+  read_submission "$d"
+  local array_id="" merge_id="" spec=""
+  [ -s "$(jobs_file "$d")" ] && read -r array_id merge_id spec < <(tail -1 "$(jobs_file "$d")")
+  [ -n "$array_id" ] && [ "$array_id" != - ] || die "$d has no array job to requeue"
+  command -v scontrol >/dev/null || die "scontrol is not on PATH"
+  declare -A state=()
+  task_states "$array_id" state
+  local tasks=("$@") i line lf
+  for i in "${tasks[@]+"${tasks[@]}"}"; do
+    [[ "$i" =~ ^[0-9]+$ ]] && [ -n "${state[$i]-}" ] || die "task $i is not a task of array job $array_id the controller knows"
+  done
+  if [ ${#tasks[@]} -eq 0 ]; then
+    for i in "${!state[@]}"; do
+      case "${state[$i]}" in PENDING | RUNNING | COMPLETING | REQUEUED | CONFIGURING | SUSPENDED) continue ;; esac
+      line=$("$exe" "${grid[@]}" --shard "$i/$shards" --out "$d/shard-$i.json" --status)
+      read -r _ _ _ _ _ _ _ _ lf _ <<<"$line"
+      [ "$lf" = 0 ] || tasks+=("$i")
+    done
+  fi
+  if [ ${#tasks[@]} -eq 0 ]; then
+    echo "submit.sh: no stopped task of array job $array_id has points left; nothing to requeue"
+    return 0
+  fi
+  for i in "${tasks[@]}"; do
+    scontrol requeue "${array_id}_$i" || die "scontrol refused to requeue ${array_id}_$i (above)"
+    scontrol update jobid="${array_id}_$i" StartTime=now >/dev/null || true
+  done
+  local all=()
+  for i in "${!state[@]}"; do all+=("$i"); done
+  if [ -n "$merge_id" ] && scontrol -o show job "$merge_id" 2>/dev/null | grep -q 'JobState=PENDING'; then
+    scontrol update jobid="$merge_id" dependency="$(task_dependency "$array_id" "${all[@]}")" ||
+      die "scontrol refused to reset the merge job's dependency (above)"
+  else
+    merge_id=$(sbatch --parsable --dependency="$(task_dependency "$array_id" "${all[@]}")" "$d/merge.sbatch") ||
+      die "sbatch refused the merge job (above)"
+    merge_id=${merge_id%%;*}
+    echo "$array_id $merge_id $spec" >>"$(jobs_file "$d")"
+  fi
+  echo "submit.sh: requeued task(s) ${tasks[*]} of array job $array_id; merge job $merge_id waits for them"
+}
+
 if [ -n "$status_dir" ]; then
   [ -d "$status_dir" ] || die "--status $status_dir: no such directory"
   status "$status_dir"
+  exit 0
+fi
+if [ -n "$requeue_dir" ]; then
+  [ -d "$requeue_dir" ] || die "--requeue $requeue_dir: no such directory"
+  requeue "$requeue_dir" "$@"
   exit 0
 fi
 
@@ -162,6 +236,18 @@ fi
 
 tasks=()
 if [ $resubmit = 1 ]; then
+  # Not while tasks of the last submission may still run: two writers of a shard file are refused.
+  if [ -s "$(jobs_file "$dir")" ]; then
+    read -r last_array _ < <(tail -1 "$(jobs_file "$dir")")
+    declare -A last_state=()
+    task_states "$last_array" last_state
+    for i in "${!last_state[@]}"; do
+      case "${last_state[$i]}" in
+        PENDING | RUNNING | COMPLETING | REQUEUED | CONFIGURING | SUSPENDED)
+          die "task $i of array job $last_array is ${last_state[$i]}; wait for it, or --requeue $dir for stopped tasks" ;;
+      esac
+    done
+  fi
   for i in $(seq 1 "$shards"); do
     line=$("$exe" "${grid[@]}" --shard "$i/$shards" --out "$dir/shard-$i.json" --status)
     read -r _ _ _ _ _ _ _ _ lf _ <<<"$line"
@@ -230,7 +316,7 @@ fi
 if [ $submit = 0 ]; then
   echo "submit.sh: wrote $dir/shard.sbatch and $dir/merge.sbatch; to submit:"
   [ ${#array_cmd[@]} -gt 0 ] && echo "  array=\$(${array_cmd[*]})"
-  echo "  sbatch --parsable ${array_cmd:+--dependency=afterok:\$array }$dir/merge.sbatch"
+  echo "  sbatch --parsable ${array_cmd:+--dependency=afterok:\${array}_1:...:\${array}_$shards }$dir/merge.sbatch"
   exit 0
 fi
 command -v sbatch >/dev/null || die "sbatch is not on PATH (no Slurm here); --no-submit writes the scripts only"
@@ -238,7 +324,7 @@ array_id="-"
 if [ ${#array_cmd[@]} -gt 0 ]; then
   array_id=$("${array_cmd[@]}") || die "sbatch refused the array job (above)"
   array_id=${array_id%%;*}
-  merge_id=$(sbatch --parsable --dependency="afterok:$array_id" "$dir/merge.sbatch") ||
+  merge_id=$(sbatch --parsable --dependency="$(task_dependency "$array_id" "${tasks[@]}")" "$dir/merge.sbatch") ||
     die "sbatch refused the merge job (above); the array job $array_id was submitted"
 else
   merge_id=$(sbatch --parsable "$dir/merge.sbatch") || die "sbatch refused the merge job (above)"
