@@ -23,6 +23,15 @@ stop() {
   [ -d "$dir" ] || return 0
   [ -f "$dir/$marker" ] || { echo "local-cluster: $dir was not made by local-cluster.sh start; not touching it" >&2; exit 2; }
   local name pid
+  # Its jobs first, while the daemons that can stop them still run (a job's slurmstepd outlives
+  # slurmd by design).
+  if [ -s "$dir/slurmctld.pid" ] && kill -0 "$(cat "$dir/slurmctld.pid")" 2>/dev/null; then
+    SLURM_CONF="$dir/slurm.conf" scancel --quiet --user="$(id -un)" 2>/dev/null || true
+    for _ in $(seq 150); do
+      [ -z "$(SLURM_CONF="$dir/slurm.conf" squeue -h -t running,completing 2>/dev/null)" ] && break
+      sleep 0.1
+    done
+  fi
   for name in slurmd slurmctld munged; do
     [ -s "$dir/$name.pid" ] || continue
     pid=$(cat "$dir/$name.pid")
@@ -40,8 +49,6 @@ stop() {
   for name in slurmd slurmctld munged; do
     [ -s "$dir/$name.pid" ] && kill -9 "$(cat "$dir/$name.pid")" 2>/dev/null || true
   done
-  # slurmstepd processes of jobs still running (they outlive slurmd by design).
-  pkill -9 -f "slurmstepd.*" -P 1 2>/dev/null || true
   rm -rf "$dir"
 }
 

@@ -213,8 +213,8 @@ fi
 [ -x "$exe" ] || die "--exe $exe is not an executable"
 exe=$(cd "$(dirname "$exe")" && pwd)/$(basename "$exe")
 [[ "$dir" =~ [[:space:]] ]] && die "--dir '$dir' holds white space, which Slurm's #SBATCH --output cannot take"
-mkdir -p "$dir" 2>/dev/null || die "--dir $dir cannot be made"
-dir=$(cd "$dir" && pwd)
+dir=$(realpath -m -- "$dir")
+[ ! -e "$dir" ] || [ -d "$dir" ] || die "--dir $dir exists and is not a directory"
 [ -n "$out" ] || out="$dir/merged.json"
 case "$out" in /*) ;; *) out="$(pwd)/$out" ;; esac
 [ -e "$out" ] && die "$out exists; give another --out (the merge job never overwrites a file)"
@@ -230,9 +230,10 @@ if [ -f "$(settings_file "$dir")" ]; then
   previous=$(od -An -c <"$(settings_file "$dir")" | tr -d ' \n')
   [ "$previous" = "$settings" ] || die "$dir holds another submission (its grid, shard count, binary or --out differ); give a new --dir"
   resubmit=1
-elif [ -n "$(ls -A "$dir")" ]; then
+elif [ -d "$dir" ] && [ -n "$(ls -A "$dir")" ]; then
   die "$dir is not empty and holds no submission; give a new or empty --dir"
 fi
+mkdir -p "$dir" 2>/dev/null || die "--dir $dir cannot be made"
 
 tasks=()
 if [ $resubmit = 1 ]; then
