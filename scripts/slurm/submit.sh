@@ -299,7 +299,7 @@ for i in $(seq 1 "$shards"); do shard_files+=" $(q "$dir/shard-$i.json")"; done
 cat >"$dir/merge.sbatch" <<EOF
 #!/bin/bash
 # Merges the $shards shard files of an attnbench grid into one; made by scripts/slurm/submit.sh and
-# submitted with --dependency=afterok on the shards' array job.
+# submitted with --dependency=afterok on each task of the shards' array job.
 #SBATCH --job-name=attnbench-merge
 #SBATCH --cpus-per-task=1
 #SBATCH --output=$dir/logs/merge.log
@@ -316,8 +316,14 @@ else
 fi
 if [ $submit = 0 ]; then
   echo "submit.sh: wrote $dir/shard.sbatch and $dir/merge.sbatch; to submit:"
-  [ ${#array_cmd[@]} -gt 0 ] && echo "  array=\$(${array_cmd[*]})"
-  echo "  sbatch --parsable ${array_cmd:+--dependency=afterok:\${array}_1:...:\${array}_$shards }$dir/merge.sbatch"
+  dependency=""
+  if [ ${#array_cmd[@]} -gt 0 ]; then
+    echo "  array=\$(${array_cmd[*]})"
+    dependency="--dependency=afterok:\${array}_${tasks[0]}"
+    [ ${#tasks[@]} -gt 1 ] && dependency+=":...:\${array}_${tasks[-1]}"
+    dependency+=" "
+  fi
+  echo "  sbatch --parsable $dependency$dir/merge.sbatch"
   exit 0
 fi
 command -v sbatch >/dev/null || die "sbatch is not on PATH (no Slurm here); --no-submit writes the scripts only"
