@@ -20,6 +20,7 @@ targets=(
   "routing|2 min|Sinkhorn and Reformer (fwd, fwd+bwd) at N = 4096 and 16384"
   "decode|2 min|decoding one token after N = 1024..65536 of context (the RNN view of linear attention)"
   "lra-efficiency|15 min|LRA Table 2: the text model's training steps, N = 1K..4K, every mechanism, two threads"
+  "peers|10 min|PyTorch's naive attention (default and tuned allocator) beside flash and vanilla, N = 256..4096, fwd and fwd+bwd, one thread (scripts/peers.py; needs python3-torch)"
   "task-rates|1 min|how fast each task generates a batch of its LRA size"
   "copy|2 h (one thread)|the copy task of \"Transformers are RNNs\": softmax, linear, LSH-1, LSH-4 (train --preset copy)"
   "lra-accuracy|about 20 h (one thread)|LRA Table 1 at CPU scale: every mechanism on five tasks (train --preset lra-accuracy)"
@@ -95,6 +96,13 @@ run_target() {
     lra-efficiency)
       bench model_text_flash_1thread --level model --task text --mode train --seq 1024 --batch 4 --attn flash --reps 5 --threads 1
       bench lra_efficiency --preset lra-efficiency --reps 3 --threads 2 ;;
+    peers)
+      bench suite --attn flash,vanilla --seq 256:4096:x2 --mode fwd,fwdbwd --threads 1
+      commands+=("scripts/peers.py --seq 256:4096:x2 --mode fwd,fwdbwd --threads 1 --out peers.json")
+      echo "== $name/peers: ${commands[-1]}" >&2
+      $py scripts/peers.py --attnbench "$exe" --seq 256:4096:x2 --mode fwd,fwdbwd --threads 1 --out "$work/peers.json"
+      "$exe" table "$work/suite.json" "$work/peers.json" >"$work/peers.md"
+      "$exe" table "$work/suite.json" "$work/peers.json" --metric gflops_per_s >>"$work/peers.md" ;;
     task-rates)
       commands+=("attnbench task rate --task T --reps 3, for every task")
       "$exe" list tasks --wide | awk -F'|' '/^\| / && NR > 2 { gsub(/ /, "", $2); if ($2 != "") print $2 }' | while read -r t; do
