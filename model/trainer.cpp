@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -114,6 +115,9 @@ constexpr char kMagic[] = "ATTNBENCH-CHECKPOINT\n";
 struct Trainer::State {
   int64_t step = 0;  // steps done
   double best_val = -1;
+  // Breaks a tie of validation accuracy (a copy run whose exact-copy rate stays 0 for a while):
+  // the lower loss is the better model.
+  double best_val_loss = std::numeric_limits<double>::infinity();
   int64_t best_step = 0;
   double elapsed = 0, train_seconds = 0;  // totals over every process of the run
   EvalResult last_val;
@@ -212,7 +216,7 @@ void Trainer::save_checkpoint(const State& st, TrainOutcome& out) {
   }
   const int64_t best_floats = st.has_best ? static_cast<int64_t>(st.best.size()) : 0;
   if (best_floats) crc = crc32(crc, reinterpret_cast<const Bytef*>(st.best.data()), static_cast<uInt>(best_floats * sizeof(float)));
-  const nlohmann::json header = {{"version", kCheckpointVersion},
+  nlohmann::json header = {{"version", kCheckpointVersion},
                                  {"identity", c_.identity},
                                  {"step", st.step},
                                  {"best_val_accuracy", st.best_val},
@@ -226,6 +230,8 @@ void Trainer::save_checkpoint(const State& st, TrainOutcome& out) {
                                  {"payload_bytes", (floats + best_floats) * static_cast<int64_t>(sizeof(float))},
                                  {"crc32", crc},
                                  {"rng", "none stored: data, permutations, dropout masks and redraws derive from (seed, step)"}};
+  // JSON has no infinity (nlohmann writes null): before the first evaluation the field is left out.
+  if (std::isfinite(st.best_val_loss)) header["best_val_loss"] = st.best_val_loss;
   const std::string head = header.dump();
   const std::string path = checkpoint_path(c_.checkpoint_dir);
   const std::string tmp = fmt::format("{}.tmp.{}", path, static_cast<long>(getpid()));
@@ -301,6 +307,11 @@ void Trainer::load_checkpoint(State& st) {
     if (best_floats) std::memcpy(st.best.data(), p, static_cast<size_t>(best_floats) * sizeof(float));
     st.step = h.at("step").get<int64_t>();
     st.best_val = h.at("best_val_accuracy").get<double>();
+    // Absent: no evaluation yet (+inf), or a checkpoint from before the field (-inf: ties keep
+    // the earliest, as that binary did).
+    st.best_val_loss = h.contains("best_val_loss") ? h.at("best_val_loss").get<double>()
+                       : st.best_val < 0           ? std::numeric_limits<double>::infinity()
+                                                   : -std::numeric_limits<double>::infinity();
     st.best_step = h.at("best_step").get<int64_t>();
     st.elapsed = h.at("elapsed_seconds").get<double>();
     st.train_seconds = h.at("train_seconds").get<double>();
@@ -333,8 +344,9 @@ TrainOutcome Trainer::run(bool resume, const std::function<void(const CurvePoint
     const EvalResult v = evaluate(*val_, c_.eval_examples);
     out.eval_seconds += now() - t0;
     st.last_val = v;
-    if (v.accuracy > st.best_val) {
+    if (v.accuracy > st.best_val || (v.accuracy == st.best_val && v.loss < st.best_val_loss)) {
       st.best_val = v.accuracy;
+      st.best_val_loss = v.loss;
       st.best_step = step;
       copy_out(model_->trained_tensors(), st.best.data());
       st.has_best = true;

@@ -308,6 +308,29 @@ TEST(Trainer, TinyModelLearnsToCopy) {
   EXPECT_EQ(out.test_best.examples, 200);
 }
 
+// Validation accuracy tied (a copy model whose exact-copy rate is still 0): the parameters kept
+// are those of the lowest validation loss, not the earliest evaluation (before, the copy study's
+// LSH-1 row reported the step-200 parameters of a run of 3000 steps).
+TEST(Trainer, TiedValidationAccuracyKeepsTheLowerLoss) {
+  omp_set_num_threads(1);
+  TrainConfig c = copy_run(60);
+  c.eval_every = 10;
+  c.eval_examples = 32;
+  c.test_examples = 32;
+  std::vector<std::pair<int64_t, EvalResult>> vals;
+  Trainer t(c);
+  const TrainOutcome out = t.run(false, [&](const CurvePoint& p) {
+    if (p.val) vals.emplace_back(p.step, *p.val);
+  }, nullptr);
+  ASSERT_GE(vals.size(), 3u);
+  for (const auto& [step, v] : vals) ASSERT_EQ(v.accuracy, 0.0) << "step " << step << ": the premise is a tie at 0";
+  auto lowest = vals.front();
+  for (const auto& sv : vals)
+    if (sv.second.loss < lowest.second.loss) lowest = sv;
+  ASSERT_NE(lowest.first, vals.front().first) << "the loss must fall for the test to tell the rules apart";
+  EXPECT_EQ(out.best_step, lowest.first);
+}
+
 // Train 2k steps straight, or k, stop, and resume to 2k: the same parameters, bit for bit, and
 // the same logged losses and validations. With dropout, attention dropout, learned positions,
 // a mechanism with learned tensors (linformer) and one that redraws (reformer).
