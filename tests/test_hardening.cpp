@@ -169,6 +169,18 @@ std::vector<long> processes_with(const std::string& marker) {
   return out;
 }
 
+// Whether every process marked by `marker` has exited within `seconds`; any left is killed, so a
+// failing test never leaves one behind.
+bool all_gone_within(const std::string& marker, double seconds) {
+  bool gone = false;
+  for (int i = 0; i < static_cast<int>(seconds * 20) && !gone; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    gone = processes_with(marker).empty();
+  }
+  for (long p : processes_with(marker)) kill(static_cast<pid_t>(p), SIGKILL);
+  return gone;
+}
+
 // Starts, in the background, a sweep whose one child hangs (ATTNBENCH_FAULT), its command lines
 // marked by `marker`; returns the sweep's pid once its child is running (0 if it never started).
 long start_hanging_sweep(const fs::path& out, const std::string& marker, const std::string& launcher = "") {
@@ -200,13 +212,7 @@ TEST(Hardening, KilledSweepTakesItsChildWithIt) {
   ASSERT_GT(sweep_pid, 0) << "the sweep's child never started";
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   kill(static_cast<pid_t>(sweep_pid), SIGKILL);
-  bool gone = false;
-  for (int i = 0; i < 100 && !gone; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    gone = processes_with(marker).empty();
-  }
-  for (long p : processes_with(marker)) kill(static_cast<pid_t>(p), SIGKILL);  // never leave one behind
-  EXPECT_TRUE(gone) << "the child outlived the sweep";
+  EXPECT_TRUE(all_gone_within(marker, 5.0)) << "the child outlived the sweep";
   fs::remove(out);
 }
 
@@ -223,13 +229,7 @@ TEST(Hardening, SweepStoppedWithItsChildLeavesThePointForResume) {
     if (p != sweep_pid) kill(static_cast<pid_t>(p), SIGTERM);  // the child first
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   kill(static_cast<pid_t>(sweep_pid), SIGTERM);
-  bool gone = false;
-  for (int i = 0; i < 200 && !gone; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    gone = processes_with(marker).empty();
-  }
-  for (long p : processes_with(marker)) kill(static_cast<pid_t>(p), SIGKILL);
-  ASSERT_TRUE(gone);
+  ASSERT_TRUE(all_gone_within(marker, 10.0)) << "the sweep or its child did not stop";
   const auto doc = nlohmann::json::parse(std::ifstream(out));
   EXPECT_TRUE(doc.at("benchmarks").empty()) << doc.at("benchmarks").dump();
   auto e = test::exec("sweep --attn flash --seq 16 --heads 1 --dhead 4 --reps 1 --min-time 0 " + marker + " --out " +
@@ -297,8 +297,7 @@ TEST(Hardening, SecondWriterOfAResultFileIsRefused) {
   e = test::exec("train --task copy --seq 16 --layers 1 --dmodel 8 --heads 1 --mlp 8 --steps 1 --out " + out.string());
   EXPECT_EQ(e.code, 2) << e.out;
   kill(static_cast<pid_t>(sweep_pid), SIGKILL);
-  for (int i = 0; i < 100 && !processes_with(marker).empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  for (long p : processes_with(marker)) kill(static_cast<pid_t>(p), SIGKILL);
+  all_gone_within(marker, 5.0);
   // A user's file that only has the lock file's name is neither written over nor removed.
   const fs::path other = test::temp_path("user_lock.json");
   write(other.string() + ".lock", "my notes");
