@@ -38,29 +38,29 @@ usage() { sed -n '2,29p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 shards="" dir="" out="" partition="" time_limit="" cpus=1 exe="" status_dir="" requeue_dir="" submit=1
 extra_sbatch=()
 while [ $# -gt 0 ]; do
-  case "$1" in
-    --shards) shards=${2-}; shift 2 || die "--shards needs a value" ;;
-    --shards=*) shards=${1#*=}; shift ;;
-    --dir) dir=${2-}; shift 2 || die "--dir needs a value" ;;
-    --dir=*) dir=${1#*=}; shift ;;
-    --out) out=${2-}; shift 2 || die "--out needs a value" ;;
-    --out=*) out=${1#*=}; shift ;;
-    --partition) partition=${2-}; shift 2 || die "--partition needs a value" ;;
-    --partition=*) partition=${1#*=}; shift ;;
-    --time) time_limit=${2-}; shift 2 || die "--time needs a value" ;;
-    --time=*) time_limit=${1#*=}; shift ;;
-    --cpus) cpus=${2-}; shift 2 || die "--cpus needs a value" ;;
-    --cpus=*) cpus=${1#*=}; shift ;;
-    --exe) exe=${2-}; shift 2 || die "--exe needs a value" ;;
-    --exe=*) exe=${1#*=}; shift ;;
-    --sbatch) extra_sbatch+=("${2-}"); shift 2 || die "--sbatch needs a value" ;;
-    --sbatch=*) extra_sbatch+=("${1#*=}"); shift ;;
-    --no-submit) submit=0; shift ;;
-    --status) status_dir=${2-}; shift 2 || die "--status needs the submission's directory" ;;
-    --requeue) requeue_dir=${2-}; shift 2 || die "--requeue needs the submission's directory"; break ;;
+  [ "$1" = -- ] && { shift; break; }
+  [[ "$1" == --*=* ]] && set -- "${1%%=*}" "${1#*=}" "${@:2}"  # --name=value is --name value
+  opt=$1
+  case "$opt" in
+    --no-submit) submit=0; shift; continue ;;
     -h | --help) usage; exit 0 ;;
-    --) shift; break ;;
-    *) die "unknown option '$1' (the grid goes after --; see --help)" ;;
+    --shards | --dir | --out | --partition | --time | --cpus | --exe | --sbatch | --status | --requeue) ;;
+    *) die "unknown option '$opt' (the grid goes after --; see --help)" ;;
+  esac
+  [ $# -ge 2 ] || die "$opt needs a value"
+  value=$2
+  shift 2
+  case "$opt" in
+    --shards) shards=$value ;;
+    --dir) dir=$value ;;
+    --out) out=$value ;;
+    --partition) partition=$value ;;
+    --time) time_limit=$value ;;
+    --cpus) cpus=$value ;;
+    --exe) exe=$value ;;
+    --sbatch) extra_sbatch+=("$value") ;;
+    --status) status_dir=$value ;;
+    --requeue) requeue_dir=$value; break ;;  # then the task indices
   esac
 done
 grid=("$@")
