@@ -273,9 +273,8 @@ bool measure_calls(Call&& call, Check&& check, const RunOptions& opts, size_t rs
   }
   const bool rss_reset = reset_peak_rss();
   for (int r = 0; r < opts.reps; ++r) {
-    double loss_sum = 0;
     const double w0 = wall_seconds(), c0 = process_cpu_seconds();
-    loss_sum = run_calls(call, iterations);
+    const double loss_sum = run_calls(call, iterations);
     const double w1 = wall_seconds(), c1 = process_cpu_seconds();
     const double n = static_cast<double>(iterations);
     res.reps.push_back({(w1 - w0) / n, (c1 - c0) / n, iterations,

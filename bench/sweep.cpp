@@ -129,10 +129,9 @@ PointResult run_isolated(const PointId& id, const RunOptions& opts, const SweepO
   const std::string last = last_line_of(err);
   auto with_last = [&](std::string m) { return last.empty() ? m : m + "; last output: " + last; };
   // A scheduler stopping the job (Slurm's scancel, a time limit, preemption) signals every process
-  // of it, the child too, which may die before the sweep's own handler is seen: a point that did not
-  // finish while the sweep was being stopped is not a result but left for --resume.
-  // The signals reach the processes one by one, so a child stopped by SIGTERM or SIGINT (or a
-  // training run that stopped on one, exit 130) gives the sweep's own signal a moment to arrive.
+  // of it one by one, the child too, which may die before the sweep's own signal arrives. So a child
+  // stopped by SIGTERM or SIGINT (or a training run that stopped on one, exit 130) gives that signal
+  // a moment; a point that did not finish while the sweep was being stopped is left for --resume.
   const bool finished = o.kind == ChildOutcome::Exited && o.exit_code == 0;
   const bool stopped = (o.kind == ChildOutcome::Signaled && (o.signal == SIGTERM || o.signal == SIGINT)) ||
                        (o.kind == ChildOutcome::Exited && o.exit_code == 130);
@@ -312,18 +311,9 @@ SweepProgress sweep_progress(const std::vector<PointId>& full_grid, const SweepO
   for (const auto& id : shard_of(full_grid, so.shard_index, so.shard_count)) planned.insert(id.name());
   SweepProgress p;
   p.points = planned.size();
-  std::set<std::string> seen;
-  if (std::filesystem::exists(so.out)) {
-    for (const auto& r : read_result_file(so.out).points) {
-      const std::string name = r.id.name();
-      if (!planned.count(name)) {
-        ++p.foreign;
-        continue;
-      }
-      if (!seen.insert(name).second) continue;
-      ++(r.status == Status::OK ? p.done : p.failed);
-    }
-  }
+  if (std::filesystem::exists(so.out))  // the reader groups a point's repetitions: each name once
+    for (const auto& r : read_result_file(so.out).points)
+      ++(!planned.count(r.id.name()) ? p.foreign : r.status == Status::OK ? p.done : p.failed);
   p.left = p.points - p.done - p.failed;
   return p;
 }

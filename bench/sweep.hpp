@@ -50,6 +50,7 @@ struct SweepProgress {
 };
 SweepProgress sweep_progress(const std::vector<PointId>& grid, const SweepOptions& so);
 // Prints one line: "shard 2/3: 4 points, 3 done, 1 failed, 0 left (FILE)". Returns 0.
+// scripts/slurm/submit.sh reads the numbers by their position in it.
 int cmd_sweep_status(const std::vector<PointId>& grid, const SweepOptions& so);
 
 }  // namespace ab

@@ -217,19 +217,19 @@ void Trainer::save_checkpoint(const State& st, TrainOutcome& out) {
   const int64_t best_floats = st.has_best ? static_cast<int64_t>(st.best.size()) : 0;
   if (best_floats) crc = crc32(crc, reinterpret_cast<const Bytef*>(st.best.data()), static_cast<uInt>(best_floats * sizeof(float)));
   nlohmann::json header = {{"version", kCheckpointVersion},
-                                 {"identity", c_.identity},
-                                 {"step", st.step},
-                                 {"best_val_accuracy", st.best_val},
-                                 {"best_step", st.best_step},
-                                 {"has_best", st.has_best},
-                                 {"elapsed_seconds", st.elapsed},
-                                 {"train_seconds", st.train_seconds},
-                                 {"last_val", eval_json(st.last_val)},
-                                 {"tensors", tensors},
-                                 {"best_floats", best_floats},
-                                 {"payload_bytes", (floats + best_floats) * static_cast<int64_t>(sizeof(float))},
-                                 {"crc32", crc},
-                                 {"rng", "none stored: data, permutations, dropout masks and redraws derive from (seed, step)"}};
+                           {"identity", c_.identity},
+                           {"step", st.step},
+                           {"best_val_accuracy", st.best_val},
+                           {"best_step", st.best_step},
+                           {"has_best", st.has_best},
+                           {"elapsed_seconds", st.elapsed},
+                           {"train_seconds", st.train_seconds},
+                           {"last_val", eval_json(st.last_val)},
+                           {"tensors", tensors},
+                           {"best_floats", best_floats},
+                           {"payload_bytes", (floats + best_floats) * static_cast<int64_t>(sizeof(float))},
+                           {"crc32", crc},
+                           {"rng", "none stored: data, permutations, dropout masks and redraws derive from (seed, step)"}};
   // JSON has no infinity (nlohmann writes null): before the first evaluation the field is left out.
   if (std::isfinite(st.best_val_loss)) header["best_val_loss"] = st.best_val_loss;
   const std::string head = header.dump();

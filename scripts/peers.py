@@ -18,7 +18,6 @@ usage: scripts/peers.py --out FILE [--attnbench build/attnbench] [--seq 256:4096
 """
 import argparse
 import ctypes
-import ctypes.util
 import json
 import math
 import os

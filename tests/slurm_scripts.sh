@@ -61,6 +61,13 @@ expect2 "exists" "$submit" --shards 2 --dir "$work/b2" --exe "$exe" --out "$work
   --sbatch=--account=proj --no-submit -- "${grid[@]}" >/dev/null || fail "resubmitting the same grid was refused"
 expect2 "holds another submission" "$submit" --shards 4 --dir "$work/n5" --exe "$exe" --no-submit -- "${grid[@]}"
 [ -e "$work/b1" ] && fail "a refused submission made its directory"
+# The local cluster starts only in a new directory and stops (removing it) only the one it made.
+cluster="$root/scripts/slurm/local-cluster.sh"
+expect2 "exists" "$cluster" start "$work/users"
+expect2 "not made by local-cluster.sh" "$cluster" stop "$work/users"
+mkdir -p "$work/empty"
+expect2 "exists" "$cluster" start "$work/empty"
+[ -d "$work/empty" ] && [ "$(cat "$work/users/notes.txt")" = "keep me" ] || fail "local-cluster.sh touched a user's directory"
 echo "PASS bad input exits 2 with one line, the user's files untouched"
 
 # --status needs no cluster: it reads the shard files.

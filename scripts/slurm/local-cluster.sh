@@ -6,9 +6,10 @@
 #   scripts/slurm/local-cluster.sh start DIR   start it; prints `export SLURM_CONF=DIR/slurm.conf`
 #   scripts/slurm/local-cluster.sh stop DIR    stop the daemons and remove DIR
 #
-# DIR must be new or empty (start) or made by start (stop). Needs Debian's slurm-wlm and munge
-# (scripts/setup.sh installs them) and root, as slurmd starts jobs. Exits 77 when Slurm cannot
-# be installed or started here, with the reason, so a test can report itself skipped.
+# start wants a new DIR, as stop removes it whole; stop touches only a DIR that start made. Needs
+# Debian's slurm-wlm and munge (scripts/setup.sh --tests installs them) and root, as slurmd starts
+# jobs. Exits 77 when Slurm cannot be installed or started here, with the reason, so a test can
+# report itself skipped.
 set -euo pipefail
 
 usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; }
@@ -65,14 +66,14 @@ free_port() {
 }
 
 start() {
+  if [ -e "$dir" ]; then
+    echo "local-cluster: $dir exists; give a new directory (stop removes it whole)" >&2
+    exit 2
+  fi
   for c in munged slurmctld slurmd sbatch squeue scontrol; do
     command -v "$c" >/dev/null || skip "$c is not installed (Debian: apt-get install slurm-wlm munge; scripts/setup.sh does it)"
   done
   [ "$(id -u)" = 0 ] || skip "slurmd must run as root to start jobs"
-  if [ -e "$dir" ] && [ -n "$(ls -A "$dir")" ]; then
-    echo "local-cluster: $dir exists and is not empty; give a new directory" >&2
-    exit 2
-  fi
   mkdir -p "$dir"
   dir=$(cd "$dir" && pwd)
   chmod 700 "$dir"

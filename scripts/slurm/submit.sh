@@ -79,6 +79,16 @@ read_submission() {  # sets exe shards out grid from DIR's settings
   grid=("${fields[@]:3}")
 }
 
+# attnbench's progress line of shard $2 of the submission in $1 ("shard i/n: P points, D done,
+# F failed, L left (FILE)"; the numbers are the 3rd, 5th, 7th and 9th words), and its points left.
+shard_line() { "$exe" "${grid[@]}" --shard "$2/$shards" --out "$1/shard-$2.json" --status; }
+points_left() {
+  local line lf
+  line=$(shard_line "$1" "$2") || exit $?
+  read -r _ _ _ _ _ _ _ _ lf _ <<<"$line"
+  echo "$lf"
+}
+
 # The state of each task of array job $1 the controller still knows (finished ones too, for
 # MinJobAge), into the associative array named $2, by task index.
 task_states() {
@@ -112,7 +122,7 @@ status() {
   task_states "$array_id" state
   local i line total=0 done_=0 failed=0 left=0
   for i in $(seq 1 "$shards"); do
-    line=$("$exe" "${grid[@]}" --shard "$i/$shards" --out "$d/shard-$i.json" --status) || exit $?
+    line=$(shard_line "$d" "$i") || exit $?
     read -r _ _ p _ dn _ fl _ lf _ <<<"$line"
     total=$((total + p)) done_=$((done_ + dn)) failed=$((failed + fl)) left=$((left + lf))
     echo "$line${state[$i]:+ [${state[$i]}]}"
@@ -139,16 +149,14 @@ requeue() {
   command -v scontrol >/dev/null || die "scontrol is not on PATH"
   declare -A state=()
   task_states "$array_id" state
-  local tasks=("$@") i line lf
+  local tasks=("$@") i
   for i in "${tasks[@]+"${tasks[@]}"}"; do
     [[ "$i" =~ ^[0-9]+$ ]] && [ -n "${state[$i]-}" ] || die "task $i is not a task of array job $array_id the controller knows"
   done
   if [ ${#tasks[@]} -eq 0 ]; then
     for i in "${!state[@]}"; do
       case "${state[$i]}" in PENDING | RUNNING | COMPLETING | REQUEUED | CONFIGURING | SUSPENDED) continue ;; esac
-      line=$("$exe" "${grid[@]}" --shard "$i/$shards" --out "$d/shard-$i.json" --status)
-      read -r _ _ _ _ _ _ _ _ lf _ <<<"$line"
-      [ "$lf" = 0 ] || tasks+=("$i")
+      [ "$(points_left "$d" "$i")" = 0 ] || tasks+=("$i")
     done
   fi
   if [ ${#tasks[@]} -eq 0 ]; then
@@ -250,9 +258,7 @@ if [ $resubmit = 1 ]; then
     done
   fi
   for i in $(seq 1 "$shards"); do
-    line=$("$exe" "${grid[@]}" --shard "$i/$shards" --out "$dir/shard-$i.json" --status)
-    read -r _ _ _ _ _ _ _ _ lf _ <<<"$line"
-    [ "$lf" = 0 ] || tasks+=("$i")
+    [ "$(points_left "$dir" "$i")" = 0 ] || tasks+=("$i")
   done
   if [ ${#tasks[@]} -eq 0 ]; then
     echo "submit.sh: every shard in $dir is complete; submitting the merge job only" >&2
