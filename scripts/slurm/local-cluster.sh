@@ -26,30 +26,28 @@ stop() {
   local name pid
   # Its jobs first, while the daemons that can stop them still run (a job's slurmstepd outlives
   # slurmd by design).
-  if [ -s "$dir/slurmctld.pid" ] && kill -0 "$(cat "$dir/slurmctld.pid")" 2>/dev/null; then
+  if kill -0 "$(cat "$dir/slurmctld.pid" 2>/dev/null)" 2>/dev/null; then
     SLURM_CONF="$dir/slurm.conf" scancel --quiet --user="$(id -un)" 2>/dev/null || true
     for _ in $(seq 150); do
       [ -z "$(SLURM_CONF="$dir/slurm.conf" squeue -h -t running,completing 2>/dev/null)" ] && break
       sleep 0.1
     done
   fi
+  # The daemons' pids, read once (a daemon removes its pid file as it exits): 10 s to go after
+  # SIGTERM, then SIGKILL.
+  local pids=()
   for name in slurmd slurmctld munged; do
-    [ -s "$dir/$name.pid" ] || continue
-    pid=$(cat "$dir/$name.pid")
-    kill "$pid" 2>/dev/null || true
+    pid=$(cat "$dir/$name.pid" 2>/dev/null || true)
+    [ -n "$pid" ] && pids+=("$pid")
   done
-  # Each daemon gets 10 s to go, then is killed; jobs slurmd started go with it (linuxproc).
+  [ ${#pids[@]} -eq 0 ] || kill "${pids[@]}" 2>/dev/null || true
   for _ in $(seq 100); do
     local alive=0
-    for name in slurmd slurmctld munged; do
-      [ -s "$dir/$name.pid" ] && kill -0 "$(cat "$dir/$name.pid")" 2>/dev/null && alive=1
-    done
+    for pid in "${pids[@]+"${pids[@]}"}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
     [ $alive = 0 ] && break
     sleep 0.1
   done
-  for name in slurmd slurmctld munged; do
-    [ -s "$dir/$name.pid" ] && kill -9 "$(cat "$dir/$name.pid")" 2>/dev/null || true
-  done
+  [ ${#pids[@]} -eq 0 ] || kill -9 "${pids[@]}" 2>/dev/null || true
   rm -rf "$dir"
 }
 
