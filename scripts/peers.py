@@ -57,7 +57,9 @@ def parse_ints(text, what):
                 out.append(int(part))
         except ValueError:
             die(f"{what} '{text}' is not a list of integers or a range a:b:xK / a:b:+K")
-    if not out or min(out) < 1:
+    if not out:
+        die(f"{what} '{text}' holds no value (a range a:b needs a <= b)")
+    if min(out) < 1:
         die(f"{what} '{text}' needs values >= 1")
     return out
 
