@@ -22,6 +22,9 @@ std::vector<int64_t> block_sizes(int64_t n, int64_t block) {
   return v;
 }
 
+// The dense kernel's row stride of a transposed key tile of tile_cols keys.
+inline int64_t dense_ldkt(int64_t tile_cols) { return (tile_cols + 15) / 16 * 16; }
+
 #if defined(__AVX512F__)
 // The diagonal kernel: softmax attention of 16 query rows (one per lane) over the union of their
 // key ranges [lo, hi), each row masked to its own range. A band's rows use 2w + 1 keys each and
@@ -165,6 +168,185 @@ void diagonal_rows(int rows, const float* Q, int64_t ldq, const float* K, int64_
       AB_DIAG_GROUP(1) AB_DIAG_GROUP(2) AB_DIAG_GROUP(3) AB_DIAG_GROUP(4) AB_DIAG_GROUP(5) AB_DIAG_GROUP(6)
 #undef AB_DIAG_GROUP
     }
+  }
+}
+
+// The dense kernel: s Q K^T attention, dense or causal, without a oneDNN call per tile.
+//   0. Kt = every key tile of every (b, h) transposed (D x cols, columns padded to 16), once per
+//      call, before the query blocks (each block would otherwise transpose every key tile
+//      again: 8% of the time at N = 2048 with 128-row blocks).
+//   then per block of query rows, per key tile, per strip of R query rows (R = 6 at D <= 64,
+//   3 at D = 128):
+//   1. S (R x cols) = Q_strip Kt: R rows x 64 columns in registers, each query entry broadcast
+//      against 64 columns of Kt; each row's maximum taken on the way out of the registers when
+//      every column of the strip is admissible. S stays in L1 (6 KiB at 256 columns).
+//   2. per row: m' = max(m, s max S), P = exp(s S - m'), l = l e^(m - m') + sum P; zero past
+//      the row's last key (causal).
+//   3. O_strip = O_strip e^(m - m') + P V_tile: R x D accumulators in registers, each
+//      probability broadcast against a row of V; O is read and written once per tile.
+// Against the oneDNN path (a matmul call per 128 x 256 tile for S and for P V, the softmax a
+// separate sweep over the 128 KiB S tile in L2) the scores never leave L1 and no call packs K.
+template <int D>
+constexpr int dense_strip_rows() {
+  return D <= 64 ? 6 : 3;
+}
+
+// Pass 0 for one (b, h): Kt, tile after tile (each D x ldkt floats), from K (Nk x D, row stride ldk).
+template <int D>
+void dense_pack_keys(const float* K, int64_t ldk, int64_t Nk, int64_t tile_cols, float* Kt) {
+  const int64_t ldkt = dense_ldkt(tile_cols);
+  for (int64_t c0 = 0; c0 < Nk; c0 += tile_cols, Kt += D * ldkt) {
+    const int64_t cols = std::min(tile_cols, Nk - c0), cols16 = (cols + 15) / 16 * 16;
+    const float* Kc = K + c0 * ldk;
+    int64_t c = 0;
+    for (; c + 8 <= cols; c += 8)
+      for (int d = 0; d < D; d += 8) transpose8x8(Kc + c * ldk + d, ldk, Kt + d * ldkt + c, ldkt);
+    for (; c < cols; ++c)
+      for (int d = 0; d < D; ++d) Kt[d * ldkt + c] = Kc[c * ldk + d];
+    if (cols16 > cols)
+      for (int d = 0; d < D; ++d) fill(Kt + d * ldkt + cols, cols16 - cols, 0.0f);
+  }
+}
+
+// S(R x 16 NV) = Q(R x D) Kt(D x 16 NV); with rowmax (R x 16 floats), each row's lanes keep
+// their running maximum.
+template <int D, int R, int NV>
+inline void dense_logits(const float* Q, int64_t ldq, const float* Kt, int64_t ldkt, float* S, int64_t ldS,
+                         float* rowmax) {
+  __m512 acc[R][NV];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < NV; ++j) acc[r][j] = _mm512_setzero_ps();
+  for (int d = 0; d < D; ++d) {
+    __m512 k[NV];
+    for (int j = 0; j < NV; ++j) k[j] = _mm512_loadu_ps(Kt + d * ldkt + 16 * j);
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) {
+      const __m512 q = _mm512_set1_ps(Q[r * ldq + d]);
+      for (int j = 0; j < NV; ++j) acc[r][j] = _mm512_fmadd_ps(q, k[j], acc[r][j]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int j = 0; j < NV; ++j) _mm512_storeu_ps(S + r * ldS + 16 * j, acc[r][j]);
+    if (rowmax) {
+      __m512 mx = _mm512_load_ps(rowmax + 16 * r);
+      for (int j = 0; j < NV; ++j) mx = _mm512_maskz_max_ps(0xFFFF, mx, acc[r][j]);
+      _mm512_store_ps(rowmax + 16 * r, mx);
+    }
+  }
+}
+
+// O(R x D) = O corr (or 0 when `first`) + P(R x n) V(n x D)
+template <int D, int R>
+inline void dense_values(const float* P, int64_t ldP, const float* V, int64_t ldv, int64_t n, float* O, int64_t ldo,
+                         const float* corr, bool first) {
+  constexpr int NV = D / 16;
+  __m512 acc[R][NV];
+  for (int r = 0; r < R; ++r) {
+    const __m512 c = _mm512_set1_ps(corr[r]);
+    for (int j = 0; j < NV; ++j)
+      acc[r][j] = first ? _mm512_setzero_ps() : _mm512_mul_ps(_mm512_loadu_ps(O + r * ldo + 16 * j), c);
+  }
+  for (int64_t c = 0; c < n; ++c) {
+    __m512 v[NV];
+    for (int j = 0; j < NV; ++j) v[j] = _mm512_loadu_ps(V + c * ldv + 16 * j);
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) {
+      const __m512 p = _mm512_set1_ps(P[r * ldP + c]);
+      for (int j = 0; j < NV; ++j) acc[r][j] = _mm512_fmadd_ps(p, v[j], acc[r][j]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < NV; ++j) _mm512_storeu_ps(O + r * ldo + 16 * j, acc[r][j]);
+}
+
+// Passes 1-3 for R query rows, the first at query index i0, against the key tile [c0, c0 +
+// cols) held as Kt (row stride ldkt, zero past cols up to a multiple of 16). S: R x ldkt floats.
+// m, l: the rows' running max and sum. first: O holds nothing yet (the block's first tile).
+template <int D, int R>
+void dense_strip(const float* Q, int64_t ldq, const float* Kt, int64_t ldkt, int64_t c0, int64_t cols,
+                 const float* V, int64_t ldv, float* O, int64_t ldo, float* S, int64_t i0, bool causal, float scale,
+                 float* m, float* l, bool first) {
+  const int64_t cols16 = (cols + 15) / 16 * 16;
+  // Every column of the strip admissible for every row: the maxima come from pass 1.
+  const bool whole = cols16 == cols && (!causal || i0 >= c0 + cols - 1);
+  alignas(64) float rowmax[R * 16];
+  if (whole) fill(rowmax, R * 16, kNegInf);
+  float* track = whole ? rowmax : nullptr;
+  // Pass 1.
+  int64_t c = 0;
+  for (; c + 64 <= cols16; c += 64) dense_logits<D, R, 4>(Q, ldq, Kt + c, ldkt, S + c, ldkt, track);
+  for (; c < cols16; c += 16) dense_logits<D, R, 1>(Q, ldq, Kt + c, ldkt, S + c, ldkt, track);
+  // Pass 2.
+  alignas(64) float corr[R];
+  int64_t used = 0;  // columns any row of the strip uses
+  const __m512 vscale = _mm512_set1_ps(scale * exp_consts::kLog2e);
+  for (int r = 0; r < R; ++r) {
+    float* Sr = S + r * ldkt;
+    const int64_t e = causal ? std::min(cols, i0 + r + 1 - c0) : cols;  // the row's keys: [0, e)
+    corr[r] = 1.0f;
+    if (e <= 0) {
+      fill(Sr, cols16, 0.0f);
+      continue;
+    }
+    used = std::max(used, e);
+    const float raw_max = whole ? max_of(rowmax + 16 * r, 16) : max_of(Sr, e);
+    const float m_new = std::max(m[r], raw_max * scale);  // s > 0: max(s S) = s max(S)
+    if (m_new == kNegInf) {  // every logit so far is -inf: nothing to add
+      fill(Sr, cols16, 0.0f);
+      continue;
+    }
+    // P = 2^((s log2 e) S - m' log2 e): exp(s S - m') with the reduction by ln 2 in the FMA.
+    const __m512 vm = _mm512_set1_ps(m_new * exp_consts::kLog2e);
+    __m512 sum = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k + 16 <= e; k += 16) {
+      const __m512 p = exp2_f32x16(_mm512_fmsub_ps(_mm512_loadu_ps(Sr + k), vscale, vm));
+      _mm512_storeu_ps(Sr + k, p);
+      sum = _mm512_add_ps(sum, p);
+    }
+    if (k < e) {
+      const __mmask16 tail = static_cast<__mmask16>((1u << (e - k)) - 1u);
+      const __m512 p = _mm512_maskz_mov_ps(tail, exp2_f32x16(_mm512_fmsub_ps(_mm512_loadu_ps(Sr + k), vscale, vm)));
+      _mm512_storeu_ps(Sr + k, p);
+      sum = _mm512_add_ps(sum, p);
+      k += 16;
+    }
+    for (; k < cols16; k += 16) _mm512_storeu_ps(Sr + k, _mm512_setzero_ps());
+    corr[r] = exp_f32(m[r] - m_new);  // 0 on the row's first keys (m = -inf)
+    l[r] = l[r] * corr[r] + sum_lanes(sum);
+    m[r] = m_new;
+  }
+  // Pass 3.
+  dense_values<D, R>(S, ldkt, V + c0 * ldv, ldv, used, O, ldo, corr, first);
+}
+
+// Passes 1-3 over the key tiles [0, key_hi) for `rows` query rows from i0 (Q, O at those rows,
+// V at key 0, Kt the (b, h)'s packed keys from pass 0). S: R x ldkt floats.
+template <int D>
+void dense_block(const float* Q, int64_t ldq, const float* Kt, const float* V, int64_t ldv, float* O, int64_t ldo,
+                 int64_t rows, int64_t i0, int64_t key_hi, int64_t tile_cols, bool causal, float scale, float* m,
+                 float* l, bool first, float* S) {
+  constexpr int R = dense_strip_rows<D>();
+  const int64_t ldkt = dense_ldkt(tile_cols);
+  for (int64_t c0 = 0; c0 < key_hi; c0 += tile_cols, Kt += D * ldkt) {
+    const int64_t cols = std::min(tile_cols, key_hi - c0);
+    for (int64_t s0 = 0; s0 < rows; s0 += R) {
+      const int n = static_cast<int>(std::min<int64_t>(R, rows - s0));
+      if (causal && !first && i0 + s0 + n - 1 < c0) continue;  // no row of the strip reaches the tile
+      const float* Qs = Q + s0 * ldq;
+      float* Os = O + s0 * ldo;
+      switch (n) {
+#define AB_DENSE_STRIP(k)                                                                                    \
+  case k:                                                                                                    \
+    if constexpr (k <= R)                                                                                    \
+      dense_strip<D, k>(Qs, ldq, Kt, ldkt, c0, cols, V, ldv, Os, ldo, S, i0 + s0, causal, scale, m + s0, \
+                        l + s0, first);                                                                      \
+    break;
+        AB_DENSE_STRIP(1) AB_DENSE_STRIP(2) AB_DENSE_STRIP(3) AB_DENSE_STRIP(4) AB_DENSE_STRIP(5) AB_DENSE_STRIP(6)
+#undef AB_DENSE_STRIP
+      }
+    }
+    first = false;
   }
 }
 #endif
@@ -331,6 +513,7 @@ std::pair<int64_t, int64_t> TiledSoftmax::queries_using(int64_t c0, int64_t c1) 
 
 void TiledSoftmax::plan(Mode mode, const LogitsSource& src) {
   mode_ = mode;
+  dense_planned_ = dense_source(src);  // dropout may be off at a later call (evaluation)
   mm_.clear();
   src.plan_begin();
   if (s_.tight && (s_.causal || s_.keys)) {
@@ -375,9 +558,38 @@ void TiledSoftmax::plan(Mode mode, const LogitsSource& src) {
       }
 }
 
-// Per thread: forward score tile, running max and sum; backward P and dS tiles.
+bool TiledSoftmax::dense_kernel(int64_t D) {
+#if defined(__AVX512F__)
+  return D == 16 || D == 32 || D == 64 || D == 128;
+#else
+  (void)D;
+  return false;
+#endif
+}
+
+bool TiledSoftmax::dense_source(const LogitsSource& src) const {
+  const auto* qk = dynamic_cast<const QKLogits*>(&src);
+  return qk && !qk->keys_major() && !s_.keys && !s_.exclude_self && s_.prefix_keys == 0 && dense_kernel(s_.D);
+}
+
+bool TiledSoftmax::dense_block_kernel(const LogitsSource& src) const {
+  return dense_source(src) && !dropout_.active();
+}
+
+// Per thread: forward score tile (or the dense kernel's transposed key tile and score strip),
+// running max and sum; backward P and dS tiles.
+int64_t TiledSoftmax::score_area() const {
+  const int64_t dense_strip = 6 * dense_ldkt(s_.dense_cols);
+  return std::max(s_.fwd_rows * s_.fwd_cols, dense_kernel(s_.D) ? dense_strip : 0);
+}
+
+int64_t TiledSoftmax::dense_keys_floats() const {
+  const int64_t tiles = (s_.Nk + s_.dense_cols - 1) / s_.dense_cols;
+  return tiles * s_.D * dense_ldkt(s_.dense_cols);
+}
+
 size_t TiledSoftmax::tile_floats(Mode mode) const {
-  size_t f = static_cast<size_t>(s_.fwd_rows * s_.fwd_cols + 2 * s_.fwd_rows);
+  size_t f = static_cast<size_t>(score_area() + 2 * s_.fwd_rows);
   if (mode == Mode::fwdbwd) f = std::max(f, static_cast<size_t>(2 * s_.bwd_rows * s_.bwd_cols));
   return f;
 }
@@ -389,6 +601,7 @@ size_t TiledSoftmax::working_bytes(Mode mode) const {
   if (mode == Mode::fwdbwd) b += 2 * rows;
   else if (s_.keep_lse) b += rows;
   if (s_.keys) b += 2 * static_cast<size_t>(s_.Nq) * sizeof(int64_t);
+  if (dense_planned_) b += static_cast<size_t>(s_.B * s_.H * dense_keys_floats()) * sizeof(float);
   return b;
 }
 
@@ -407,6 +620,7 @@ void TiledSoftmax::setup(Mode mode) {
     }
     ranges_ = std::move(table);
   }
+  if (dense_planned_) keys_t_ = Buffer<float>(static_cast<size_t>(s_.B * s_.H * dense_keys_floats()));
   if (mode == Mode::fwdbwd || s_.keep_lse) lse_ = Buffer<float>(static_cast<size_t>(s_.B * s_.H * s_.Nq));
   if (mode == Mode::fwdbwd) delta_ = Buffer<float>(static_cast<size_t>(s_.B * s_.H * s_.Nq));
 }
@@ -438,6 +652,24 @@ void TiledSoftmax::forward(const LogitsSource& src, const TensorView& v, const T
   const bool diagonal = qk && !qk->keys_major() && ranges_.size() > 0;
   if (diagonal && dropout_.active() && s_.diagonal)
     throw std::logic_error("TiledSoftmax::forward: the diagonal kernel applies no dropout (plan the shape without it)");
+  // Dense or causal s Q K^T without dropout: the dense kernel (AVX-512) instead of passes 1-3.
+  const bool dense = dense_block_kernel(src) && keys_t_.size() > 0;
+#if defined(__AVX512F__)
+  if (dense) {  // the dense kernel's pass 0
+    const TensorView& k = qk->k();
+#pragma omp parallel for schedule(static)
+    for (int64_t bh = 0; bh < s_.B * s_.H; ++bh) {
+      const float* K = k.head(bh / s_.H, bh % s_.H);
+      float* Kt = keys_t_.data() + bh * dense_keys_floats();
+      switch (D) {
+#define AB_DENSE_PACK(d) \
+  case d: dense_pack_keys<d>(K, k.strides.sn, Nk, s_.dense_cols, Kt); break;
+        AB_DENSE_PACK(16) AB_DENSE_PACK(32) AB_DENSE_PACK(64) AB_DENSE_PACK(128)
+#undef AB_DENSE_PACK
+      }
+    }
+  }
+#endif
   if (s_.prefix_keys > 0) {  // only the diagonal kernel has prefix keys
     bool ok = diagonal && prefix_v;
     for (int64_t r0 = 0; ok && r0 < Nq; r0 += kFwdRows) ok = diagonal_block(r0, std::min(kFwdRows, Nq - r0));
@@ -453,7 +685,7 @@ void TiledSoftmax::forward(const LogitsSource& src, const TensorView& v, const T
     const int64_t bh = b * s_.H + h;
     const int64_t r0 = qb * kFwdRows, rows = std::min(kFwdRows, Nq - r0);
     float* S = tiles_.data() + static_cast<size_t>(tid) * per_thread;
-    float* m = S + kFwdRows * kFwdCols;
+    float* m = S + score_area();
     float* l = m + kFwdRows;
     const float* V = v.head(b, h);
     float* O = o.row(b, h, r0);
@@ -497,6 +729,23 @@ void TiledSoftmax::forward(const LogitsSource& src, const TensorView& v, const T
           m[s0 + r] = m16[r];
           l[s0 + r] = l16[r];
         }
+      }
+      first_tile = false;
+      diagonal_done = true;
+    }
+#endif
+#if defined(__AVX512F__)
+    if (dense) {
+      const TensorView& q = qk->q();
+      const int64_t key_hi = s_.causal ? r0 + rows : Nk;
+      switch (D) {
+#define AB_DENSE_D(d)                                                                                         \
+  case d:                                                                                                     \
+    dense_block<d>(q.row(b, h, r0), q.strides.sn, keys_t_.data() + bh * dense_keys_floats(), V, s_.ld_v, O, \
+                   ldo, rows, r0, key_hi, s_.dense_cols, s_.causal, qk->scale(), m, l, first_tile, S);        \
+    break;
+        AB_DENSE_D(16) AB_DENSE_D(32) AB_DENSE_D(64) AB_DENSE_D(128)
+#undef AB_DENSE_D
       }
       first_tile = false;
       diagonal_done = true;

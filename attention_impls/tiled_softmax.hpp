@@ -106,6 +106,10 @@ struct TiledSoftmaxShape {
   KeyRangeFn keys;
   // Tile sizes (score tiles: forward rows x cols, backward rows x cols).
   int64_t fwd_rows = 128, fwd_cols = 256, bwd_rows = 64, bwd_cols = 128;
+  // The dense kernel's key tile (its query blocks are fwd_rows): its scores stay in L1 a strip
+  // at a time, so it takes longer tiles than a oneDNN product does (2-4% faster than 256 at
+  // N = 512 ... 8192 on a Zen 5; 1024 no better).
+  int64_t dense_cols = 512;
   // Keep the row log-sum-exp after forward also without backward (for merging segments).
   bool keep_lse = false;
   // With ranges: key tiles start at each query block's first key (forward), query tiles at
@@ -182,6 +186,14 @@ class TiledSoftmax {
   static constexpr int64_t kDiagonalRows = 16;  // query rows per call of the diagonal kernel
   static bool diagonal_kernel(int64_t D);
   static bool diagonal_fits(int64_t D, int64_t keys, int64_t prefix, int64_t area);
+  // Whether this build has the dense kernel for head size D (AVX-512; D of 16, 32, 64 or 128):
+  // dense or causal s Q K^T logits, scored and multiplied by V without a oneDNN call per tile.
+  static bool dense_kernel(int64_t D);
+  // Whether forward() takes every block through the dense kernel: the source is plain s Q K^T,
+  // no pattern, no prefix keys, no excluded self, no dropout, and the build has the kernel.
+  bool dense_block_kernel(const LogitsSource& src) const;
+  // The same but for dropout (which a later call may have off).
+  bool dense_source(const LogitsSource& src) const;
   // dV, and through src the logits' inputs; dv is overwritten, or accumulated into when
   // `accumulate`. `lse`, when given, replaces the forward's own (see LseView).
   void backward(const LogitsSource& src, const TensorView& v, const TensorView& o,
@@ -211,6 +223,10 @@ class TiledSoftmax {
   const TiledSoftmaxShape& shape() const { return s_; }
 
  private:
+  // Floats of the forward score tile, or of the dense kernel's key tile and strip if larger.
+  int64_t score_area() const;
+  // The dense kernel's transposed keys of one (b, h): every key tile, D x (fwd_cols padded to 16).
+  int64_t dense_keys_floats() const;
   size_t tile_floats(Mode mode) const;
   // Whether forward() scores the block of rows [r0, r0 + rows) with the diagonal kernel (see
   // TiledSoftmaxShape::diagonal): an AVX-512 build, a band, D of 16, 32 or 64, and each 16 rows'
@@ -226,6 +242,8 @@ class TiledSoftmax {
   MatmulCache mm_;
   Buffer<std::byte> scratch_;
   Buffer<float> tiles_, lse_, delta_;
+  bool dense_planned_ = false;  // plan() saw a source the dense kernel takes: setup() allocates keys_t_
+  Buffer<float> keys_t_;        // the dense kernel's transposed keys, every (b, h)
   Buffer<int64_t> ranges_;  // (lo, hi) per query row, filled by setup when there is a pattern
 };
 

@@ -100,6 +100,25 @@ inline __m512 exp_f32x16(__m512 x) {
   return _mm512_maskz_scalef_ps(keep, p, n);
 }
 
+// 2^t on 16 lanes: t = n + f with n = round(t), 2^f = 1 + f P(f) on [-0.5, 0.5] (Cephes' exp2f
+// polynomial, 1.6 ulp at most in float32), 2^n applied by vscalefps; t below -126 gives exactly 0
+// (computed as 2^0 and zeroed, never as a denormal). For exp(s x - m) a kernel computes t =
+// (s log2 e) x - m log2 e in one FMA, saving exp_f32x16's two-part reduction by ln 2: 11
+// instructions instead of 14.
+inline __m512 exp2_f32x16(__m512 t) {
+  constexpr float kP[6] = {1.535336188319500e-4f, 1.339887440266574e-3f, 9.618437357674640e-3f,
+                           5.550332471162809e-2f, 2.402264791363012e-1f, 6.931472028550421e-1f};
+  constexpr __mmask16 all = 0xFFFF;
+  const __mmask16 keep = _mm512_cmp_ps_mask(t, _mm512_set1_ps(-126.0f), _CMP_GE_OQ);
+  const __m512 tc = _mm512_maskz_min_ps(keep, t, _mm512_set1_ps(127.0f));
+  const __m512 n = _mm512_maskz_roundscale_ps(all, tc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(tc, n);
+  __m512 p = _mm512_set1_ps(kP[0]);
+  for (int c = 1; c < 6; ++c) p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(kP[c]));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  return _mm512_maskz_scalef_ps(keep, p, n);
+}
+
 // The sum of the 16 lanes: the two halves added, then the 8-lane sum (_mm512_reduce_add_ps and
 // the 512-to-256 cast trip the same GCC 12 warning).
 inline float sum_lanes(__m512 v) {

@@ -75,6 +75,33 @@ TEST(VecMath, ExpIsAccurateAndHandlesMaskValues) {
   EXPECT_EQ(exp_f32(0.0f), 1.0f);
 }
 
+#if defined(__AVX512F__)
+// The dense flash kernel's exponential, 2^t: within 2 ulp over the whole normal range, exactly
+// 0 below it (never a denormal) and for the mask value -inf.
+TEST(VecMath, Exp2IsAccurateAndUnderflowsToZero) {
+  double worst = 0;
+  for (double t = -126.0; t <= 127.0; t += 0.0007 * 16) {
+    alignas(64) float in[16], out[16];
+    for (int j = 0; j < 16; ++j) in[j] = static_cast<float>(t + 0.0007 * j);
+    _mm512_store_ps(out, exp2_f32x16(_mm512_load_ps(in)));
+    for (int j = 0; j < 16; ++j) {
+      if (in[j] < -126.0f || in[j] > 127.0f) continue;
+      const double want = std::exp2(static_cast<double>(in[j]));
+      worst = std::max(worst, std::abs(out[j] - want) / want);
+    }
+  }
+  EXPECT_LT(worst, 2.4e-7);  // 2 ulp
+  alignas(64) float in[16] = {-std::numeric_limits<float>::infinity(), -126.5f, -149.0f, -1000.0f, 0.0f, 1.0f, -1.0f, 0.5f};
+  alignas(64) float out[16];
+  _mm512_store_ps(out, exp2_f32x16(_mm512_load_ps(in)));
+  for (int j = 0; j < 4; ++j) EXPECT_EQ(out[j], 0.0f) << in[j];
+  EXPECT_EQ(out[4], 1.0f);
+  EXPECT_EQ(out[5], 2.0f);
+  EXPECT_EQ(out[6], 0.5f);
+  EXPECT_NEAR(out[7], std::sqrt(2.0), 2e-7);
+}
+#endif
+
 TEST(VecMath, ExpShiftSumMatchesScalar) {
   std::vector<float> x(1000), y(1000);
   for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.1f * i) * 5.0f;
