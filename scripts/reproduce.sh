@@ -16,6 +16,7 @@ targets=(
   "attention|15 min|every mechanism, fwd and fwd+bwd, N = 256..8192, one thread, and at N = 4096 on two threads"
   "sparse|2 min|the fixed sparse patterns against flash at N = 4096 and 16384"
   "lowrank|2 min|Linformer at 16384, memory-compressed at 8192, Synthesizer's random and factorized variants"
+  "exact-kernels|4 min|flash and vanilla against the GEMM rate of the same run: forward, N = 512..8192, non-causal and causal, one thread, 3 rounds"
   "kernel|1 min|linear and Performer at N = 16384, non-causal and causal"
   "routing|2 min|Sinkhorn and Reformer (fwd, fwd+bwd) at N = 4096 and 16384"
   "decode|2 min|decoding one token after N = 1024..65536 of context (the RNN view of linear attention)"
@@ -83,6 +84,9 @@ run_target() {
       bench memory_compressed_8192 --attn memory_compressed --seq 8192 --mode fwd,fwdbwd --threads 1
       bench synthesizer_variants --attn synthesizer --param variant=random --seq 1024,4096 --mode fwd,fwdbwd --threads 1 --error
       bench synthesizer_factorized --attn synthesizer --param variant=factorized --seq 1024,4096 --mode fwd,fwdbwd --threads 1 --error ;;
+    exact-kernels)
+      bench exact_fwd --attn flash,vanilla --seq 512:8192:x2 --mode fwd --threads 1 --rounds 3
+      bench exact_fwd_causal --attn flash,vanilla --seq 512:8192:x2 --mode fwd --threads 1 --rounds 3 --causal ;;
     kernel)
       bench kernel_16384 --attn linear,performer --seq 16384 --mode fwd,fwdbwd --threads 1
       bench kernel_16384_causal --attn linear,performer --seq 16384 --mode fwd,fwdbwd --threads 1 --causal ;;
