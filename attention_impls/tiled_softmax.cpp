@@ -208,6 +208,22 @@ void dense_pack_keys(const float* K, int64_t ldk, int64_t Nk, int64_t tile_cols,
   }
 }
 
+// acc(R x 16 NV) += A(R x K, row stride lda) B(K x 16 NV, row stride ldb): each entry of A
+// broadcast against a row of B (both products of the dense kernel).
+template <int R, int NV>
+inline void dense_accumulate(__m512 (&acc)[R][NV], const float* A, int64_t lda, const float* B, int64_t ldb,
+                             int64_t K) {
+  for (int64_t k = 0; k < K; ++k) {
+    __m512 b[NV];
+    for (int j = 0; j < NV; ++j) b[j] = _mm512_loadu_ps(B + k * ldb + 16 * j);
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) {
+      const __m512 a = _mm512_set1_ps(A[r * lda + k]);
+      for (int j = 0; j < NV; ++j) acc[r][j] = _mm512_fmadd_ps(a, b[j], acc[r][j]);
+    }
+  }
+}
+
 // S(R x 16 NV) = Q(R x D) Kt(D x 16 NV); with rowmax (R x 16 floats), each row's lanes keep
 // their running maximum.
 template <int D, int R, int NV>
@@ -216,15 +232,7 @@ inline void dense_logits(const float* Q, int64_t ldq, const float* Kt, int64_t l
   __m512 acc[R][NV];
   for (int r = 0; r < R; ++r)
     for (int j = 0; j < NV; ++j) acc[r][j] = _mm512_setzero_ps();
-  for (int d = 0; d < D; ++d) {
-    __m512 k[NV];
-    for (int j = 0; j < NV; ++j) k[j] = _mm512_loadu_ps(Kt + d * ldkt + 16 * j);
-#pragma GCC unroll 6
-    for (int r = 0; r < R; ++r) {
-      const __m512 q = _mm512_set1_ps(Q[r * ldq + d]);
-      for (int j = 0; j < NV; ++j) acc[r][j] = _mm512_fmadd_ps(q, k[j], acc[r][j]);
-    }
-  }
+  dense_accumulate<R, NV>(acc, Q, ldq, Kt, ldkt, D);
   for (int r = 0; r < R; ++r) {
     for (int j = 0; j < NV; ++j) _mm512_storeu_ps(S + r * ldS + 16 * j, acc[r][j]);
     if (rowmax) {
@@ -246,15 +254,7 @@ inline void dense_values(const float* P, int64_t ldP, const float* V, int64_t ld
     for (int j = 0; j < NV; ++j)
       acc[r][j] = first ? _mm512_setzero_ps() : _mm512_mul_ps(_mm512_loadu_ps(O + r * ldo + 16 * j), c);
   }
-  for (int64_t c = 0; c < n; ++c) {
-    __m512 v[NV];
-    for (int j = 0; j < NV; ++j) v[j] = _mm512_loadu_ps(V + c * ldv + 16 * j);
-#pragma GCC unroll 6
-    for (int r = 0; r < R; ++r) {
-      const __m512 p = _mm512_set1_ps(P[r * ldP + c]);
-      for (int j = 0; j < NV; ++j) acc[r][j] = _mm512_fmadd_ps(p, v[j], acc[r][j]);
-    }
-  }
+  dense_accumulate<R, NV>(acc, P, ldP, V, ldv, n);
   for (int r = 0; r < R; ++r)
     for (int j = 0; j < NV; ++j) _mm512_storeu_ps(O + r * ldo + 16 * j, acc[r][j]);
 }
