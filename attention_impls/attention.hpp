@@ -28,6 +28,7 @@
 #include <variant>
 #include <vector>
 
+#include "core/dtype.hpp"
 #include "core/dropout.hpp"
 #include "core/params.hpp"
 #include "core/rng.hpp"
@@ -52,6 +53,9 @@ struct AttnProblem {
   // benchmarks leave both off, so their figures are the mechanism's alone.
   bool attn_dropout = false;
   bool param_grads = false;
+  // bf16 inputs and products (forward, mechanisms with Capabilities::bf16; the runner refuses it
+  // on a CPU without AVX512-BF16).
+  Dtype dtype = Dtype::f32;
 };
 
 // Inputs and outputs of one call. Gradients are only set for backward.
@@ -69,6 +73,9 @@ struct Capabilities {
   // Applies dropout to its attention probabilities (set_dropout); where not, why not.
   bool attn_dropout = false;
   std::string no_attn_dropout;
+  // Has a bf16 forward pass (AttnProblem::dtype), within `bf16_constraints` when not empty.
+  bool bf16 = false;
+  std::string bf16_constraints;
 };
 
 // A tensor the model's optimiser trains: the mechanism's own parameter and its gradient, which a

@@ -18,11 +18,16 @@
 //   a key-value cache, tile by tile with the same online softmax.
 // Leaves out: splitting one head's key range across threads in the backward pass (threads take
 //   whole heads there, so B*H below the thread count leaves threads idle), a fused backward
-//   kernel (the backward is still oneDNN tiles), low precision.
+//   kernel (the backward is still oneDNN tiles), a bf16 backward pass.
+// bf16 (--dtype bf16, AVX512-BF16): the dense kernel with Q, K, V rounded to bf16 once per call,
+//   both products by vdpbf16ps (two bf16 products added into each float lane), the softmax and
+//   its statistics in float, the probabilities rounded to bf16 for their product with V.
 #include <omp.h>
 
 #include <cmath>
 #include <limits>
+
+#include <fmt/format.h>
 
 #include "attention_impls/kv_cache.hpp"
 #include "attention_impls/registry.hpp"
@@ -34,13 +39,25 @@ namespace {
 
 constexpr int64_t kDecodeTile = 256;
 
+TiledSoftmaxShape shape_of(const AttnProblem& p) {
+  TiledSoftmaxShape s = TiledSoftmaxShape::dense(p.shape.B, p.shape.H, p.shape.N, p.shape.N, p.shape.D, p.causal,
+                                                 p.strides.sn, p.strides.sn, p.threads);
+  s.bf16 = p.dtype == Dtype::bf16;
+  return s;
+}
+
 class Flash final : public Attention {
  public:
   explicit Flash(const AttnProblem& p)
       : p_(p),
         qk_(p.shape.D, p.strides.sn, p.strides.sn, 1.0f / std::sqrt(static_cast<float>(p.shape.D))),
-        core_(TiledSoftmaxShape::dense(p.shape.B, p.shape.H, p.shape.N, p.shape.N, p.shape.D, p.causal,
-                                p.strides.sn, p.strides.sn, p.threads)) {}
+        core_(shape_of(p)) {}
+
+  void validate() const override {
+    if (p_.dtype == Dtype::bf16 && !TiledSoftmax::dense_bf16_kernel(p_.shape.D))
+      throw InvalidInput(fmt::format("flash --dtype bf16 needs D of 16, 32, 64 or 128 and a build for AVX512-BF16; got D={}",
+                                     p_.shape.D));
+  }
 
   double flops(Mode mode) const override {
     if (mode == Mode::decode) return softmax_decode_flops(p_.shape, p_.shape.N + 1);
@@ -142,7 +159,8 @@ MechanismInfo flash_info() {
   m.summary = "softmax attention, tiled with an online softmax; scores never materialised";
   m.complexity = "O(N^2 D) time, O(N D) memory";
   m.caps = Capabilities{.exact = true, .causal = true, .backward = true, .decode = true,
-                        .constraints = "", .attn_dropout = true, .no_attn_dropout = ""};
+                        .constraints = "", .attn_dropout = true, .no_attn_dropout = "", .bf16 = true,
+                        .bf16_constraints = "forward; D of 16, 32, 64 or 128"};
   m.make = [](const AttnProblem& p, const ParamValues&) { return std::make_unique<Flash>(p); };
   return m;
 }

@@ -208,9 +208,58 @@ void dense_pack_keys(const float* K, int64_t ldk, int64_t Nk, int64_t tile_cols,
   }
 }
 
+#if defined(__AVX512BF16__)
+// Pass 0 of the bf16 kernel for one (b, h): the inputs rounded to bf16 (to nearest even) in the
+// layouts vdpbf16ps multiplies, each float holding two bf16 numbers:
+//   Qb (Nq x D/2): Q's rows, pairs along D (bf16 row-major);
+//   Kb: per key tile (D/2 x ldkt): pairs along D, one column per key (Kt's layout, in pairs);
+//   Vb (ceil(Nk/2) x D): pairs of consecutive keys, one column per entry of D (an odd last
+//   key paired with 0).
+template <int D>
+void dense_pack_bf16(const float* Q, int64_t ldq, int64_t Nq, const float* K, int64_t ldk, const float* V,
+                     int64_t ldv, int64_t Nk, int64_t tile_cols, float* Qb, float* Kb, float* Vb, float* row) {
+  // 16 floats to 16 bf16 (a half vector), 32 floats to 16 pairs.
+  auto half = [](const float* x) { return (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x)); };
+  auto pairs_of_row = [&](const float* x, float* out) {
+    int d = 0;
+    for (; d + 32 <= D; d += 32)
+      _mm512_storeu_si512(out + d / 2, (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + d + 16), _mm512_loadu_ps(x + d)));
+    if (d < D) _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + d / 2), half(x + d));
+  };
+  for (int64_t i = 0; i < Nq; ++i) pairs_of_row(Q + i * ldq, Qb + i * (D / 2));
+  const int64_t ldkt = dense_ldkt(tile_cols);
+  for (int64_t c0 = 0; c0 < Nk; c0 += tile_cols, Kb += D / 2 * ldkt) {
+    const int64_t cols = std::min(tile_cols, Nk - c0), cols16 = (cols + 15) / 16 * 16;
+    for (int64_t c = 0; c < cols; ++c) {
+      pairs_of_row(K + (c0 + c) * ldk, row);
+      for (int d2 = 0; d2 < D / 2; ++d2) Kb[d2 * ldkt + c] = row[d2];
+    }
+    if (cols16 > cols)
+      for (int d2 = 0; d2 < D / 2; ++d2) fill(Kb + d2 * ldkt + cols, cols16 - cols, 0.0f);
+  }
+  // Interleaves two half vectors of bf16 (a0..a15, b0..b15) to (a0, b0, a1, b1, ...).
+  alignas(64) int16_t order[32];
+  for (int i = 0; i < 16; ++i) {
+    order[2 * i] = static_cast<int16_t>(i);
+    order[2 * i + 1] = static_cast<int16_t>(16 + i);
+  }
+  const __m512i interleave = _mm512_load_si512(order);
+  for (int64_t c = 0; c < Nk; c += 2) {
+    const float* a = V + c * ldv;
+    for (int d = 0; d < D; d += 16) {
+      const __m512 next = c + 1 < Nk ? _mm512_loadu_ps(a + ldv + d) : _mm512_setzero_ps();
+      const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(next, _mm512_loadu_ps(a + d));  // a's 16, then next's
+      _mm512_storeu_si512(Vb + c / 2 * D + d, _mm512_permutexvar_epi16(interleave, both));
+    }
+  }
+}
+#endif
+
 // acc(R x 16 NV) += A(R x K, row stride lda) B(K x 16 NV, row stride ldb): each entry of A
 // broadcast against a row of B (both products of the dense kernel).
-template <int R, int NV>
+// BF16: each float of A and B holds two bf16 numbers (consecutive along the summed index k,
+// which then counts pairs) and vdpbf16ps adds both products into the float accumulator.
+template <int R, int NV, bool BF16 = false>
 inline void dense_accumulate(__m512 (&acc)[R][NV], const float* A, int64_t lda, const float* B, int64_t ldb,
                              int64_t K) {
   for (int64_t k = 0; k < K; ++k) {
@@ -219,20 +268,29 @@ inline void dense_accumulate(__m512 (&acc)[R][NV], const float* A, int64_t lda, 
 #pragma GCC unroll 6
     for (int r = 0; r < R; ++r) {
       const __m512 a = _mm512_set1_ps(A[r * lda + k]);
-      for (int j = 0; j < NV; ++j) acc[r][j] = _mm512_fmadd_ps(a, b[j], acc[r][j]);
+      for (int j = 0; j < NV; ++j) {
+#if defined(__AVX512BF16__)
+        if constexpr (BF16) {
+          acc[r][j] = _mm512_dpbf16_ps(acc[r][j], (__m512bh)_mm512_castps_si512(a), (__m512bh)_mm512_castps_si512(b[j]));
+          continue;
+        }
+#endif
+        acc[r][j] = _mm512_fmadd_ps(a, b[j], acc[r][j]);
+      }
     }
   }
 }
 
 // S(R x 16 NV) = Q(R x D) Kt(D x 16 NV); with rowmax (R x 16 floats), each row's lanes keep
 // their running maximum.
-template <int D, int R, int NV>
+// BF16: Q and Kt hold bf16 pairs along D (D / 2 floats a row of Q, D / 2 rows of Kt).
+template <int D, int R, int NV, bool BF16 = false>
 inline void dense_logits(const float* Q, int64_t ldq, const float* Kt, int64_t ldkt, float* S, int64_t ldS,
                          float* rowmax) {
   __m512 acc[R][NV];
   for (int r = 0; r < R; ++r)
     for (int j = 0; j < NV; ++j) acc[r][j] = _mm512_setzero_ps();
-  dense_accumulate<R, NV>(acc, Q, ldq, Kt, ldkt, D);
+  dense_accumulate<R, NV, BF16>(acc, Q, ldq, Kt, ldkt, BF16 ? D / 2 : D);
   for (int r = 0; r < R; ++r) {
     for (int j = 0; j < NV; ++j) _mm512_storeu_ps(S + r * ldS + 16 * j, acc[r][j]);
     if (rowmax) {
@@ -243,8 +301,9 @@ inline void dense_logits(const float* Q, int64_t ldq, const float* Kt, int64_t l
   }
 }
 
-// O(R x D) = O corr (or 0 when `first`) + P(R x n) V(n x D)
-template <int D, int R>
+// O(R x D) = O corr (or 0 when `first`) + P(R x n) V(n x D); BF16: P and V hold bf16 pairs
+// along the keys, n counts the pairs.
+template <int D, int R, bool BF16 = false>
 inline void dense_values(const float* P, int64_t ldP, const float* V, int64_t ldv, int64_t n, float* O, int64_t ldo,
                          const float* corr, bool first) {
   constexpr int NV = D / 16;
@@ -254,7 +313,7 @@ inline void dense_values(const float* P, int64_t ldP, const float* V, int64_t ld
     for (int j = 0; j < NV; ++j)
       acc[r][j] = first ? _mm512_setzero_ps() : _mm512_mul_ps(_mm512_loadu_ps(O + r * ldo + 16 * j), c);
   }
-  dense_accumulate<R, NV>(acc, P, ldP, V, ldv, n);
+  dense_accumulate<R, NV, BF16>(acc, P, ldP, V, ldv, n);
   for (int r = 0; r < R; ++r)
     for (int j = 0; j < NV; ++j) _mm512_storeu_ps(O + r * ldo + 16 * j, acc[r][j]);
 }
@@ -262,7 +321,9 @@ inline void dense_values(const float* P, int64_t ldP, const float* V, int64_t ld
 // Passes 1-3 for R query rows, the first at query index i0, against the key tile [c0, c0 +
 // cols) held as Kt (row stride ldkt, zero past cols up to a multiple of 16). S: R x ldkt floats.
 // m, l: the rows' running max and sum. first: O holds nothing yet (the block's first tile).
-template <int D, int R>
+// BF16: Q, Kt and V hold bf16 pairs (see dense_pack_bf16; V at the tile's first pair of keys,
+// ldv = D), and S has room for the probabilities' bf16 pairs after its R x ldkt floats.
+template <int D, int R, bool BF16 = false>
 void dense_strip(const float* Q, int64_t ldq, const float* Kt, int64_t ldkt, int64_t c0, int64_t cols,
                  const float* V, int64_t ldv, float* O, int64_t ldo, float* S, int64_t i0, bool causal, float scale,
                  float* m, float* l, bool first) {
@@ -274,8 +335,8 @@ void dense_strip(const float* Q, int64_t ldq, const float* Kt, int64_t ldkt, int
   float* track = whole ? rowmax : nullptr;
   // Pass 1.
   int64_t c = 0;
-  for (; c + 64 <= cols16; c += 64) dense_logits<D, R, 4>(Q, ldq, Kt + c, ldkt, S + c, ldkt, track);
-  for (; c < cols16; c += 16) dense_logits<D, R, 1>(Q, ldq, Kt + c, ldkt, S + c, ldkt, track);
+  for (; c + 64 <= cols16; c += 64) dense_logits<D, R, 4, BF16>(Q, ldq, Kt + c, ldkt, S + c, ldkt, track);
+  for (; c < cols16; c += 16) dense_logits<D, R, 1, BF16>(Q, ldq, Kt + c, ldkt, S + c, ldkt, track);
   // Pass 2.
   alignas(64) float corr[R];
   int64_t used = 0;  // columns any row of the strip uses
@@ -317,18 +378,37 @@ void dense_strip(const float* Q, int64_t ldq, const float* Kt, int64_t ldkt, int
     m[r] = m_new;
   }
   // Pass 3.
+#if defined(__AVX512BF16__)
+  if constexpr (BF16) {
+    // P to bf16 pairs along the keys (zero past each row's keys, so an odd `used` pairs with 0).
+    float* Pb = S + R * ldkt;
+    const int64_t ldp = ldkt / 2;
+    for (int r = 0; r < R; ++r) {
+      const float* Sr = S + r * ldkt;
+      float* Pr = Pb + r * ldp;
+      int64_t k = 0;
+      for (; k + 32 <= cols16; k += 32)
+        _mm512_storeu_si512(Pr + k / 2, (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(Sr + k + 16), _mm512_loadu_ps(Sr + k)));
+      if (k < cols16) _mm256_storeu_si256(reinterpret_cast<__m256i*>(Pr + k / 2), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(Sr + k)));
+    }
+    dense_values<D, R, true>(Pb, ldp, V, ldv, (used + 1) / 2, O, ldo, corr, first);
+    return;
+  }
+#endif
   dense_values<D, R>(S, ldkt, V + c0 * ldv, ldv, used, O, ldo, corr, first);
 }
 
 // Passes 1-3 over the key tiles [0, key_hi) for `rows` query rows from i0 (Q, O at those rows,
 // V at key 0, Kt the (b, h)'s packed keys from pass 0). S: R x ldkt floats.
-template <int D>
+// BF16: Q, Kt and V from dense_pack_bf16 (ldq = D / 2, V's pairs of keys ldv = D apart).
+template <int D, bool BF16 = false>
 void dense_block(const float* Q, int64_t ldq, const float* Kt, const float* V, int64_t ldv, float* O, int64_t ldo,
                  int64_t rows, int64_t i0, int64_t key_hi, int64_t tile_cols, bool causal, float scale, float* m,
                  float* l, bool first, float* S) {
   constexpr int R = dense_strip_rows<D>();
   const int64_t ldkt = dense_ldkt(tile_cols);
-  for (int64_t c0 = 0; c0 < key_hi; c0 += tile_cols, Kt += D * ldkt) {
+  for (int64_t c0 = 0; c0 < key_hi; c0 += tile_cols, Kt += (BF16 ? D / 2 : D) * ldkt) {
+    const float* Vc = BF16 ? V + c0 / 2 * ldv : V;  // tiles start at an even key
     const int64_t cols = std::min(tile_cols, key_hi - c0);
     for (int64_t s0 = 0; s0 < rows; s0 += R) {
       const int n = static_cast<int>(std::min<int64_t>(R, rows - s0));
@@ -339,8 +419,8 @@ void dense_block(const float* Q, int64_t ldq, const float* Kt, const float* V, i
 #define AB_DENSE_STRIP(k)                                                                                    \
   case k:                                                                                                    \
     if constexpr (k <= R)                                                                                    \
-      dense_strip<D, k>(Qs, ldq, Kt, ldkt, c0, cols, V, ldv, Os, ldo, S, i0 + s0, causal, scale, m + s0, \
-                        l + s0, first);                                                                      \
+      dense_strip<D, k, BF16>(Qs, ldq, Kt, ldkt, c0, cols, Vc, ldv, Os, ldo, S, i0 + s0, causal, scale,  \
+                              m + s0, l + s0, first);                                                        \
     break;
         AB_DENSE_STRIP(1) AB_DENSE_STRIP(2) AB_DENSE_STRIP(3) AB_DENSE_STRIP(4) AB_DENSE_STRIP(5) AB_DENSE_STRIP(6)
 #undef AB_DENSE_STRIP
@@ -567,9 +647,19 @@ bool TiledSoftmax::dense_kernel(int64_t D) {
 #endif
 }
 
+bool TiledSoftmax::dense_bf16_kernel(int64_t D) {
+#if defined(__AVX512BF16__)
+  return dense_kernel(D);
+#else
+  (void)D;
+  return false;
+#endif
+}
+
 bool TiledSoftmax::dense_source(const LogitsSource& src) const {
   const auto* qk = dynamic_cast<const QKLogits*>(&src);
-  return qk && !qk->keys_major() && !s_.keys && !s_.exclude_self && s_.prefix_keys == 0 && dense_kernel(s_.D);
+  return qk && !qk->keys_major() && !s_.keys && !s_.exclude_self && s_.prefix_keys == 0 &&
+         (s_.bf16 ? dense_bf16_kernel(s_.D) : dense_kernel(s_.D));
 }
 
 bool TiledSoftmax::dense_block_kernel(const LogitsSource& src) const {
@@ -579,13 +669,13 @@ bool TiledSoftmax::dense_block_kernel(const LogitsSource& src) const {
 // Per thread: forward score tile (or the dense kernel's transposed key tile and score strip),
 // running max and sum; backward P and dS tiles.
 int64_t TiledSoftmax::score_area() const {
-  const int64_t dense_strip = 6 * dense_ldkt(s_.dense_cols);
+  const int64_t dense_strip = (s_.bf16 ? 9 : 6) * dense_ldkt(s_.dense_cols);  // bf16: and P's pairs
   return std::max(s_.fwd_rows * s_.fwd_cols, dense_kernel(s_.D) ? dense_strip : 0);
 }
 
 int64_t TiledSoftmax::dense_keys_floats() const {
   const int64_t tiles = (s_.Nk + s_.dense_cols - 1) / s_.dense_cols;
-  return tiles * s_.D * dense_ldkt(s_.dense_cols);
+  return tiles * (s_.bf16 ? s_.D / 2 : s_.D) * dense_ldkt(s_.dense_cols);
 }
 
 size_t TiledSoftmax::tile_floats(Mode mode) const {
@@ -602,6 +692,8 @@ size_t TiledSoftmax::working_bytes(Mode mode) const {
   else if (s_.keep_lse) b += rows;
   if (s_.keys) b += 2 * static_cast<size_t>(s_.Nq) * sizeof(int64_t);
   if (dense_planned_) b += static_cast<size_t>(s_.B * s_.H * dense_keys_floats()) * sizeof(float);
+  if (dense_planned_ && s_.bf16)
+    b += static_cast<size_t>(s_.B * s_.H * (s_.Nq * s_.D / 2 + (s_.Nk + 1) / 2 * s_.D)) * sizeof(float);
   return b;
 }
 
@@ -621,6 +713,10 @@ void TiledSoftmax::setup(Mode mode) {
     ranges_ = std::move(table);
   }
   if (dense_planned_) keys_t_ = Buffer<float>(static_cast<size_t>(s_.B * s_.H * dense_keys_floats()));
+  if (dense_planned_ && s_.bf16) {
+    q_b_ = Buffer<float>(static_cast<size_t>(s_.B * s_.H * s_.Nq * s_.D / 2));
+    v_b_ = Buffer<float>(static_cast<size_t>(s_.B * s_.H * (s_.Nk + 1) / 2 * s_.D));
+  }
   if (mode == Mode::fwdbwd || s_.keep_lse) lse_ = Buffer<float>(static_cast<size_t>(s_.B * s_.H * s_.Nq));
   if (mode == Mode::fwdbwd) delta_ = Buffer<float>(static_cast<size_t>(s_.B * s_.H * s_.Nq));
 }
@@ -654,8 +750,32 @@ void TiledSoftmax::forward(const LogitsSource& src, const TensorView& v, const T
     throw std::logic_error("TiledSoftmax::forward: the diagonal kernel applies no dropout (plan the shape without it)");
   // Dense or causal s Q K^T without dropout: the dense kernel (AVX-512) instead of passes 1-3.
   const bool dense = dense_block_kernel(src) && keys_t_.size() > 0;
+  if (s_.bf16 && !dense)
+    throw std::logic_error("TiledSoftmax::forward: bf16 needs the dense kernel (plain s Q K^T, no dropout, a bf16 build)");
+  const int64_t q_pairs = s_.Nq * D / 2, v_pairs = (Nk + 1) / 2 * D;  // bf16: floats of q_b_, v_b_ per (b, h)
+#if defined(__AVX512BF16__)
+  if (dense && s_.bf16) {  // the bf16 kernel's pass 0
+    const TensorView& q = qk->q();
+    const TensorView& k = qk->k();
+#pragma omp parallel for schedule(static)
+    for (int64_t bh = 0; bh < s_.B * s_.H; ++bh) {
+      const int64_t b = bh / s_.H, h = bh % s_.H;
+      float* Kb = keys_t_.data() + bh * dense_keys_floats();
+      alignas(64) float row[64];
+      switch (D) {
+#define AB_DENSE_PACK_BF16(d)                                                                                      \
+  case d:                                                                                                          \
+    dense_pack_bf16<d>(q.head(b, h), q.strides.sn, Nq, k.head(b, h), k.strides.sn, v.head(b, h), s_.ld_v, Nk,     \
+                       s_.dense_cols, q_b_.data() + bh * q_pairs, Kb, v_b_.data() + bh * v_pairs, row);           \
+    break;
+        AB_DENSE_PACK_BF16(16) AB_DENSE_PACK_BF16(32) AB_DENSE_PACK_BF16(64) AB_DENSE_PACK_BF16(128)
+#undef AB_DENSE_PACK_BF16
+      }
+    }
+  }
+#endif
 #if defined(__AVX512F__)
-  if (dense) {  // the dense kernel's pass 0
+  if (dense && !s_.bf16) {  // the dense kernel's pass 0
     const TensorView& k = qk->k();
 #pragma omp parallel for schedule(static)
     for (int64_t bh = 0; bh < s_.B * s_.H; ++bh) {
@@ -738,11 +858,16 @@ void TiledSoftmax::forward(const LogitsSource& src, const TensorView& v, const T
     if (dense) {
       const TensorView& q = qk->q();
       const int64_t key_hi = s_.causal ? r0 + rows : Nk;
+      const float* Kt = keys_t_.data() + bh * dense_keys_floats();
       switch (D) {
-#define AB_DENSE_D(d)                                                                                         \
-  case d:                                                                                                     \
-    dense_block<d>(q.row(b, h, r0), q.strides.sn, keys_t_.data() + bh * dense_keys_floats(), V, s_.ld_v, O, \
-                   ldo, rows, r0, key_hi, s_.dense_cols, s_.causal, qk->scale(), m, l, first_tile, S);        \
+#define AB_DENSE_D(d)                                                                                             \
+  case d:                                                                                                         \
+    if (s_.bf16)                                                                                                  \
+      dense_block<d, true>(q_b_.data() + bh * q_pairs + r0 * d / 2, d / 2, Kt, v_b_.data() + bh * v_pairs, d, O, \
+                           ldo, rows, r0, key_hi, s_.dense_cols, s_.causal, qk->scale(), m, l, first_tile, S);   \
+    else                                                                                                          \
+      dense_block<d>(q.row(b, h, r0), q.strides.sn, Kt, V, s_.ld_v, O, ldo, rows, r0, key_hi, s_.dense_cols,     \
+                     s_.causal, qk->scale(), m, l, first_tile, S);                                               \
     break;
         AB_DENSE_D(16) AB_DENSE_D(32) AB_DENSE_D(64) AB_DENSE_D(128)
 #undef AB_DENSE_D

@@ -110,6 +110,10 @@ struct TiledSoftmaxShape {
   // at a time, so it takes longer tiles than a oneDNN product does (2-4% faster than 256 at
   // N = 512 ... 8192 on a Zen 5; 1024 no better).
   int64_t dense_cols = 512;
+  // Forward in bf16 (the dense kernel only): Q, K, V rounded to bf16, both products in bf16 with
+  // float accumulation (vdpbf16ps), the softmax and its statistics in float, P rounded to bf16
+  // for its product with V. Needs dense_bf16_kernel(D); the backward pass has no bf16 path.
+  bool bf16 = false;
   // Keep the row log-sum-exp after forward also without backward (for merging segments).
   bool keep_lse = false;
   // With ranges: key tiles start at each query block's first key (forward), query tiles at
@@ -189,6 +193,8 @@ class TiledSoftmax {
   // Whether this build has the dense kernel for head size D (AVX-512; D of 16, 32, 64 or 128):
   // dense or causal s Q K^T logits, scored and multiplied by V without a oneDNN call per tile.
   static bool dense_kernel(int64_t D);
+  // The same in bf16: a build for AVX512-BF16 (the CPU must have it too: core/cpu.hpp).
+  static bool dense_bf16_kernel(int64_t D);
   // Whether forward() takes every block through the dense kernel: the source is plain s Q K^T,
   // no pattern, no prefix keys, no excluded self, no dropout, and the build has the kernel.
   bool dense_block_kernel(const LogitsSource& src) const;
@@ -244,6 +250,7 @@ class TiledSoftmax {
   Buffer<float> tiles_, lse_, delta_;
   bool dense_planned_ = false;  // plan() saw a source the dense kernel takes: setup() allocates keys_t_
   Buffer<float> keys_t_;        // the dense kernel's transposed keys, every (b, h)
+  Buffer<float> q_b_, v_b_;     // bf16: the queries and values in pairs (dense_pack_bf16)
   Buffer<int64_t> ranges_;  // (lo, hi) per query row, filled by setup when there is a pattern
 };
 

@@ -333,6 +333,9 @@ std::vector<PointId> GridOptions::grid() const {
       }
     }
   }
+  for (const auto& d : values["dtype"])
+    if (std::get<std::string>(d) == to_string(Dtype::bf16) && !cpu_has_bf16())
+      throw InvalidInput("--dtype bf16 needs a CPU with AVX512-BF16 (vdpbf16ps); this one has none");
   bool model_level = false;
   for (const auto& l : values["level"]) model_level |= std::get<std::string>(l) == to_string(Level::model);
   if (model_level && !ti) throw InvalidInput("--level model needs --task (attnbench list tasks)");

@@ -34,7 +34,7 @@ struct GridOptions {
   // The text of each identity option by field key; construct with a verb's defaults.
   std::map<std::string, std::string> text = {{"level", "attention"}, {"mode", "fwd"}, {"batch", "1"},
                                              {"heads", "8"},         {"seq", "1024"}, {"dhead", "64"},
-                                             {"threads", "1"}};
+                                             {"threads", "1"},       {"dtype", "f32"}};
   std::vector<std::string> attn{"flash"};
   std::string filter;  // --filter REGEX: only the points whose name it matches
   std::vector<std::string> params;

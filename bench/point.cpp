@@ -196,6 +196,13 @@ std::vector<PointField> make_fields() {
        [](P p) { return !(p.task != "none" && find_task(p.task).next_token); },
        "causal masking (query i uses keys j <= i)",
        nullptr, 13},
+      // Named only when it is not f32: every earlier result's name stays what it was.
+      {"dtype", "dtype", "--dtype", "causal", 6, T::Text, PointField::low_precision, 6,
+       [](P p) -> V { return std::string(to_string(p.dtype)); }, [](PointId& p, const V& v) { p.dtype = parse_dtype(as_text(v)); },
+       [](P p) { return std::string(to_string(p.dtype)); }, nullptr,
+       "f32 | bf16 (inputs and matrix products in bf16, float accumulation and softmax; forward, mechanisms with a bf16 path, "
+       "a CPU with AVX512-BF16), comma-separated",
+       nullptr, 13},
       // The thread count is Google Benchmark's own entry field "threads", not under "point".
       {"threads", "threads", "--threads", "threads", 11, T::Int, PointField::all, 7,
        [](P p) -> V { return static_cast<int64_t>(p.threads); },
@@ -257,6 +264,7 @@ bool has_field(const PointField& f, const PointId& id) {
     case PointField::model: return id.level == Level::model;
     case PointField::real_data: return id.level == Level::model && !id.data_dir.empty();
     case PointField::training: return id.training();
+    case PointField::low_precision: return id.dtype != Dtype::f32;
   }
   return false;
 }

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/dtype.hpp"
 #include "attention_impls/attention.hpp"
 #include "core/params.hpp"
 #include "core/tensor.hpp"
@@ -60,10 +61,11 @@ struct PointId {
   // identity: a run on real data is another point than one on generated data.
   std::string data_dir;
   bool causal = false;
+  Dtype dtype = Dtype::f32;
   int threads = 1;
   TrainSpec train;  // training runs only
   bool training() const { return train.steps > 0; }
-  // attn:NAME/param:value/.../level:L/mode:M/task:T[/L:../dmodel:../mlp:..]/B:../H:../N:../D:../causal:0|1/threads:..
+  // attn:NAME/param:value/.../level:L/mode:M/task:T[/L:../dmodel:../mlp:..]/B:../H:../N:../D:../causal:0|1[/dtype:bf16]/threads:..
   std::string name() const;
 };
 
@@ -86,7 +88,8 @@ struct PointField {
   PointFieldType type;
   // Which points have it (name, JSON, arguments): every point, model-level points, or training runs.
   // `real_data`: model-level points that read real data (not in a generated point's name).
-  enum Scope { all, model, real_data, training } scope;
+  // `low_precision`: points whose dtype is not f32 (an f32 point's name has no dtype).
+  enum Scope { all, model, real_data, training, low_precision } scope;
   // `table` draws one table per group of points equal in every field with a cluster > 0; its
   // title shows them cluster by cluster (" · " between clusters). 0: the rows (mechanism,
   // params) and columns (N) of the tables.

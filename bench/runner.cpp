@@ -66,6 +66,7 @@ AttnProblem problem_of(const PointId& id) {
   p.causal = id.causal;
   p.strides = Strides3::contiguous(id.shape);
   p.threads = id.threads;
+  p.dtype = id.dtype;
   return p;
 }
 
@@ -155,6 +156,14 @@ PreparedPoint prepare_point(const PointId& id, const RunOptions& opts) {
     pp.message = id.mechanism + " has no decode step (no key-value cache or recurrent state)";
     return pp;
   }
+  if (id.dtype == Dtype::bf16) {
+    pp.status = Status::SKIPPED;
+    if (id.level == Level::model) pp.message = "no bf16 path at the model level yet";
+    else if (!caps.bf16) pp.message = id.mechanism + " has no bf16 path";
+    else if (id.mode != RunMode::fwd) pp.message = fmt::format("{} in bf16: {}", id.mechanism, caps.bf16_constraints);
+    else pp.status = Status::OK;
+    if (pp.status == Status::SKIPPED) return pp;
+  }
   omp_set_num_threads(id.threads);
   if (id.level == Level::model) {
     prepare_model_point(pp, opts);
@@ -189,8 +198,8 @@ PreparedPoint prepare_point(const PointId& id, const RunOptions& opts) {
   if (mode != Mode::decode) pp.admissible_fraction = pp.impl->admissible_fraction();
   pp.working_bytes = pp.impl->working_bytes(mode);
   pp.predicted_bytes = pp.working_bytes + io_bytes(id);
-  if (opts.error && id.mechanism != "flash") {
-    // The reference: flash forward on the same inputs, plus its output tensor.
+  if (opts.error && !(id.mechanism == "flash" && id.dtype == Dtype::f32)) {
+    // The reference: flash forward (f32) on the same inputs, plus its output tensor.
     PointId ref = id;
     ref.mechanism = "flash";
     ref.params = ParamValues();
@@ -352,10 +361,11 @@ PointResult run_point_impl(PreparedPoint& pp, const RunOptions& opts, PointResul
   res.peak_bytes = MemoryMeter::peak() - baseline;
 
   if (opts.error) {
-    if (id.mechanism == "flash") {
+    if (id.mechanism == "flash" && id.dtype == Dtype::f32) {
       res.nmse = 0.0;
     } else {
-      // flash forward on the same inputs (causal over all N + 1 tokens for decode).
+      // flash forward in f32 on the same inputs (causal over all N + 1 tokens for decode); a
+      // bf16 point's error is then what bf16 costs.
       const Shape4 s = input_shape(id);
       AttnProblem p{s, id.causal || decode, Strides3::contiguous(s), id.threads};
       Tensor o_ref(s);

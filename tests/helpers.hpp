@@ -25,11 +25,12 @@ struct Run {
 
 inline Run run_mechanism(const std::string& name, const Shape4& s, bool causal, Mode mode,
                          const std::vector<std::string>& params = {}, uint64_t seed = 7,
-                         int threads = 1) {
+                         int threads = 1, Dtype dtype = Dtype::f32) {
   Run r;
   omp_set_num_threads(threads);
   const auto& info = find_mechanism(name);
   AttnProblem p{s, causal, Strides3::contiguous(s), threads};
+  p.dtype = dtype;
   r.impl = info.make(p, resolve_params(info, params));
   r.impl->validate();
   r.declared = r.impl->working_bytes(mode);

@@ -9,6 +9,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "attention_impls/tiled_softmax.hpp"
 #include "bench/result.hpp"
 #include "tests/helpers.hpp"
 
@@ -81,6 +82,47 @@ TEST(Cli, RunWritesGoogleBenchmarkJson) {
 // --min-time is per repetition. The count of calls used to come from the warm-up call alone,
 // which is often 100x slower than the steady state, so a repetition lasted a few ms whatever
 // --min-time said; now the count is grown until a round of calls lasts --min-time.
+// --dtype bf16: refused with one line and exit 2 on a CPU without AVX512-BF16 (simulated here),
+// named in the point (an f32 point's name has no dtype), SKIPPED with the reason where a
+// mechanism or mode has no bf16 path, and its --error is against f32 flash.
+TEST(Cli, Bf16IsRefusedWithoutTheCpuAndNamedInThePoint) {
+  const std::string path = test::temp_path("bf16.json");
+  std::filesystem::remove(path);
+  auto refused = test::exec("run --attn flash --dtype bf16 --seq 64 --out " + path, true, "ATTNBENCH_SIMULATE_NO_BF16=1");
+  EXPECT_EQ(refused.code, 2) << refused.out;
+  EXPECT_NE(refused.out.find("--dtype bf16 needs a CPU with AVX512-BF16"), std::string::npos) << refused.out;
+  EXPECT_EQ(std::count(refused.out.begin(), refused.out.end(), '\n'), 1) << refused.out;
+  EXPECT_FALSE(std::filesystem::exists(path));
+  auto f32 = test::exec("run --attn flash --seq 64 --dry-run");
+  EXPECT_EQ(f32.out.find("dtype"), std::string::npos) << f32.out;
+  if (!TiledSoftmax::dense_bf16_kernel(64) || !cpu_has_bf16()) GTEST_SKIP() << "no AVX512-BF16 build or CPU";
+  auto e = test::exec("run --attn flash,vanilla --dtype f32,bf16 --seq 64 --mode fwd,fwdbwd --reps 1 --min-time 0 --error --out " + path);
+  ASSERT_EQ(e.code, 0) << e.out;
+  const auto j = nlohmann::json::parse(std::ifstream(path));
+  std::map<std::string, std::string> status;
+  double bf16_nmse = -1;
+  for (const auto& b : j["benchmarks"]) {
+    const std::string name = b["name"];
+    status[name] = b.value("error_message", std::string("OK"));
+    if (name == "attn:flash/level:attention/mode:fwd/task:none/B:1/H:8/N:64/D:64/causal:0/dtype:bf16/threads:1" &&
+        b.contains("nmse"))
+      bf16_nmse = b["nmse"];
+  }
+  EXPECT_TRUE(status.count("attn:flash/level:attention/mode:fwd/task:none/B:1/H:8/N:64/D:64/causal:0/threads:1"));
+  EXPECT_GT(bf16_nmse, 1e-8) << "bf16 flash's error against f32 flash";
+  EXPECT_LT(bf16_nmse, 1e-3);
+  bool vanilla_skipped = false, fwdbwd_skipped = false;
+  for (const auto& [name, st] : status) {
+    vanilla_skipped |= name.find("attn:vanilla/") == 0 && name.find("dtype:bf16") != std::string::npos &&
+                       st.find("no bf16 path") != std::string::npos;
+    fwdbwd_skipped |= name.find("attn:flash/") == 0 && name.find("mode:fwdbwd") != std::string::npos &&
+                      name.find("dtype:bf16") != std::string::npos && st.find("forward") != std::string::npos;
+  }
+  EXPECT_TRUE(vanilla_skipped) << e.out;
+  EXPECT_TRUE(fwdbwd_skipped) << e.out;
+  std::filesystem::remove(path);
+}
+
 TEST(Cli, EveryRepetitionLastsAboutMinTime) {
   const std::string path = test::temp_path("min_time.json");
   std::filesystem::remove(path);
@@ -238,6 +280,7 @@ INSTANTIATE_TEST_SUITE_P(
     All, CliBadInput,
     ::testing::Values(
         BadInput{"run --attn nosuch", "unknown mechanism 'nosuch'; known: vanilla, flash, local, sliding"},
+        BadInput{"run --attn flash --dtype f16", "unknown --dtype 'f16'; dtypes: f32, bf16"},
         BadInput{"run --attn flash --param block=3", "flash has no parameter 'block'"},
         BadInput{"run --attn vanilla,flash --param block=3", "no selected mechanism has a parameter 'block'"},
         BadInput{"run --attn flash --param nosuch.block=3", "unknown mechanism 'nosuch'"},

@@ -2,6 +2,7 @@
 // strided layouts, threads, and their exact working-memory counts.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <tuple>
 
 #include "attention_impls/tiled_softmax.hpp"
@@ -212,6 +213,32 @@ TEST(ExactMemory, FlashGrowsLinearly) {
     EXPECT_EQ(fwd[i], fwd[0] + keys) << "flash forward working memory beyond the packed keys must not depend on N";
     EXPECT_EQ(bwd[i], bwd[0] + keys) << "flash backward memory beyond 2 floats per row must not depend on N";
   }
+}
+
+// flash in bf16 (a build for AVX512-BF16 on a CPU that has it): against the float64 reference of
+// the float inputs, within what rounding Q, K, V and P to bf16 (8 bits of mantissa) costs, but
+// clearly not float accuracy (the bf16 path really ran); identical at one and two threads.
+TEST(Bf16, FlashForwardMatchesReferenceWithinBf16Rounding) {
+  if (!TiledSoftmax::dense_bf16_kernel(64) || !cpu_has_bf16()) GTEST_SKIP() << "no AVX512-BF16 build or CPU";
+  for (int64_t D : {16, 32, 64, 128})
+    for (int64_t N : {17, 1100})
+      for (bool causal : {false, true}) {
+        const Shape4 s{2, 2, N, D};
+        auto r = run_mechanism("flash", s, causal, Mode::fwd, {}, 11, 1, Dtype::bf16);
+        const AttnArgs a = r.data->args();
+        const auto o = ref::forward(a.q, a.k, a.v, ref::dense_mask(causal));
+        const double err = ref::rel_err(a.o.data, o);
+        EXPECT_LT(err, 1.5e-2) << "D=" << D << " N=" << N << " causal=" << causal;
+        EXPECT_GT(err, 1e-4) << "float accuracy: the bf16 path did not run, D=" << D;
+        auto two = run_mechanism("flash", s, causal, Mode::fwd, {}, 11, 2, Dtype::bf16);
+        EXPECT_EQ(0, std::memcmp(two.data->o.data(), r.data->o.data(), sizeof(float) * static_cast<size_t>(s.numel())))
+            << "two threads differ from one, D=" << D << " N=" << N;
+      }
+}
+
+TEST(Bf16, FlashRefusesHeadSizesWithoutTheKernel) {
+  if (!TiledSoftmax::dense_bf16_kernel(64) || !cpu_has_bf16()) GTEST_SKIP() << "no AVX512-BF16 build or CPU";
+  EXPECT_THROW(run_mechanism("flash", Shape4{1, 1, 8, 40}, false, Mode::fwd, {}, 1, 1, Dtype::bf16), InvalidInput);
 }
 
 TEST(ExactMemory, TimedCallsAllocateNothing) {
