@@ -17,22 +17,24 @@ int cmd_list(const std::string& what, const std::string& name, int width) {
     // In full (--wide) one table; fitted, the capabilities in the table and each mechanism's
     // complexity and summary below it, wrapped.
     TextTable t;
-    t.header = {"mechanism", "family", "exact", "causal", "backward", "decode", "attn dropout", "complexity", "summary"};
-    if (width > 0) t.header.resize(7);
-    t.keep = {0, 1, 2, 3, 4, 5, 6};
+    t.header = {"mechanism", "family", "exact", "causal", "backward", "decode", "attn dropout", "bf16", "complexity", "summary"};
+    if (width > 0) t.header.resize(8);
+    t.keep = {0, 1, 2, 3, 4, 5, 6, 7};
     std::string details = width > 0 ? "\nWhat each computes and costs (attnbench list --wide: one table):\n" : "";
     std::string notes;
     for (const auto& m : mechanisms()) {
       std::vector<std::string> row = {m.name, m.family, m.caps.exact ? "exact" : "approximate", m.caps.causal ? "yes" : "no",
                                        m.caps.backward ? "yes" : "no", m.caps.decode ? "yes" : "no",
-                                       m.caps.attn_dropout ? "yes" : "no", m.complexity, m.summary};
+                                       m.caps.attn_dropout ? "yes" : "no", m.caps.bf16 ? "yes" : "no", m.complexity, m.summary};
       if (width > 0) {
-        row.resize(7);
+        row.resize(8);
         details += wrap_words(fmt::format("- {}: {}; {}", m.name, m.summary, m.complexity), width, "  ");
       }
       t.rows.push_back(row);
       if (!m.caps.attn_dropout)
         notes += wrap_words(fmt::format("- {}: no attention dropout: {}", m.name, m.caps.no_attn_dropout), width, "  ");
+      if (m.caps.bf16 && !m.caps.bf16_constraints.empty())
+        notes += wrap_words(fmt::format("- {}: bf16 (--dtype bf16): {}", m.name, m.caps.bf16_constraints), width, "  ");
     }
     std::cout << render_markdown(t, width) << details << (notes.empty() ? "" : "\n" + notes);
     return 0;
