@@ -715,7 +715,7 @@ void TiledSoftmax::setup(Mode mode) {
   if (dense_planned_) keys_t_ = Buffer<float>(static_cast<size_t>(s_.B * s_.H * dense_keys_floats()));
   if (dense_planned_ && s_.bf16) {
     q_b_ = Buffer<float>(static_cast<size_t>(s_.B * s_.H * s_.Nq * s_.D / 2));
-    v_b_ = Buffer<float>(static_cast<size_t>(s_.B * s_.H * (s_.Nk + 1) / 2 * s_.D));
+    v_b_ = Buffer<float>(static_cast<size_t>(s_.B * s_.H * ((s_.Nk + 1) / 2) * s_.D));
   }
   if (mode == Mode::fwdbwd || s_.keep_lse) lse_ = Buffer<float>(static_cast<size_t>(s_.B * s_.H * s_.Nq));
   if (mode == Mode::fwdbwd) delta_ = Buffer<float>(static_cast<size_t>(s_.B * s_.H * s_.Nq));

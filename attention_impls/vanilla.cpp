@@ -8,6 +8,9 @@
 // Decode: a key-value cache of every token; the new token's scores are materialised.
 // Leaves out: fusion and tiling; that is `flash`. Causal runs the full N^2 products and masks,
 //   as a framework does, so its GFLOP/s on useful (causal) FLOPs is about half.
+// bf16 (--dtype bf16, forward): Q, K, V rounded to bf16 (pass 0), both products oneDNN bf16
+//   matmuls with float output, the softmax in float, P rounded to bf16 for its product with V
+//   (pass 3b): what a framework's bf16 autocast does.
 #include <omp.h>
 
 #include <cmath>
@@ -40,7 +43,7 @@ class Vanilla final : public Attention {
   size_t working_bytes(Mode mode) const override {
     if (mode == Mode::decode) return KvCache::bytes(p_.shape, p_.shape.N + 1) + decode_scores_bytes();
     const Plan& pl = plan(mode);
-    return scores_bytes() * (mode == Mode::fwd ? 1 : 2) + pl.scratch_bytes;
+    return scores_bytes() * (mode == Mode::fwd ? 1 : 2) + pl.scratch_bytes + bf16_bytes();
   }
 
   void setup(Mode mode, Rng&) override {
@@ -52,6 +55,7 @@ class Vanilla final : public Attention {
     Plan& pl = plan(mode);
     scores_ = Buffer<float>(scores_bytes() / sizeof(float));
     if (mode == Mode::fwdbwd) dscores_ = Buffer<float>(scores_bytes() / sizeof(float));
+    if (bf16()) bf16_ = Buffer<uint16_t>(bf16_bytes() / sizeof(uint16_t));
     scratch_ = Buffer<std::byte>(pl.scratch_bytes);
     for (Matmul* m : {&pl.qk, &pl.pv, &pl.dv, &pl.dp, &pl.dq, &pl.dk})
       if (m->spec().M) m->bind(1, scratch_.data());
@@ -64,6 +68,10 @@ class Vanilla final : public Attention {
   // buffer (it has one in fwdbwd mode; fwd mode drops in place), so P stays for the backward.
   void forward(const AttnArgs& a) override {
     const Plan& pl = *plan_;
+    if (bf16()) {
+      forward_bf16(a);
+      return;
+    }
     pl.qk.run(0, a.q.data, a.k.data, scores_.data());
     if (p_.causal) mask_upper(scores_.data());
     pl.softmax.forward(scores_.data());
@@ -77,6 +85,11 @@ class Vanilla final : public Attention {
   }
 
   void set_dropout(const Dropout& d) override { dropout_ = d; }
+
+  void validate() const override {
+    if (bf16() && !(p_.strides == Strides3::contiguous(p_.shape)))
+      throw InvalidInput("vanilla --dtype bf16 needs contiguous (B, H, N, D) inputs");
+  }
 
   void decode_prefill(const AttnArgs& a, int64_t n) override { cache_.prefill(a, n); }
 
@@ -121,6 +134,37 @@ class Vanilla final : public Attention {
     }
   }
 
+  bool bf16() const { return p_.dtype == Dtype::bf16; }
+  // bf16: Q, K, V (B H N D each) and P (B H N N), as 16-bit numbers.
+  size_t bf16_bytes() const {
+    if (!bf16()) return 0;
+    const auto& s = p_.shape;
+    return static_cast<size_t>(3 * s.numel() + s.B * s.H * s.N * s.N) * sizeof(uint16_t);
+  }
+
+  // Pass 0: Q, K, V to bf16. Pass 1: S = s Q K^T (bf16 product, float S). Pass 2: causal mask.
+  // Pass 3: P = softmax(S) in float, in place. Pass 3b: P to bf16. Pass 4: O = P V (bf16
+  // product, float O).
+  void forward_bf16(const AttnArgs& a) {
+    const Plan& pl = *plan_;
+    const int64_t n = p_.shape.numel(), nn = p_.shape.B * p_.shape.H * p_.shape.N * p_.shape.N;
+    uint16_t *q = bf16_.data(), *k = q + n, *v = k + n, *probs = v + n;
+    convert(a.q.data, q, n);
+    convert(a.k.data, k, n);
+    convert(a.v.data, v, n);
+    pl.qk.run(0, q, k, scores_.data());
+    if (p_.causal) mask_upper(scores_.data());
+    pl.softmax.forward(scores_.data());
+    convert(scores_.data(), probs, nn);
+    pl.pv.run(0, probs, v, a.o.data);
+  }
+
+  static void convert(const float* x, uint16_t* y, int64_t n) {
+    constexpr int64_t kChunk = 1 << 14;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i += kChunk) to_bf16(x + i, y + i, std::min(kChunk, n - i));
+  }
+
   struct Plan {
     Matmul qk, pv, dv, dp, dq, dk;
     RowSoftmax softmax;
@@ -162,8 +206,10 @@ class Vanilla final : public Attention {
       return m;
     };
     auto pl = std::make_unique<Plan>();
-    pl->qk = Matmul(spec(N, N, s.D, rowm, colm, sc, scale));
-    pl->pv = Matmul(spec(N, s.D, N, sc, rowm, rowm, 1.0f));
+    MatmulSpec qk = spec(N, N, s.D, rowm, colm, sc, scale), pv = spec(N, s.D, N, sc, rowm, rowm, 1.0f);
+    if (bf16()) qk.ta = qk.tb = pv.ta = pv.tb = dnnl::memory::data_type::bf16;  // float outputs
+    pl->qk = Matmul(qk);
+    pl->pv = Matmul(pv);
     const bool bwd = mode == Mode::fwdbwd;
     if (bwd) {
       pl->dv = Matmul(spec(N, s.D, N, scT, rowm, rowm, 1.0f));
@@ -197,6 +243,7 @@ class Vanilla final : public Attention {
   mutable std::unique_ptr<Plan> plan_;
   mutable Mode plan_mode_ = Mode::fwd;
   Buffer<float> scores_, dscores_;
+  Buffer<uint16_t> bf16_;
   Buffer<std::byte> scratch_;
   KvCache cache_;
 };
@@ -210,7 +257,8 @@ MechanismInfo vanilla_info() {
   m.summary = "softmax attention, (B,H,N,N) scores materialised, oneDNN batched matmul + softmax";
   m.complexity = "O(N^2 D) time, O(N^2) memory";
   m.caps = Capabilities{.exact = true, .causal = true, .backward = true, .decode = true,
-                        .constraints = "", .attn_dropout = true, .no_attn_dropout = ""};
+                        .constraints = "", .attn_dropout = true, .no_attn_dropout = "", .bf16 = true,
+                        .bf16_constraints = "forward; contiguous inputs"};
   m.make = [](const AttnProblem& p, const ParamValues&) { return std::make_unique<Vanilla>(p); };
   return m;
 }

@@ -251,6 +251,21 @@ inline void transpose(const float* a, int64_t m, int64_t n, int64_t lda, float* 
     for (int64_t j = 0; j < n; ++j) b[j * ldb + i] = a[i * lda + j];
 }
 
+// y[i] = x[i] rounded to bf16 (to nearest even; the upper 16 bits of a float): vcvtneps2bf16
+// where the build has AVX512-BF16, the same rounding in integer arithmetic elsewhere. Finite
+// inputs only (a NaN's payload may round to infinity).
+inline void to_bf16(const float* x, uint16_t* y, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX512BF16__)
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + i)));
+#endif
+  for (; i < n; ++i) {
+    const uint32_t bits = std::bit_cast<uint32_t>(x[i]);
+    y[i] = static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+  }
+}
+
 inline void fill(float* x, int64_t n, float v) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) x[i] = v;

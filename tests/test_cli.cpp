@@ -96,7 +96,7 @@ TEST(Cli, Bf16IsRefusedWithoutTheCpuAndNamedInThePoint) {
   auto f32 = test::exec("run --attn flash --seq 64 --dry-run");
   EXPECT_EQ(f32.out.find("dtype"), std::string::npos) << f32.out;
   if (!TiledSoftmax::dense_bf16_kernel(64) || !cpu_has_bf16()) GTEST_SKIP() << "no AVX512-BF16 build or CPU";
-  auto e = test::exec("run --attn flash,vanilla --dtype f32,bf16 --seq 64 --mode fwd,fwdbwd --reps 1 --min-time 0 --error --out " + path);
+  auto e = test::exec("run --attn flash,local --dtype f32,bf16 --seq 64 --mode fwd,fwdbwd --reps 1 --min-time 0 --error --out " + path);
   ASSERT_EQ(e.code, 0) << e.out;
   const auto j = nlohmann::json::parse(std::ifstream(path));
   std::map<std::string, std::string> status;
@@ -111,14 +111,14 @@ TEST(Cli, Bf16IsRefusedWithoutTheCpuAndNamedInThePoint) {
   EXPECT_TRUE(status.count("attn:flash/level:attention/mode:fwd/task:none/B:1/H:8/N:64/D:64/causal:0/threads:1"));
   EXPECT_GT(bf16_nmse, 1e-8) << "bf16 flash's error against f32 flash";
   EXPECT_LT(bf16_nmse, 1e-3);
-  bool vanilla_skipped = false, fwdbwd_skipped = false;
+  bool local_skipped = false, fwdbwd_skipped = false;
   for (const auto& [name, st] : status) {
-    vanilla_skipped |= name.find("attn:vanilla/") == 0 && name.find("dtype:bf16") != std::string::npos &&
+    local_skipped |= name.find("attn:local/") == 0 && name.find("dtype:bf16") != std::string::npos &&
                        st.find("no bf16 path") != std::string::npos;
     fwdbwd_skipped |= name.find("attn:flash/") == 0 && name.find("mode:fwdbwd") != std::string::npos &&
                       name.find("dtype:bf16") != std::string::npos && st.find("forward") != std::string::npos;
   }
-  EXPECT_TRUE(vanilla_skipped) << e.out;
+  EXPECT_TRUE(local_skipped) << e.out;
   EXPECT_TRUE(fwdbwd_skipped) << e.out;
   std::filesystem::remove(path);
 }
