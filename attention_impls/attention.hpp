@@ -53,7 +53,7 @@ struct AttnProblem {
   // benchmarks leave both off, so their figures are the mechanism's alone.
   bool attn_dropout = false;
   bool param_grads = false;
-  // bf16 inputs and products (forward, mechanisms with Capabilities::bf16; the runner refuses it
+  // bf16 inputs and products (forward, mechanisms with MechanismInfo::bf16; the runner refuses it
   // on a CPU without AVX512-BF16).
   Dtype dtype = Dtype::f32;
 };
@@ -73,9 +73,13 @@ struct Capabilities {
   // Applies dropout to its attention probabilities (set_dropout); where not, why not.
   bool attn_dropout = false;
   std::string no_attn_dropout;
-  // Has a bf16 forward pass (AttnProblem::dtype), within `bf16_constraints` when not empty.
-  bool bf16 = false;
-  std::string bf16_constraints;
+};
+
+// A mechanism's bf16 path (AttnProblem::dtype): whether it has one, and within what ("forward;
+// D of 16, 32, 64 or 128").
+struct Bf16Support {
+  bool available = false;
+  std::string constraints;
 };
 
 // A tensor the model's optimiser trains: the mechanism's own parameter and its gradient, which a
@@ -154,6 +158,7 @@ struct MechanismInfo {
   std::string summary;     // one line
   std::string complexity;  // e.g. "O(N^2 D) time, O(N^2) memory"
   Capabilities caps;
+  Bf16Support bf16;
   std::vector<ParamSpec> params;
   std::function<std::unique_ptr<Attention>(const AttnProblem&, const ParamValues&)> make;
 };

@@ -159,8 +159,8 @@ MechanismInfo flash_info() {
   m.summary = "softmax attention, tiled with an online softmax; scores never materialised";
   m.complexity = "O(N^2 D) time, O(N D) memory";
   m.caps = Capabilities{.exact = true, .causal = true, .backward = true, .decode = true,
-                        .constraints = "", .attn_dropout = true, .no_attn_dropout = "", .bf16 = true,
-                        .bf16_constraints = "forward; D of 16, 32, 64 or 128"};
+                        .constraints = "", .attn_dropout = true, .no_attn_dropout = ""};
+  m.bf16 = Bf16Support{.available = true, .constraints = "forward; D of 16, 32, 64 or 128"};
   m.make = [](const AttnProblem& p, const ParamValues&) { return std::make_unique<Flash>(p); };
   return m;
 }

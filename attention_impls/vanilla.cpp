@@ -257,8 +257,8 @@ MechanismInfo vanilla_info() {
   m.summary = "softmax attention, (B,H,N,N) scores materialised, oneDNN batched matmul + softmax";
   m.complexity = "O(N^2 D) time, O(N^2) memory";
   m.caps = Capabilities{.exact = true, .causal = true, .backward = true, .decode = true,
-                        .constraints = "", .attn_dropout = true, .no_attn_dropout = "", .bf16 = true,
-                        .bf16_constraints = "forward; contiguous inputs"};
+                        .constraints = "", .attn_dropout = true, .no_attn_dropout = ""};
+  m.bf16 = Bf16Support{.available = true, .constraints = "forward; contiguous inputs"};
   m.make = [](const AttnProblem& p, const ParamValues&) { return std::make_unique<Vanilla>(p); };
   return m;
 }

@@ -25,7 +25,7 @@ int cmd_list(const std::string& what, const std::string& name, int width) {
     for (const auto& m : mechanisms()) {
       std::vector<std::string> row = {m.name, m.family, m.caps.exact ? "exact" : "approximate", m.caps.causal ? "yes" : "no",
                                        m.caps.backward ? "yes" : "no", m.caps.decode ? "yes" : "no",
-                                       m.caps.attn_dropout ? "yes" : "no", m.caps.bf16 ? "yes" : "no", m.complexity, m.summary};
+                                       m.caps.attn_dropout ? "yes" : "no", m.bf16.available ? "yes" : "no", m.complexity, m.summary};
       if (width > 0) {
         row.resize(8);
         details += wrap_words(fmt::format("- {}: {}; {}", m.name, m.summary, m.complexity), width, "  ");
@@ -33,8 +33,8 @@ int cmd_list(const std::string& what, const std::string& name, int width) {
       t.rows.push_back(row);
       if (!m.caps.attn_dropout)
         notes += wrap_words(fmt::format("- {}: no attention dropout: {}", m.name, m.caps.no_attn_dropout), width, "  ");
-      if (m.caps.bf16 && !m.caps.bf16_constraints.empty())
-        notes += wrap_words(fmt::format("- {}: bf16 (--dtype bf16): {}", m.name, m.caps.bf16_constraints), width, "  ");
+      if (m.bf16.available && !m.bf16.constraints.empty())
+        notes += wrap_words(fmt::format("- {}: bf16 (--dtype bf16): {}", m.name, m.bf16.constraints), width, "  ");
     }
     std::cout << render_markdown(t, width) << details << (notes.empty() ? "" : "\n" + notes);
     return 0;
