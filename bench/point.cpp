@@ -333,6 +333,14 @@ PointId read_point(const nlohmann::json& entry, const std::string& name, const s
     if (!point.at("steps").is_number_integer()) throw wrong(f);
     f.set(id, point.at("steps").get<int64_t>());
   }
+  // Likewise the fields a point has only by their own value (real data's directory, a dtype
+  // other than f32): they are there when the file has them.
+  for (const auto& f : point_fields()) {
+    if (f.scope != PointField::real_data && f.scope != PointField::low_precision) continue;
+    if (!point.contains(f.key)) continue;
+    if (!point.at(f.key).is_string()) throw wrong(f);
+    f.set(id, point.at(f.key).get<std::string>());
+  }
   for (const auto& f : point_fields()) {
     if (!present(f, id)) continue;
     const auto& v = value_of(f);

@@ -120,6 +120,10 @@ TEST(Cli, Bf16IsRefusedWithoutTheCpuAndNamedInThePoint) {
   }
   EXPECT_TRUE(local_skipped) << e.out;
   EXPECT_TRUE(fwdbwd_skipped) << e.out;
+  // The file reads back: a bf16 point's table is its own group.
+  auto t = test::exec("table " + path + " --metric time");
+  EXPECT_EQ(t.code, 0) << t.out;
+  EXPECT_NE(t.out.find("non-causal bf16"), std::string::npos) << t.out;
   std::filesystem::remove(path);
 }
 
