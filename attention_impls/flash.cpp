@@ -9,7 +9,7 @@
 //   16, 32, 64 or 128 and no attention dropout, forward runs the engine's dense kernel: the keys
 //   transposed once per call, then 6 query rows at a time against a 512-key tile with the
 //   scores in registers and L1, the row maxima taken from the product's registers and the
-//   exponential folded into one FMA and a 2^t polynomial (93-102% of the one-thread GEMM rate
+//   exponential folded into one FMA and a 2^t polynomial (0.92-1.02 of the one-thread GEMM rate
 //   from N = 2048 on a Zen 5, docs/measurements/amd-epyc-zen5.md). Elsewhere, and for the
 //   backward pass, S = s Q_i K_j^T and O_i += P V_j are oneDNN matmul primitives on tile shapes
 //   (created once per shape) with one vectorised softmax pass per row between them. Causal
