@@ -218,14 +218,9 @@ void dense_pack_keys(const float* K, int64_t ldk, int64_t Nk, int64_t tile_cols,
 template <int D>
 void dense_pack_bf16(const float* Q, int64_t ldq, int64_t Nq, const float* K, int64_t ldk, const float* V,
                      int64_t ldv, int64_t Nk, int64_t tile_cols, float* Qb, float* Kb, float* Vb, float* row) {
-  // 16 floats to 16 bf16 (a half vector), 32 floats to 16 pairs.
-  auto half = [](const float* x) { return (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x)); };
-  auto pairs_of_row = [&](const float* x, float* out) {
-    int d = 0;
-    for (; d + 32 <= D; d += 32)
-      _mm512_storeu_si512(out + d / 2, (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + d + 16), _mm512_loadu_ps(x + d)));
-    if (d < D) _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + d / 2), half(x + d));
-  };
+  // A row of D floats to D bf16: D / 2 floats of pairs (D is a multiple of 16: to_bf16's
+  // vector stores only).
+  auto pairs_of_row = [](const float* x, float* out) { to_bf16(x, reinterpret_cast<uint16_t*>(out), D); };
   for (int64_t i = 0; i < Nq; ++i) pairs_of_row(Q + i * ldq, Qb + i * (D / 2));
   const int64_t ldkt = dense_ldkt(tile_cols);
   for (int64_t c0 = 0; c0 < Nk; c0 += tile_cols, Kb += D / 2 * ldkt) {
@@ -383,14 +378,7 @@ void dense_strip(const float* Q, int64_t ldq, const float* Kt, int64_t ldkt, int
     // P to bf16 pairs along the keys (zero past each row's keys, so an odd `used` pairs with 0).
     float* Pb = S + R * ldkt;
     const int64_t ldp = ldkt / 2;
-    for (int r = 0; r < R; ++r) {
-      const float* Sr = S + r * ldkt;
-      float* Pr = Pb + r * ldp;
-      int64_t k = 0;
-      for (; k + 32 <= cols16; k += 32)
-        _mm512_storeu_si512(Pr + k / 2, (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(Sr + k + 16), _mm512_loadu_ps(Sr + k)));
-      if (k < cols16) _mm256_storeu_si256(reinterpret_cast<__m256i*>(Pr + k / 2), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(Sr + k)));
-    }
+    for (int r = 0; r < R; ++r) to_bf16(S + r * ldkt, reinterpret_cast<uint16_t*>(Pb + r * ldp), cols16);
     dense_values<D, R, true>(Pb, ldp, V, ldv, (used + 1) / 2, O, ldo, corr, first);
     return;
   }

@@ -157,12 +157,13 @@ PreparedPoint prepare_point(const PointId& id, const RunOptions& opts) {
     return pp;
   }
   if (id.dtype == Dtype::bf16) {
-    pp.status = Status::SKIPPED;
     if (id.level == Level::model) pp.message = "no bf16 path at the model level yet";
     else if (!pp.info->bf16.available) pp.message = id.mechanism + " has no bf16 path";
     else if (id.mode != RunMode::fwd) pp.message = fmt::format("{} in bf16: {}", id.mechanism, pp.info->bf16.constraints);
-    else pp.status = Status::OK;
-    if (pp.status == Status::SKIPPED) return pp;
+    if (!pp.message.empty()) {
+      pp.status = Status::SKIPPED;
+      return pp;
+    }
   }
   omp_set_num_threads(id.threads);
   if (id.level == Level::model) {
