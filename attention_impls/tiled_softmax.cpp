@@ -740,40 +740,35 @@ void TiledSoftmax::forward(const LogitsSource& src, const TensorView& v, const T
   const bool dense = dense_block_kernel(src) && keys_t_.size() > 0;
   if (s_.bf16 && !dense)
     throw std::logic_error("TiledSoftmax::forward: bf16 needs the dense kernel (plain s Q K^T, no dropout, a bf16 build)");
+#if defined(__AVX512F__)
   const int64_t q_pairs = s_.Nq * D / 2, v_pairs = (Nk + 1) / 2 * D;  // bf16: floats of q_b_, v_b_ per (b, h)
-#if defined(__AVX512BF16__)
-  if (dense && s_.bf16) {  // the bf16 kernel's pass 0
+  if (dense) {  // the dense kernel's pass 0: the keys transposed (bf16: Q, K and V in pairs)
     const TensorView& q = qk->q();
     const TensorView& k = qk->k();
 #pragma omp parallel for schedule(static)
     for (int64_t bh = 0; bh < s_.B * s_.H; ++bh) {
       const int64_t b = bh / s_.H, h = bh % s_.H;
-      float* Kb = keys_t_.data() + bh * dense_keys_floats();
-      alignas(64) float row[64];
-      switch (D) {
-#define AB_DENSE_PACK_BF16(d)                                                                                      \
-  case d:                                                                                                          \
-    dense_pack_bf16<d>(q.head(b, h), q.strides.sn, Nq, k.head(b, h), k.strides.sn, v.head(b, h), s_.ld_v, Nk,     \
-                       s_.dense_cols, q_b_.data() + bh * q_pairs, Kb, v_b_.data() + bh * v_pairs, row);           \
-    break;
-        AB_DENSE_PACK_BF16(16) AB_DENSE_PACK_BF16(32) AB_DENSE_PACK_BF16(64) AB_DENSE_PACK_BF16(128)
-#undef AB_DENSE_PACK_BF16
-      }
-    }
-  }
-#endif
-#if defined(__AVX512F__)
-  if (dense && !s_.bf16) {  // the dense kernel's pass 0
-    const TensorView& k = qk->k();
-#pragma omp parallel for schedule(static)
-    for (int64_t bh = 0; bh < s_.B * s_.H; ++bh) {
-      const float* K = k.head(bh / s_.H, bh % s_.H);
       float* Kt = keys_t_.data() + bh * dense_keys_floats();
       switch (D) {
-#define AB_DENSE_PACK(d) \
-  case d: dense_pack_keys<d>(K, k.strides.sn, Nk, s_.dense_cols, Kt); break;
+#if defined(__AVX512BF16__)
+#define AB_DENSE_PACK_BF16(d)                                                                                     \
+  if (s_.bf16) {                                                                                                 \
+    alignas(64) float row[d / 2];                                                                                 \
+    dense_pack_bf16<d>(q.head(b, h), q.strides.sn, Nq, k.head(b, h), k.strides.sn, v.head(b, h), s_.ld_v, Nk,    \
+                       s_.dense_cols, q_b_.data() + bh * q_pairs, Kt, v_b_.data() + bh * v_pairs, row);          \
+    break;                                                                                                        \
+  }
+#else
+#define AB_DENSE_PACK_BF16(d)
+#endif
+#define AB_DENSE_PACK(d)                                                     \
+  case d:                                                                    \
+    AB_DENSE_PACK_BF16(d)                                                    \
+    dense_pack_keys<d>(k.head(b, h), k.strides.sn, Nk, s_.dense_cols, Kt);  \
+    break;
         AB_DENSE_PACK(16) AB_DENSE_PACK(32) AB_DENSE_PACK(64) AB_DENSE_PACK(128)
 #undef AB_DENSE_PACK
+#undef AB_DENSE_PACK_BF16
       }
     }
   }
