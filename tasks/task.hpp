@@ -131,6 +131,14 @@ int32_t listops_evaluate(const std::vector<int32_t>& tokens);
 std::string listops_spelling(const std::vector<int32_t>& tokens);
 // Text tokens back to bytes (pads dropped), non-printable bytes shown as '.'.
 std::string text_of_tokens(const std::vector<int32_t>& tokens, size_t max_chars);
+// The synthetic text and retrieval documents' vocabulary (tasks/text.cpp): the filler words, and
+// the sentiment words whose counts decide a text label.
+struct SyntheticWords {
+  const std::vector<std::string>& neutral;
+  const std::vector<std::string>& positive;
+  const std::vector<std::string>& negative;
+};
+SyntheticWords synthetic_words();
 // ListOps wrapped and indented by depth: an operator's arguments on one line when they fit in
 // `width` columns, else one per line, two spaces deeper.
 std::string listops_layout(const std::vector<int32_t>& tokens, size_t width = 96);

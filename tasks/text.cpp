@@ -6,13 +6,14 @@
 //              <TAB> text1 <TAB> text2, label 0 or 1 (LRA writes 0.0 / 1.0)
 // A first line that is the column names is skipped. Documents longer than N are cut to N bytes.
 // Synthetic data, same alphabet and lengths (N/2 to N bytes):
-//   text       words, with 2m+1 sentiment words (m in 3..8) scattered over the whole document; the
-//              label says whether the positive ones outnumber the negative ones, by exactly one,
-//              so no local window decides it.
+//   text       words, with 2m+1 sentiment words (m in 3..8, fewer when they would not fit)
+//              scattered over the whole document; the label says whether the positive ones
+//              outnumber the negative ones, by exactly one, so no local window decides it.
 //   retrieval  two documents, each with a hidden phrase of four rare words inserted at a random
 //              place; label 1 when the two phrases are the same.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -42,23 +43,23 @@ std::vector<int32_t> to_tokens(const std::string& text, int64_t n) {
   return t;
 }
 
-// Words until `length` bytes, with the given words inserted at random word positions.
+// Neutral words up to `length` bytes (each word and its space), with the given words inserted at
+// random word positions. The inserted words always fit (the caller keeps them within `length`)
+// and no word is cut off: a filler word that would pass `length` ends the document instead.
 std::string document(Rng& rng, int64_t length, const std::vector<std::string>& inserts) {
   std::vector<std::string> words;
   int64_t bytes = 0;
   for (const auto& w : inserts) bytes += static_cast<int64_t>(w.size()) + 1;
   const auto& pool = neutral_words();
-  while (bytes < length) {
-    words.push_back(pool[rng.below(pool.size())]);
-    bytes += static_cast<int64_t>(words.back().size()) + 1;
+  while (true) {
+    const std::string& w = pool[rng.below(pool.size())];
+    if (bytes + static_cast<int64_t>(w.size()) + 1 > length) break;
+    words.push_back(w);
+    bytes += static_cast<int64_t>(w.size()) + 1;
   }
   for (const auto& w : inserts) words.insert(words.begin() + static_cast<int64_t>(rng.below(words.size() + 1)), w);
   std::string s;
-  for (const auto& w : words) {
-    if (static_cast<int64_t>(s.size() + w.size() + 1) > length) break;
-    s += w;
-    s += ' ';
-  }
+  for (const auto& w : words) s += w + ' ';
   return s;
 }
 
@@ -153,6 +154,16 @@ class TextTask final : public Task {
     std::vector<std::string> inserts;
     for (int k = 0; k < m + (e.label == 1); ++k) inserts.push_back(kPositive[rng.below(kPositive.size())]);
     for (int k = 0; k < m + (e.label == 0); ++k) inserts.push_back(kNegative[rng.below(kNegative.size())]);
+    // A short document holds fewer pairs: drop a positive and a negative word until they fit.
+    const auto bytes = [&] {
+      int64_t b = 0;
+      for (const auto& w : inserts) b += static_cast<int64_t>(w.size()) + 1;
+      return b;
+    };
+    while (bytes() > length) {
+      inserts.erase(std::find_first_of(inserts.begin(), inserts.end(), kPositive.begin(), kPositive.end()));
+      inserts.erase(std::find_first_of(inserts.begin(), inserts.end(), kNegative.begin(), kNegative.end()));
+    }
     e.tokens = to_tokens(document(rng, length, inserts), seq_);
     return e;
   }
@@ -224,6 +235,8 @@ class RetrievalTask final : public Task {
 };
 
 }  // namespace
+
+SyntheticWords synthetic_words() { return {neutral_words(), kPositive, kNegative}; }
 
 TaskInfo text_task_info() {
   TaskInfo t;

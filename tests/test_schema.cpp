@@ -39,7 +39,7 @@ const std::vector<Written>& written() {
       x.entry = nlohmann::json::parse(in)["benchmarks"][0];
       const ResultFile rf = read_result_file(path);
       x.read = rf.points.at(0);
-      x.table = make_table({rf}, TableOptions{"time", "none", "md", false, ""});
+      x.table = make_table({rf}, TableOptions{"time", "none", "md", false, "", ""});
       std::filesystem::remove(path);
       out.push_back(std::move(x));
     }

@@ -3,6 +3,7 @@
 // fixture files written here, and the task verbs of the binary.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -125,6 +126,59 @@ std::vector<bool> flood(const Example& e, int64_t side, int64_t from) {
       }
   }
   return seen;
+}
+
+// The synthetic text label is what the document says: its positive words outnumber its negative
+// ones by exactly one, and every sentiment word chosen is in the document (none cut off at the end).
+// Retrieval: each document holds one phrase of four five-letter words, the same in both exactly
+// when the label is 1. Documents fill N/2 to N bytes, less than a word short at most.
+std::vector<std::string> words_of(const std::vector<int32_t>& tokens) {
+  std::vector<std::string> words(1);
+  for (int32_t t : tokens) {
+    if (t == 0) break;
+    if (t == ' ' + 1) words.emplace_back();
+    else words.back() += static_cast<char>(t - 1);
+  }
+  if (words.back().empty()) words.pop_back();
+  return words;
+}
+int64_t bytes_of(const std::vector<int32_t>& tokens) { return std::count_if(tokens.begin(), tokens.end(), [](int32_t t) { return t != 0; }); }
+
+TEST(SyntheticText, LabelsFollowTheSentimentCountAndNoWordIsCutOff) {
+  const SyntheticWords vocab = synthetic_words();
+  const auto in = [](const std::vector<std::string>& list, const std::string& w) { return std::find(list.begin(), list.end(), w) != list.end(); };
+  for (int64_t seq : {64, 128, 1000}) {
+    const auto text = make_task("text", opts(7, seq)), retrieval = make_task("retrieval", opts(7, seq));
+    int positives = 0;
+    for (int64_t i = 0; i < 500; ++i) {
+      const Example e = text->example(i);
+      int pos = 0, neg = 0;
+      for (const auto& w : words_of(e.tokens)) {
+        pos += in(vocab.positive, w);
+        neg += in(vocab.negative, w);
+        ASSERT_TRUE(in(vocab.positive, w) || in(vocab.negative, w) || in(vocab.neutral, w)) << "'" << w << "'";
+      }
+      ASSERT_EQ(pos - neg, e.label ? 1 : -1) << "N " << seq << " example " << i << ": " << text_of_tokens(e.tokens, 2000);
+      ASSERT_GE(pos + neg, 1);
+      ASSERT_LE(bytes_of(e.tokens), seq);
+      ASSERT_GE(bytes_of(e.tokens), seq / 2 - 12) << i;
+      positives += e.label;
+
+      const Example r = retrieval->example(i);
+      std::string phrases[2];
+      for (int d = 0; d < 2; ++d) {
+        const auto tokens = d ? r.tokens2 : r.tokens;
+        ASSERT_LE(bytes_of(tokens), seq);
+        std::vector<std::string> rare;
+        for (const auto& w : words_of(tokens))
+          if (!in(vocab.neutral, w)) rare.push_back(w);
+        ASSERT_EQ(rare.size(), 4u) << "N " << seq << " example " << i << " document " << d << ": " << text_of_tokens(tokens, 2000);
+        for (const auto& w : rare) phrases[d] += w + " ";
+      }
+      ASSERT_EQ(phrases[0] == phrases[1], r.label == 1) << i;
+    }
+    EXPECT_NEAR(positives / 500.0, 0.5, 0.07) << seq;
+  }
 }
 
 TEST(Pathfinder, LabelsBalancedAndMarkersConnectedExactlyWhenPositive) {

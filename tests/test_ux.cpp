@@ -286,9 +286,13 @@ TEST(Ux, LongCsvRoundTripsEveryFieldAtFullPrecision) {
       const int c = column(key);
       ASSERT_GE(c, 0) << key;
       const std::string& cell = row[static_cast<size_t>(c)];
-      if (value.is_number()) EXPECT_EQ(std::strtod(cell.c_str(), nullptr), value.get<double>()) << key << " = " << cell;
-      else if (value.is_string()) EXPECT_EQ(cell, value.get<std::string>()) << key;
-      else if (value.is_boolean()) EXPECT_EQ(cell, value.get<bool>() ? "true" : "false") << key;
+      if (value.is_number()) {
+        EXPECT_EQ(std::strtod(cell.c_str(), nullptr), value.get<double>()) << key << " = " << cell;
+      } else if (value.is_string()) {
+        EXPECT_EQ(cell, value.get<std::string>()) << key;
+      } else if (value.is_boolean()) {
+        EXPECT_EQ(cell, value.get<bool>() ? "true" : "false") << key;
+      }
       ++compared;
     }
   }
