@@ -134,14 +134,22 @@ std::string accuracy_table(const std::vector<ResultFile>& files, const AccuracyT
   auto row_of = [&](const PointId& id) {
     return variants[id.mechanism].size() > 1 ? id.mechanism + " " + params_text(id.params) : id.mechanism;
   };
+  // Beside LRA's table, its whole layout: every mechanism and LRA's five tasks, so a run not yet
+  // made reads "not run" instead of leaving its row or column out.
+  const bool lra_layout = o.published == "lra" && percent;
   std::vector<std::string> rows, tasks_in_order;
-  for (const auto& m : mechanism_names())
+  for (const auto& m : mechanism_names()) {
+    const size_t before = rows.size();
     for (const auto& f : files)
       for (const auto& r : f.points)
         if (r.id.training() && r.id.mechanism == m && std::find(rows.begin(), rows.end(), row_of(r.id)) == rows.end())
           rows.push_back(row_of(r.id));
-  for (const auto& t : tasks())
-    if (task_set.count(t.name)) tasks_in_order.push_back(t.name);
+    if (lra_layout && rows.size() == before) rows.push_back(m);
+  }
+  for (const auto& t : tasks()) {
+    const bool lra_task = published(kLraTable1[0], t.name) && t.name != "pathx";
+    if (task_set.count(t.name) || (lra_layout && lra_task)) tasks_in_order.push_back(t.name);
+  }
   for (const auto& f : files)
     for (const auto& r : f.points) {
       if (!r.id.training()) continue;
@@ -218,7 +226,7 @@ std::string accuracy_table(const std::vector<ResultFile>& files, const AccuracyT
     for (const auto& t : tasks_in_order) line.push_back(cell_text(row, t));
     if (with_avg) line.push_back(average(row));
     body.push_back(line);
-    if (o.published == "lra" && percent && lra_columns)
+    if (lra_layout && lra_columns)
       if (const PublishedRow* p = published_row(row)) {
         std::vector<std::string> pub = {fmt::format("  LRA: {}", p->model)};
         double sum = 0;
@@ -267,7 +275,7 @@ std::string accuracy_table(const std::vector<ResultFile>& files, const AccuracyT
     out += "\n";
   }
   // How our order compares with LRA's.
-  if (o.published == "lra" && percent) {
+  if (lra_layout) {
     std::string corr;
     for (const auto& t : tasks_in_order) {
       std::vector<double> ours, theirs;

@@ -15,7 +15,8 @@ bool is_accuracy_metric(const std::string& metric);
 struct AccuracyTableOptions {
   std::string metric = "accuracy";
   std::string format = "md";  // md | csv | latex
-  // Published rows to print beside ours ("lra": LRA's Table 1, published.md), "" for none.
+  // Published rows to print beside ours ("lra": LRA's Table 1, published.md, in its layout: a row
+  // for every mechanism and a column for each of LRA's five tasks, run or not), "" for none.
   std::string published;
 };
 

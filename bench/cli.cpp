@@ -193,8 +193,9 @@ int cli_main(int argc, char** argv) {
   auto* table_baseline = table->add_option("--baseline", topts.baseline, "mechanism the ratios are taken against ('none' for no ratios)")->capture_default_str();
   table->add_option("--format", topts.format, "md | csv | latex")->capture_default_str();
   table->add_option("--published", topts.published,
-                    "with --metric accuracy: 'lra' prints LRA Table 1's published row under each mechanism's, and the "
-                    "rank correlation per task");
+                    "with --metric accuracy: 'lra' draws LRA Table 1's layout (a row per mechanism, LRA's five tasks, "
+                    "'not run' where there is no run), its published row under each mechanism's, and the rank "
+                    "correlation per task");
   table->add_flag("--growth", topts.growth,
                   "in brackets: each value over the same row's value at the previous N (how a time grows with N), "
                   "instead of the ratio to --baseline")

@@ -469,6 +469,17 @@ TEST(TrainCli, AccuracyEntryReadsBackAndTableDrawsTheLraLayout) {
   EXPECT_NE(t.out.find("| mechanism | copy |"), std::string::npos) << t.out;
   EXPECT_NE(t.out.find("| flash | "), std::string::npos) << t.out;
   EXPECT_NE(t.out.find("(n=2)"), std::string::npos) << t.out;  // two seeds, mean and spread
+  // Beside LRA's table, its whole layout: every mechanism, LRA's five tasks, the cells not run
+  // said so, and LRA's published rows.
+  auto lra = test::exec("table " + out + " --metric accuracy --published lra", false);
+  ASSERT_EQ(lra.code, 0) << lra.out;
+  EXPECT_NE(lra.out.find("| mechanism | copy | listops | text | retrieval | image | pathfinder | avg |"), std::string::npos) << lra.out;
+  EXPECT_NE(lra.out.find("| flash | "), std::string::npos) << lra.out;
+  for (const auto& m : mechanism_names()) {
+    if (m == "flash" || m == "linear") continue;
+    EXPECT_NE(lra.out.find("| " + m + " | not run | not run | not run | not run | not run | not run | - |"), std::string::npos) << m << "\n" << lra.out;
+  }
+  EXPECT_NE(lra.out.find("|   LRA: Performer |  | 18.01 | 65.40 | 53.82 | 42.77 | 77.05 |"), std::string::npos) << lra.out;
   fs::remove(out);
   fs::remove(log);
 }
