@@ -23,7 +23,7 @@ int cmd_dry_run(const std::vector<PointId>& grid, const RunOptions& opts, bool i
   // A process start (with oneDNN's first primitive) per isolated point, measured on the
   // reference machine; small beside any point worth a sweep.
   constexpr double kProcessStartSeconds = 0.15;
-  const double gemm = (opts.gemm_gflops > 0 ? opts.gemm_gflops : measure_gemm_gflops_1thread()) * 1e9;
+  const double gemm = (opts.gemm_gflops > 0 ? opts.gemm_gflops : measure_gemm_gflops(1)) * 1e9;
   RunOptions no_limit = opts;
   no_limit.mem_limit = 0;
 

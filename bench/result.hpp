@@ -51,7 +51,7 @@ struct PointResult {
   // Of the logits the forward pass computes, the fraction that are admissible (mechanisms that
   // score explicit pairs; see Attention::admissible_fraction).
   std::optional<double> admissible_fraction;
-  double gemm_gflops = 0;     // the machine's single-thread GEMM rate, for peak_fraction
+  double gemm_gflops = 0;     // GEMM's rate per thread on the point's threads, for peak_fraction
   size_t peak_bytes = 0;      // tracked working memory of the mechanism
   size_t peak_rss_bytes = 0;  // VmHWM over the measured calls
   int64_t rss_delta_bytes = 0;

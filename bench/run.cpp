@@ -98,12 +98,9 @@ int cmd_run(const std::vector<PointId>& grid, const RunOptions& opts, const std:
   std::vector<PreparedPoint> points;
   for (const auto& id : grid) points.push_back(prepare_point(id, opts));
 
-  double gemm = opts.gemm_gflops;
-  int gemm_others = -1;  // other runnable tasks while the reference was measured
-  if (gemm <= 0) {
-    gemm_others = other_runnable_tasks();
-    gemm = measure_gemm_gflops_1thread();
-  }
+  std::set<int> thread_counts;
+  for (const auto& id : grid) thread_counts.insert(id.threads);
+  const GemmReference gemm = gemm_reference(opts.gemm_gflops, thread_counts);
   // With --rounds, every point runs once per pass over the list: a point and those it is
   // compared with are measured close together in every pass, so a shared machine's slow drift
   // falls on all of them alike instead of on whichever ran during a slow minute.
@@ -125,7 +122,7 @@ int cmd_run(const std::vector<PointId>& grid, const RunOptions& opts, const std:
           fmt::format("{}[{}/{}] {}", pass, i + 1, points.size(), progress.tty ? short_names.names[i] : pp.id.name());
       progress.show(where + " ...", false);
       inject_fault(pp.id);
-      PointResult r = run_point(pp, opts, label, gemm);
+      PointResult r = run_point(pp, opts, label, gemm.per_thread(pp.id.threads));
       if (round == 0 && r.status == Status::OK && opts.count_instructions) {
         RunOptions child = opts;  // one warm-up and one counted call, nothing else
         child.count_instructions = child.error = false;
@@ -144,8 +141,8 @@ int cmd_run(const std::vector<PointId>& grid, const RunOptions& opts, const std:
     }
   }
   const int threads = grid.empty() ? 1 : grid.front().threads;
-  nlohmann::json context = run_context(command, opts.seed, threads, gemm);
-  if (gemm_others >= 0) context["gemm_other_runnable"] = gemm_others;
+  nlohmann::json context = run_context(command, opts.seed, threads, gemm.one_thread);
+  gemm.record(context);
   // A sweep's children are given its GEMM rate; the sweep judges their results together.
   if (opts.gemm_gflops <= 0) attach_warnings(context, results);
   const nlohmann::json doc = results_document(context, results);

@@ -16,6 +16,7 @@
 #include <valgrind/callgrind.h>
 
 #include "core/matmul.hpp"
+#include "bench/warnings.hpp"
 #include "core/sysinfo.hpp"
 #include "tasks/task.hpp"
 
@@ -510,6 +511,34 @@ void set_user_context(const std::vector<std::string>& pairs) {
   user_context() = std::move(given);
 }
 
+double GemmReference::per_thread(int threads) const {
+  const auto it = on_threads.find(threads);
+  return it == on_threads.end() ? one_thread : it->second / threads;
+}
+
+void GemmReference::record(nlohmann::json& context) const {
+  context["gemm_gflops_per_s_1thread"] = one_thread;
+  if (!on_threads.empty()) {
+    nlohmann::json rates = nlohmann::json::object();
+    for (const auto& [t, rate] : on_threads) rates[std::to_string(t)] = rate;
+    context["gemm_gflops_per_s_on_threads"] = rates;
+  }
+  if (other_runnable >= 0) context["gemm_other_runnable"] = other_runnable;
+}
+
+GemmReference gemm_reference(double given, const std::set<int>& threads) {
+  GemmReference g;
+  if (given > 0) {
+    g.one_thread = given;
+    return g;
+  }
+  g.other_runnable = other_runnable_tasks();
+  g.one_thread = measure_gemm_gflops(1);
+  for (int t : threads)
+    if (t > 1) g.on_threads[t] = measure_gemm_gflops(t);
+  return g;
+}
+
 nlohmann::json run_context(const std::string& command, uint64_t seed, int threads, double gemm_gflops) {
   MachineInfo m = machine_info();
   nlohmann::json caches = nlohmann::json::array();
@@ -546,7 +575,8 @@ nlohmann::json run_context(const std::string& command, uint64_t seed, int thread
       {"machine_id", m.machine_id},
       {"physical_memory_bytes", m.physical_memory},
       {"gemm_gflops_per_s_1thread", gemm_gflops},
-      {"gemm_reference", "oneDNN f32 matmul 1024x1024x1024, one thread, best of 5"},
+      {"gemm_reference", "oneDNN f32 matmul 1024x1024x1024, best of 5 after a warm-up, on one thread (and on each "
+                         "other thread count of the run's points: gemm_gflops_per_s_on_threads)"},
       {"cpu_family", m.cpu_family},
       {"cpu_model_number", m.cpu_model_number},
       {"cpu_stepping", m.cpu_stepping},

@@ -1,7 +1,9 @@
 // Running one benchmark point: validate, set up (untimed), warm up, time, measure memory.
 #pragma once
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -23,7 +25,7 @@ struct RunOptions {
   size_t mem_limit = 0;     // bytes; 0 = no limit
   bool count_instructions = false;  // also count each point's instructions under callgrind
   bool callgrind_child = false;     // this process runs under callgrind: collect one call only
-  double gemm_gflops = 0;           // the GEMM rate to judge against; 0 = measure it
+  double gemm_gflops = 0;           // the per-thread GEMM rate to judge against; 0 = measure it
   bool oom_as_status = false;       // a point predicted above mem_limit is an OOM result, not an error
   // --error: a directory where flash's reference outputs are kept by input shape, so the
   // points of a sweep on the same inputs compute the reference once (at N = 16384 one flash
@@ -87,6 +89,24 @@ const char* build_git_commit();
 
 // "g++ 12.2.0": the compiler that built this binary.
 std::string compiler_name();
+
+// The GEMM reference a run's GFLOP/s are read against: the one-thread rate and, for each other
+// thread count the run's points use, the rate on that many threads, so that a point on t threads
+// is compared with GEMM on t threads (two cores of a machine do not give twice one core's rate).
+struct GemmReference {
+  double one_thread = 0;              // GFLOP/s on one thread
+  std::map<int, double> on_threads;   // t > 1: GFLOP/s on t threads
+  int other_runnable = -1;            // other runnable tasks while it was measured; -1: not measured here
+  // What a point on t threads is judged against, per thread: the t-thread rate / t, or the
+  // one-thread rate where t was not measured (PointResult::gemm_gflops holds it).
+  double per_thread(int threads) const;
+  // The context's gemm_gflops_per_s_1thread, gemm_gflops_per_s_on_threads ({"2": rate}, when
+  // measured) and gemm_other_runnable.
+  void record(nlohmann::json& context) const;
+};
+// `given` > 0 (--gemm-gflops: a sweep's child, given its point's per-thread rate): that rate
+// for every thread count. Otherwise measured: one thread and each count above 1 in `threads`.
+GemmReference gemm_reference(double given, const std::set<int>& threads);
 
 // The result file's context block: Google Benchmark's machine fields plus the suite's build,
 // library, threading and reproduction facts.

@@ -197,12 +197,9 @@ int run_sweep(const std::vector<PointId>& full_grid, const RunOptions& opts, con
   // One writer at a time: the file is read (for --resume) and saved under the lock.
   std::optional<ResultFileLock> lock;
   if (so.out != "-") lock.emplace(so.out);
-  double gemm = opts.gemm_gflops;
-  int gemm_others = -1;  // other runnable tasks while the reference was measured
-  if (gemm <= 0) {
-    gemm_others = other_runnable_tasks();
-    gemm = measure_gemm_gflops_1thread();
-  }
+  std::set<int> thread_counts;
+  for (const auto& p : plan) thread_counts.insert(p.id.threads);
+  const GemmReference gemm = gemm_reference(opts.gemm_gflops, thread_counts);
   if (fs::exists(so.out)) {
     if (!so.resume)
       throw InvalidInput(fmt::format("{} exists; pass --resume to continue that sweep, or choose another --out", so.out));
@@ -215,8 +212,8 @@ int run_sweep(const std::vector<PointId>& full_grid, const RunOptions& opts, con
     context["resumed_by"].push_back(so.command);
   } else {
     const int threads = grid.empty() ? 1 : grid.front().threads;
-    context = run_context(so.command, opts.seed, threads, gemm);
-    if (gemm_others >= 0) context["gemm_other_runnable"] = gemm_others;
+    context = run_context(so.command, opts.seed, threads, gemm.one_thread);
+    gemm.record(context);
     if (so.shard_count > 1) context["shard"] = fmt::format("{}/{}", so.shard_index, so.shard_count);
   }
   auto save = [&] { write_file_atomic(so.out, results_document(context, results).dump(2) + "\n"); };
@@ -273,7 +270,7 @@ int run_sweep(const std::vector<PointId>& full_grid, const RunOptions& opts, con
     if (p.status != Status::OK) {
       r = error_result(p.id, opts, p.status, p.message);
     } else {
-      r = run_isolated(p.id, opts, so, gemm, dir, &interrupted);
+      r = run_isolated(p.id, opts, so, gemm.per_thread(p.id.threads), dir, &interrupted);
       if (interrupted) break;
       eta.add(p.flops, since_start() - t0);
       flops_left -= p.flops;

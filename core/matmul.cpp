@@ -199,17 +199,19 @@ void RowSoftmax::backward(const float* y, float* dy) const {
                                {DNNL_ARG_SCRATCHPAD, s}});
 }
 
-double measure_gemm_gflops_1thread() {
+double measure_gemm_gflops(int threads) {
   constexpr int64_t n = 1024;
   Buffer<float> a(n * n), b(n * n), c(n * n);
   for (int64_t i = 0; i < n * n; ++i) {
     a[static_cast<size_t>(i)] = 0.001f * static_cast<float>(i % 97);
     b[static_cast<size_t>(i)] = 0.002f * static_cast<float>(i % 89);
   }
-  Matmul mm(MatmulSpec::tile(n, n, n, n, false, n, false, n));
+  OmpThreadsGuard guard(threads);  // before the primitive is made: oneDNN plans for the threads it sees
+  MatmulSpec spec = MatmulSpec::tile(n, n, n, n, false, n, false, n);
+  spec.single_thread = threads == 1;
+  Matmul mm(spec);
   Buffer<std::byte> scratch(mm.scratchpad_bytes());
   mm.bind(1, scratch.data());
-  OmpThreadsGuard guard(1);
   double best = 1e30;
   for (int rep = 0; rep < 6; ++rep) {
     auto t0 = std::chrono::steady_clock::now();

@@ -117,8 +117,8 @@ class RowSoftmax {
   bool with_backward_ = false;
 };
 
-// GFLOP/s of a single-thread 1024^3 oneDNN matmul, best of a few runs: the reference rate that
-// reported GFLOP/s are read against.
-double measure_gemm_gflops_1thread();
+// GFLOP/s of a 1024^3 oneDNN matmul on `threads` OpenMP threads, best of five runs after a
+// warm-up: the reference rate that reported GFLOP/s are read against.
+double measure_gemm_gflops(int threads = 1);
 
 }  // namespace ab

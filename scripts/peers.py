@@ -245,7 +245,11 @@ def main():
         suite, ctx = suite_point(a.attnbench, p)
         if context is None:
             context = dict(ctx)
-        gemm = context.get("gemm_gflops_per_s_1thread", 0) * p["threads"]
+        if "gemm_gflops_per_s_on_threads" in ctx:  # each point's own run measured its thread count
+            context.setdefault("gemm_gflops_per_s_on_threads", {}).update(ctx["gemm_gflops_per_s_on_threads"])
+        # GEMM on as many threads as the point (the suite measures each thread count it runs).
+        gemm = context.get("gemm_gflops_per_s_on_threads", {}).get(str(p["threads"]),
+                                                                   context.get("gemm_gflops_per_s_1thread", 0) * p["threads"])
 
         def of_gemm(seconds):
             return {"peak_fraction": suite["flops"] / seconds * 1e-9 / gemm} if gemm > 0 else {}

@@ -11,6 +11,7 @@
 
 #include "attention_impls/tiled_softmax.hpp"
 #include "bench/result.hpp"
+#include "bench/result_reader.hpp"
 #include "tests/helpers.hpp"
 
 namespace ab {
@@ -125,6 +126,38 @@ TEST(Cli, Bf16IsRefusedWithoutTheCpuAndNamedInThePoint) {
   EXPECT_EQ(t.code, 0) << t.out;
   EXPECT_NE(t.out.find("non-causal bf16"), std::string::npos) << t.out;
   std::filesystem::remove(path);
+}
+
+// A point on t threads is read against GEMM on t threads, measured in the same run: run and
+// sweep (whose children are given the rate of their point's thread count) both record the
+// two-thread rate and divide by it.
+TEST(Cli, EachThreadCountIsReadAgainstGemmOnThatManyThreads) {
+  for (const std::string verb : {"run", "sweep"}) {
+    const std::string path = test::temp_path("threads_" + verb + ".json");
+    std::filesystem::remove(path);
+    auto e = exec(verb + " --attn flash --seq 64 --threads 1,2 " + kSmall + "--out " + path);
+    ASSERT_EQ(e.code, 0) << e.out;
+    std::ifstream in(path);
+    const auto doc = nlohmann::json::parse(in);
+    const auto& ctx = doc.at("context");
+    const double one = ctx.at("gemm_gflops_per_s_1thread").get<double>();
+    ASSERT_TRUE(ctx.contains("gemm_gflops_per_s_on_threads")) << verb << ctx.dump();
+    const double two = ctx.at("gemm_gflops_per_s_on_threads").at("2").get<double>();
+    EXPECT_GT(two, 1.0) << verb;
+    EXPECT_FALSE(ctx.at("gemm_gflops_per_s_on_threads").contains("1")) << verb;
+    int judged = 0;
+    for (const auto& b : doc.at("benchmarks")) {
+      if (b.at("run_type") != "iteration") continue;
+      const double gemm = b.at("threads").get<int>() == 2 ? two : one;
+      EXPECT_NEAR(b.at("peak_fraction").get<double>(), b.at("gflops_per_s").get<double>() / gemm, 1e-9) << verb << " " << b.dump();
+      ++judged;
+    }
+    EXPECT_EQ(judged, 4) << verb;
+    // Read back: the rate per thread each point was judged against.
+    for (const auto& r : read_result_file(path).points)
+      EXPECT_NEAR(r.gemm_gflops, r.id.threads == 2 ? two / 2 : one, 1e-6 * one) << verb << " " << r.id.name();
+    std::filesystem::remove(path);
+  }
 }
 
 TEST(Cli, EveryRepetitionLastsAboutMinTime) {
