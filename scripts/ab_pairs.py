@@ -1,0 +1,55 @@
+#!/usr/bin/env python3
+"""A/B pairs of two binaries' result files: new/old median time per point, pair by pair.
+
+usage: scripts/ab_pairs.py NEW_PREFIX OLD_PREFIX PAIRS
+  reads NEW_PREFIX1.json ... NEW_PREFIXn.json and OLD_PREFIX1.json ... (run alternately: new 1,
+  old 1, new 2, old 2, ...) and prints, per point, each pair's new/old ratio of median times,
+  the medians, and each side's fraction of the GEMM rate its own run measured on the point's
+  threads; then, per N, the two-thread speed-up of each file where it has both thread counts.
+"""
+import json
+import statistics
+import sys
+
+
+def load(path):
+    doc = json.load(open(path))
+    ctx = doc["context"]
+    one, on = ctx["gemm_gflops_per_s_1thread"], ctx.get("gemm_gflops_per_s_on_threads", {})
+    times, flops, threads = {}, {}, {}
+    for b in doc["benchmarks"]:
+        if b.get("run_type") != "iteration":
+            continue
+        times.setdefault(b["name"], []).append(b["real_time"])
+        flops[b["name"]], threads[b["name"]] = b["flops"], b["threads"]
+    out = {}
+    for name, ts in times.items():
+        ms = statistics.median(ts)
+        gemm = on.get(str(threads[name]), one * threads[name])
+        out[name] = (ms, flops[name] / (ms * 1e-3) / 1e9 / gemm)
+    return out
+
+
+def short(name):
+    return " ".join(x for x in name.split("/") if x.split(":")[0] in ("mode", "N", "causal", "threads"))
+
+
+def main():
+    if len(sys.argv) != 4:
+        sys.exit(__doc__)
+    new, old, pairs = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    runs = [(load(f"{new}{i}.json"), load(f"{old}{i}.json")) for i in range(1, pairs + 1)]
+    for name in runs[0][0]:
+        v = [(a[name], b[name]) for a, b in runs]
+        print(f"{short(name):40s} new/old {' '.join(f'{a[0] / b[0]:.3f}' for a, b in v)}"
+              f"  of GEMM new {' '.join(f'{a[1]:.2f}' for a, _ in v)} old {' '.join(f'{b[1]:.2f}' for _, b in v)}")
+    for side, idx in (("new", 0), ("old", 1)):
+        for name in runs[0][idx]:
+            if name.endswith("/threads:1") and name[:-1] + "2" in runs[0][idx]:
+                s = [r[idx][name][0] / r[idx][name[:-1] + "2"][0] for r in runs]
+                print(f"{side} two-thread speed-up {short(name[:-len('/threads:1')]):30s} "
+                      f"{' '.join(f'{x:.2f}' for x in s)}  median {statistics.median(s):.2f}")
+
+
+if __name__ == "__main__":
+    main()
