@@ -144,6 +144,9 @@ int cli_main(int argc, char** argv) {
   add_dry_run_and_context(sweep);
   sweep->add_flag("--status", status_only, status_help);
   sweep->add_flag("--resume", sweep_opts.resume, "keep the points already in --out and run only the missing ones");
+  sweep->add_flag("--retry-failed", sweep_opts.retry_failed,
+                  "with --resume: run again the points --out records as failed (CRASHED, OOM, TIMEOUT, FAILED); the "
+                  "earlier attempts' statuses stay in the context's 'retried' list");
   sweep->add_option("--time-limit", sweep_opts.time_limit_s, "seconds one point may take before it is stopped as TIMEOUT (0: none)")->capture_default_str();
   sweep->add_option("--shard", shard, "i/n: run only the i-th of n disjoint parts of the grid (merge the files afterwards)")->capture_default_str();
   sweep->add_option("--verb", sweep_opts.verb,
@@ -183,6 +186,10 @@ int cli_main(int argc, char** argv) {
                         "narrow or change it");
   train->add_option("--shard", train_shard, "--preset: run the i-th of n disjoint parts of the grid")->capture_default_str();
   train->add_option("--train-dir", train_dir, "--preset: the runs' checkpoints and learning curves (default: OUT.train/)");
+  bool train_retry_failed = false;
+  train->add_flag("--retry-failed", train_retry_failed,
+                  "--preset with --resume: run again the runs --out records as failed (a finished run's checkpoint "
+                  "makes that a test evaluation); the earlier statuses stay in the context's 'retried' list");
 
   // table
   std::vector<std::string> table_files;
@@ -372,6 +379,7 @@ int cli_main(int argc, char** argv) {
       if (train_preset.empty()) {
         if (dry_run) return cmd_dry_run(train_grid.grid(), RunOptions{}, false, train_wide ? 0 : kDefaultTableWidth);
         if (status_only) throw InvalidInput("--status needs --preset (or use sweep --verb train ... --status)");
+        if (train_retry_failed) throw InvalidInput("--retry-failed needs --preset (a single run has no failed points to retry)");
         return cmd_train(train_grid.grid(), train_opts, command);
       }
       // A preset: its grid through the sweep (isolated runs, resumable, shardable).
@@ -384,6 +392,7 @@ int cli_main(int argc, char** argv) {
       SweepOptions so;
       so.out = train_opts.out;
       so.resume = train_opts.resume;
+      so.retry_failed = train_retry_failed;
       so.verb = "train";
       so.time_limit_s = 0;
       so.train_dir = train_dir.empty() ? train_opts.out + ".train" : train_dir;

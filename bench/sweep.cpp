@@ -171,6 +171,8 @@ PointResult run_isolated(const PointId& id, const RunOptions& opts, const SweepO
 
 int run_sweep(const std::vector<PointId>& full_grid, const RunOptions& opts, const SweepOptions& so) {
   namespace fs = std::filesystem;
+  if (so.retry_failed && !so.resume)
+    throw InvalidInput("--retry-failed goes with --resume: it runs again the failed points of an existing --out");
   const std::vector<PointId> grid = shard_of(full_grid, so.shard_index, so.shard_count);
 
   // Validate every point before running any, and predict each one's memory.
@@ -206,6 +208,12 @@ int run_sweep(const std::vector<PointId>& full_grid, const RunOptions& opts, con
     ResultFile rf = read_result_file(so.out);
     context = rf.context;
     for (auto& r : rf.points) {
+      if (so.retry_failed && r.status != Status::OK && r.status != Status::SKIPPED) {
+        // Run again; what the earlier attempt said is kept.
+        context["retried"].push_back({{"point", r.id.name()}, {"status", to_string(r.status)}, {"message", r.message},
+                                      {"by", so.command}});
+        continue;
+      }
       done.insert(r.id.name());
       results.push_back(std::move(r));
     }

@@ -12,6 +12,9 @@ namespace ab {
 struct SweepOptions {
   std::string out;            // the result file (required)
   bool resume = false;        // keep the points already in `out`, run only the others
+  // With resume: run again the points recorded as failed (any status but OK and SKIPPED); the
+  // earlier attempt's status and message stay in the context's "retried" list.
+  bool retry_failed = false;
   double time_limit_s = 900;  // per point; 0 = none
   int shard_index = 1, shard_count = 1;  // run the shard_index-th of shard_count parts (1-based)
   std::string command;        // the sweep's own command line, for the context block

@@ -187,6 +187,36 @@ INSTANTIATE_TEST_SUITE_P(All, SweepIsolation,
                                            Fault{"exit", "FAILED", "exit code 3"}),
                          [](const auto& info) { return std::string(info.param.kind); });
 
+// --resume --retry-failed runs a failed point again (its entry replaced by the new attempt, the
+// earlier status kept in the context's "retried"); a plain --resume leaves it; without --resume
+// the flag exits 2 with nothing run.
+TEST(Sweep, RetryFailedRunsTheFailedPointsAgainAndKeepsTheirEarlierStatus) {
+  const std::string path = test::temp_path("retry.json");
+  std::filesystem::remove(path);
+  const std::string bad = "attn:flash/level:attention/mode:fwd/task:none/B:1/H:1/N:64/";
+  const std::string args = "sweep --attn flash,linear --seq 64" + std::string(kTiny) + "--out " + path;
+  auto e = exec(args, true, "ATTNBENCH_FAULT=exit:" + bad);
+  ASSERT_EQ(e.code, 0) << e.out;
+  ASSERT_EQ(find_point(read_result_file(path), bad)->status, Status::FAILED);
+  e = exec(args + " --resume", true);
+  ASSERT_EQ(e.code, 0) << e.out;
+  EXPECT_EQ(find_point(read_result_file(path), bad)->status, Status::FAILED) << "a plain --resume keeps the failure";
+  e = exec(args + " --retry-failed", true);
+  EXPECT_EQ(e.code, 2) << e.out;
+  EXPECT_NE(e.out.find("--retry-failed goes with --resume"), std::string::npos) << e.out;
+  e = exec(args + " --resume --retry-failed", true);
+  ASSERT_EQ(e.code, 0) << e.out;
+  const ResultFile rf = read_result_file(path);
+  ASSERT_EQ(rf.points.size(), 2u);
+  for (const auto& r : rf.points) EXPECT_EQ(r.status, Status::OK) << r.id.name();
+  ASSERT_TRUE(rf.context.contains("retried")) << rf.context.dump();
+  ASSERT_EQ(rf.context["retried"].size(), 1u);
+  EXPECT_EQ(rf.context["retried"][0]["status"], "FAILED");
+  EXPECT_EQ(rf.context["retried"][0]["point"].get<std::string>().rfind(bad, 0), 0u);
+  EXPECT_NE(rf.context["retried"][0]["message"].get<std::string>().find("exit code 3"), std::string::npos);
+  std::filesystem::remove(path);
+}
+
 TEST(Sweep, RefusesPointsPredictedAboveTheMemoryLimitWithoutRunningThem) {
   const std::string path = test::temp_path("memlimit.json");
   std::filesystem::remove(path);
