@@ -74,7 +74,7 @@ class Vanilla final : public Attention {
 
   // For each (batch, head) and block of R query rows (the threads share the blocks out):
   //   pass 1  S_blk = s Q_blk K^T     (R, N), into the materialised scores    (oneDNN)
-  //   pass 2  causal mask: S[i, j > i] = -inf
+  //   pass 2  causal: P[i, j > i] = 0 (the softmax of -inf), the row's softmax over j <= i
   //   pass 3  P_blk = softmax(S_blk) by rows, in place
   //   pass 3' with dropout, the dropped probabilities P~ = P * M go to the backward pass's
   //           buffer (it has one in fwdbwd mode; fwd mode drops in place), so P stays for it
@@ -197,7 +197,8 @@ class Vanilla final : public Attention {
   }
 
   struct Plan {
-    Matmul qk, pv, dv, dp, dq, dk;  // the batched products (bf16 forward, backward)
+    Matmul qk, pv;          // the batched products of the bf16 forward (empty in float)
+    Matmul dv, dp, dq, dk;  // the backward's batched products (fwdbwd)
     RowSoftmax softmax;
     size_t scratch_bytes = 0;
     // The f32 forward's row blocks: R rows, and the N mod R rows of the last block.
@@ -241,10 +242,12 @@ class Vanilla final : public Attention {
       return m;
     };
     auto pl = std::make_unique<Plan>();
-    MatmulSpec qk = spec(N, N, s.D, rowm, colm, sc, scale), pv = spec(N, s.D, N, sc, rowm, rowm, 1.0f);
-    if (bf16()) qk.ta = qk.tb = pv.ta = pv.tb = dnnl::memory::data_type::bf16;  // float outputs
-    pl->qk = Matmul(qk);
-    pl->pv = Matmul(pv);
+    if (bf16()) {  // the float forward takes row blocks (below) instead
+      MatmulSpec qk = spec(N, N, s.D, rowm, colm, sc, scale), pv = spec(N, s.D, N, sc, rowm, rowm, 1.0f);
+      qk.ta = qk.tb = pv.ta = pv.tb = dnnl::memory::data_type::bf16;  // float outputs
+      pl->qk = Matmul(qk);
+      pl->pv = Matmul(pv);
+    }
     const bool bwd = mode == Mode::fwdbwd;
     if (bwd) {
       pl->dv = Matmul(spec(N, s.D, N, scT, rowm, rowm, 1.0f));
@@ -301,7 +304,7 @@ MechanismInfo vanilla_info() {
   MechanismInfo m;
   m.name = "vanilla";
   m.family = "exact";
-  m.summary = "softmax attention, (B,H,N,N) scores materialised, oneDNN batched matmul + softmax";
+  m.summary = "softmax attention, (B,H,N,N) scores materialised, oneDNN matmuls + softmax";
   m.complexity = "O(N^2 D) time, O(N^2) memory";
   m.caps = Capabilities{.exact = true, .causal = true, .backward = true, .decode = true,
                         .constraints = "", .attn_dropout = true, .no_attn_dropout = ""};

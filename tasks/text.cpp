@@ -43,13 +43,19 @@ std::vector<int32_t> to_tokens(const std::string& text, int64_t n) {
   return t;
 }
 
+// The bytes of words written each with its space.
+int64_t bytes_of(const std::vector<std::string>& words) {
+  int64_t b = 0;
+  for (const auto& w : words) b += static_cast<int64_t>(w.size()) + 1;
+  return b;
+}
+
 // Neutral words up to `length` bytes (each word and its space), with the given words inserted at
 // random word positions. The inserted words always fit (the caller keeps them within `length`)
 // and no word is cut off: a filler word that would pass `length` ends the document instead.
 std::string document(Rng& rng, int64_t length, const std::vector<std::string>& inserts) {
   std::vector<std::string> words;
-  int64_t bytes = 0;
-  for (const auto& w : inserts) bytes += static_cast<int64_t>(w.size()) + 1;
+  int64_t bytes = bytes_of(inserts);
   const auto& pool = neutral_words();
   while (true) {
     const std::string& w = pool[rng.below(pool.size())];
@@ -155,12 +161,7 @@ class TextTask final : public Task {
     for (int k = 0; k < m + (e.label == 1); ++k) inserts.push_back(kPositive[rng.below(kPositive.size())]);
     for (int k = 0; k < m + (e.label == 0); ++k) inserts.push_back(kNegative[rng.below(kNegative.size())]);
     // A short document holds fewer pairs: drop a positive and a negative word until they fit.
-    const auto bytes = [&] {
-      int64_t b = 0;
-      for (const auto& w : inserts) b += static_cast<int64_t>(w.size()) + 1;
-      return b;
-    };
-    while (bytes() > length) {
+    while (bytes_of(inserts) > length) {
       inserts.erase(std::find_first_of(inserts.begin(), inserts.end(), kPositive.begin(), kPositive.end()));
       inserts.erase(std::find_first_of(inserts.begin(), inserts.end(), kNegative.begin(), kNegative.end()));
     }
