@@ -6,6 +6,8 @@
 //   share_kv: F = E), O = softmax(s Q K'^T) V'. k is clipped to N.
 // Optimises: the projections are oneDNN matmuls per (batch, head); the attention over the k
 //   projected keys runs on the tiled online-softmax engine (reduced_keys.cpp, tiled_softmax.cpp).
+// bf16 (--dtype bf16, forward): E, F, K and V rounded to bf16, the projections oneDNN bf16
+//   matmuls with float output, the attention in the engine's bf16 dense kernel.
 // Training: E and F are learned (their gradients with param_grads, summed over the batch).
 // Leaves out: causality (a projection along the sequence mixes future tokens; refused as
 //   SKIPPED), layer-wise or head-wise sharing of E beyond share_kv.
@@ -44,6 +46,7 @@ class Linformer final : public ReducedKeysAttention {
     if (mode == Mode::fwdbwd && p_.param_grads)
       for (bool acc : {false, true}) mm.add(spec_map_grad(acc));
   }
+  const char* mechanism() const override { return "linformer"; }
   std::pair<const char*, const char*> map_names() const override { return {"E", "F"}; }
   // dE_h (+)= dK' K^T: (k, D) x (D, N)
   void map_backward(const MatmulCache& mm, int tid, const float* X, const float* dXr, float* dMap,
@@ -54,8 +57,8 @@ class Linformer final : public ReducedKeysAttention {
     return 2.0 * static_cast<double>(Nk_) * static_cast<double>(p_.shape.N) * static_cast<double>(p_.shape.D);
   }
   // K' = E_h K, V' = F_h V
-  void reduce(const MatmulCache& mm, int tid, int64_t h, Which which, const float* X, float* Xr) const override {
-    mm.run(tid, spec_project(), map(h, which), X, Xr);
+  void reduce(const MatmulCache& mm, int tid, int64_t h, Which which, const void* X, float* Xr) const override {
+    mm.run(tid, spec_project(), input_map(h, which), X, Xr);
   }
   // dK = E_h^T dK', dV = F_h^T dV'
   void expand(const MatmulCache& mm, int tid, int64_t h, Which which, const float* dXr, float* dX) const override {
@@ -71,7 +74,7 @@ class Linformer final : public ReducedKeysAttention {
   static int64_t projected(const AttnProblem& p, const ParamValues& v) { return std::min<int64_t>(v.get_int("k"), p.shape.N); }
   // (k, N) x (N, D) -> (k, D)
   MatmulSpec spec_project() const {
-    return MatmulSpec::tile(Nk_, p_.shape.D, p_.shape.N, p_.shape.N, false, p_.strides.sn, false, p_.shape.D);
+    return with_input_type(MatmulSpec::tile(Nk_, p_.shape.D, p_.shape.N, p_.shape.N, false, ld_input(), false, p_.shape.D));
   }
   // (N, k) = E^T x (k, D) -> (N, D)
   MatmulSpec spec_unproject() const {
@@ -89,6 +92,7 @@ MechanismInfo linformer_info() {
   m.complexity = "O(N k D) time, O(N k) memory";
   m.caps = Capabilities{.exact = false, .causal = false, .backward = true, .decode = false,
                         .constraints = "k clipped to N", .attn_dropout = true, .no_attn_dropout = ""};
+  m.bf16 = Bf16Support{.available = true, .constraints = "forward; D of 16, 32, 64 or 128"};
   m.params = {ParamSpec{"k", ParamType::Int, int64_t{256}, 1, 1 << 20, {}, "projected length (clipped to N)"},
               ParamSpec{"share_kv", ParamType::Bool, false, 0, 0, {}, "use F = E"}};
   m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<Linformer>(p, v); };

@@ -8,6 +8,8 @@
 // Optimises: the convolution is `stride` matmuls per (batch, head), one per offset r in the
 //   window, each reading every stride-th row (a strided view, no copy); the attention runs on
 //   the tiled online-softmax engine.
+// bf16 (--dtype bf16, forward): the kernels, K and V rounded to bf16, the convolutions oneDNN
+//   bf16 matmuls with float output, the attention in the engine's bf16 dense kernel.
 // Training: the kernels are learned (their gradients with param_grads, summed over the batch).
 // Leaves out: causality (a window mixes later tokens; refused as SKIPPED), the local-attention
 //   half of the paper's model.
@@ -53,6 +55,7 @@ class MemoryCompressed final : public ReducedKeysAttention {
         for (bool acc : {false, true}) mm.add(spec_kernel_grad(rows_at(r), acc));
     }
   }
+  const char* mechanism() const override { return "memory_compressed"; }
   std::pair<const char*, const char*> map_names() const override { return {"Wk", "Wv"}; }
   // dW[r] (+)= X[r::stride]^T dX': (D, rows) x (rows, D), per window offset r.
   void map_backward(const MatmulCache& mm, int tid, const float* X, const float* dXr, float* dMap,
@@ -66,10 +69,10 @@ class MemoryCompressed final : public ReducedKeysAttention {
   }
   // X'(t) = sum_r X(t stride + r) W[h, r]: one product per window offset r over the rows
   // r, r + stride, ... (a view with row stride `stride`).
-  void reduce(const MatmulCache& mm, int tid, int64_t h, Which which, const float* X, float* Xr) const override {
-    const float* W = map(h, which);
+  void reduce(const MatmulCache& mm, int tid, int64_t h, Which which, const void* X, float* Xr) const override {
+    const void* W = input_map(h, which);
     for (int64_t r = 0; r < offsets(); ++r)
-      mm.run(tid, spec_conv(rows_at(r), r > 0), X + r * p_.strides.sn, W + r * p_.shape.D * p_.shape.D, Xr);
+      mm.run(tid, spec_conv(rows_at(r), r > 0), input_row(X, r), input_at(W, r * p_.shape.D * p_.shape.D), Xr);
   }
   // dX(t stride + r) = dX'(t) W[h, r]^T
   void expand(const MatmulCache& mm, int tid, int64_t h, Which which, const float* dXr, float* dX) const override {
@@ -85,8 +88,8 @@ class MemoryCompressed final : public ReducedKeysAttention {
   int64_t rows_at(int64_t r) const { return (p_.shape.N - r + stride_ - 1) / stride_; }
   // X'(rows, D) (+)= X[r::stride](rows, D) W[r](D, D)
   MatmulSpec spec_conv(int64_t rows, bool acc) const {
-    return MatmulSpec::tile(rows, p_.shape.D, p_.shape.D, stride_ * p_.strides.sn, false, p_.shape.D, false,
-                            p_.shape.D, 1.0f, acc);
+    return with_input_type(MatmulSpec::tile(rows, p_.shape.D, p_.shape.D, stride_ * ld_input(), false, p_.shape.D,
+                                            false, p_.shape.D, 1.0f, acc));
   }
   // dW[r](D, D) (+)= X[r::stride](rows, D)^T dX'(rows, D)
   MatmulSpec spec_kernel_grad(int64_t rows, bool acc) const {
@@ -111,6 +114,7 @@ MechanismInfo memory_compressed_info() {
   m.complexity = "O(N D^2 + N^2 D / stride) time, O(N D / stride) memory";
   m.caps = Capabilities{.exact = false, .causal = false, .backward = true, .decode = false,
                         .constraints = "", .attn_dropout = true, .no_attn_dropout = ""};
+  m.bf16 = Bf16Support{.available = true, .constraints = "forward; D of 16, 32, 64 or 128"};
   m.params = {ParamSpec{"stride", ParamType::Int, int64_t{3}, 1, 4096, {}, "convolution kernel size and stride"}};
   m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<MemoryCompressed>(p, v); };
   return m;

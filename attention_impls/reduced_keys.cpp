@@ -4,15 +4,26 @@
 
 #include <cmath>
 
+#include "core/vecmath.hpp"
+
 namespace ab {
+namespace {
+
+TiledSoftmaxShape engine_shape(const AttnProblem& p, int64_t reduced) {
+  TiledSoftmaxShape s = TiledSoftmaxShape::dense(p.shape.B, p.shape.H, p.shape.N, reduced, p.shape.D, false, p.shape.D,
+                                                 p.strides.sn, p.threads);
+  s.bf16 = p.dtype == Dtype::bf16;
+  return s;
+}
+
+}  // namespace
 
 ReducedKeysAttention::ReducedKeysAttention(const AttnProblem& p, int64_t reduced, int64_t map_floats,
                                            double init_limit, bool shared)
     : p_(p),
       Nk_(reduced),
       qk_(p.shape.D, p.strides.sn, p.shape.D, 1.0f / std::sqrt(static_cast<float>(p.shape.D))),
-      core_(TiledSoftmaxShape::dense(p.shape.B, p.shape.H, p.shape.N, reduced, p.shape.D, false, p.shape.D,
-                                     p.strides.sn, p.threads)),
+      core_(engine_shape(p, reduced)),
       map_floats_(map_floats),
       init_limit_(init_limit),
       shared_(shared) {}
@@ -37,6 +48,25 @@ double ReducedKeysAttention::param_grad_flops(Mode mode) const {
 
 const float* ReducedKeysAttention::map(int64_t h, Which which) const {
   return (which == kKeys || shared_ ? key_map_ : value_map_).data() + h * map_floats_;
+}
+
+const void* ReducedKeysAttention::input_map(int64_t h, Which which) const {
+  if (!bf16()) return map(h, which);
+  const int64_t value_map = which == kValues && !shared_ ? p_.shape.H * map_floats_ : 0;
+  return maps_bf16_.data() + value_map + h * map_floats_;
+}
+
+void ReducedKeysAttention::validate() const {
+  if (bf16() && !TiledSoftmax::dense_bf16_kernel(p_.shape.D))
+    throw InvalidInput(fmt::format("{} --dtype bf16 needs D of 16, 32, 64 or 128 and a build for AVX512-BF16; got D={}",
+                                   mechanism(), p_.shape.D));
+}
+
+size_t ReducedKeysAttention::bf16_bytes() const {
+  if (!bf16()) return 0;
+  const size_t maps = (shared_ ? 1 : 2) * static_cast<size_t>(p_.shape.H * map_floats_);
+  const size_t rows = static_cast<size_t>(p_.threads * p_.shape.N * p_.shape.D);
+  return (maps + rows) * sizeof(uint16_t);
 }
 
 std::vector<DumpTensor> ReducedKeysAttention::map_tensors(const char* key_name, const char* value_name,
@@ -67,7 +97,7 @@ TensorView ReducedKeysAttention::view(const Buffer<float>& buf) const {
 
 size_t ReducedKeysAttention::working_bytes(Mode mode) const {
   plan(mode);
-  return map_bytes() + (mode == Mode::fwdbwd ? 4 : 2) * reduced_bytes() +
+  return map_bytes() + (mode == Mode::fwdbwd ? 4 : 2) * reduced_bytes() + bf16_bytes() +
          static_cast<size_t>(p_.threads) * maps_.scratch_per_slot() + core_.working_bytes(mode);
 }
 
@@ -91,6 +121,10 @@ void ReducedKeysAttention::setup(Mode mode, Rng& rng) {
     dKr_ = Buffer<float>(n);
     dVr_ = Buffer<float>(n);
   }
+  if (bf16()) {
+    maps_bf16_ = Buffer<uint16_t>((shared_ ? 1 : 2) * n_map);
+    rows_bf16_ = Buffer<uint16_t>(static_cast<size_t>(p_.threads * p_.shape.N * p_.shape.D));
+  }
   scratch_ = Buffer<std::byte>(static_cast<size_t>(p_.threads) * maps_.scratch_per_slot());
   maps_.bind(p_.threads, scratch_.data());
   core_.setup(mode);
@@ -98,12 +132,27 @@ void ReducedKeysAttention::setup(Mode mode, Rng& rng) {
 
 void ReducedKeysAttention::forward(const AttnArgs& a) {
   const auto& s = p_.shape;
+  if (bf16()) {  // pass 0: the maps, rounded per call (training may have changed them)
+    const int64_t n = (shared_ ? 1 : 2) * s.H * map_floats_, half = s.H * map_floats_;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i += map_floats_) {
+      const float* src = (i < half ? key_map_ : value_map_).data() + (i < half ? i : i - half);
+      to_bf16(src, maps_bf16_.data() + i, map_floats_);
+    }
+  }
+  // One head's K or V as reduce() reads it: itself, or (bf16) rounded into this thread's rows.
+  auto input = [&](int tid, const float* X) -> const void* {
+    if (!bf16()) return X;
+    uint16_t* rows = rows_bf16_.data() + tid * s.N * s.D;
+    for (int64_t t = 0; t < s.N; ++t) to_bf16(X + t * p_.strides.sn, rows + t * s.D, s.D);
+    return rows;
+  };
 #pragma omp parallel for schedule(static)
   for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
     const int tid = omp_get_thread_num();
     const int64_t b = bh / s.H, h = bh % s.H;
-    reduce(maps_, tid, h, kKeys, a.k.head(b, h), view(Kr_).head(b, h));
-    reduce(maps_, tid, h, kValues, a.v.head(b, h), view(Vr_).head(b, h));
+    reduce(maps_, tid, h, kKeys, input(tid, a.k.head(b, h)), view(Kr_).head(b, h));
+    reduce(maps_, tid, h, kValues, input(tid, a.v.head(b, h)), view(Vr_).head(b, h));
   }
   qk_.bind(a.q, view(Kr_));
   core_.forward(qk_, view(Vr_), a.o);

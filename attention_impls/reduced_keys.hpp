@@ -4,6 +4,10 @@
 // how the map applies and its transpose for the backward pass; the maps' tensors (one for keys,
 // one for values, or one shared), the reduced buffers, the tiled engine (over Nk keys) and the
 // wiring are here.
+//
+// bf16 (--dtype bf16, forward): the maps and each head's K and V rounded to bf16, the maps'
+// products oneDNN bf16 matmuls with float output, then the engine's bf16 dense kernel over the
+// reduced keys (which rounds Q, K', V' and P to bf16 and keeps the softmax in float).
 #pragma once
 #include "attention_impls/attention.hpp"
 #include "attention_impls/tiled_softmax.hpp"
@@ -14,7 +18,10 @@ class ReducedKeysAttention : public Attention {
  public:
   size_t working_bytes(Mode mode) const override;
   void setup(Mode mode, Rng& rng) override;
-  // Pass 1: K' = map_K(K), V' = map_V(V) per (b, h). Pass 2: the engine over the Nk keys.
+  // bf16: D of the engine's bf16 dense kernel (else InvalidInput).
+  void validate() const override;
+  // Pass 0 (bf16): the maps to bf16. Pass 1: K' = map_K(K), V' = map_V(V) per (b, h) (bf16:
+  // each head's K and V rounded first). Pass 2: the engine over the Nk keys.
   void forward(const AttnArgs& a) override;
   // The engine gives dQ, dK', dV'; then dK = map_K^T(dK'), dV = map_V^T(dV').
   void backward(const AttnArgs& a) override;
@@ -25,10 +32,13 @@ class ReducedKeysAttention : public Attention {
   // The maps hold `map_floats` floats per head each, drawn uniform in +-init_limit (the key map
   // first); `shared`: the value map is the key map.
   ReducedKeysAttention(const AttnProblem& p, int64_t reduced, int64_t map_floats, double init_limit, bool shared);
+  // The mechanism's name, for messages.
+  virtual const char* mechanism() const = 0;
   // Adds the map's products (and, with backward, its transpose's).
   virtual void plan_maps(MatmulCache& mm, Mode mode) const = 0;
-  // Xr (Nk x D, row stride D) = the map of X (N x D, row stride sn) for head h.
-  virtual void reduce(const MatmulCache& mm, int tid, int64_t h, Which which, const float* X, float* Xr) const = 0;
+  // Xr (Nk x D, row stride D, float) = the map of X (N x D, row stride ld_input()) for head h;
+  // X and the map (input_map) hold input_type() numbers.
+  virtual void reduce(const MatmulCache& mm, int tid, int64_t h, Which which, const void* X, float* Xr) const = 0;
   // dX (N x D, row stride sn, overwritten) = the transposed map of dXr.
   virtual void expand(const MatmulCache& mm, int tid, int64_t h, Which which, const float* dXr, float* dX) const = 0;
   // With param_grads: dMap (map_floats, overwritten or accumulated into) = the gradient of the map
@@ -44,6 +54,24 @@ class ReducedKeysAttention : public Attention {
 
   // Head h's map of keys or values.
   const float* map(int64_t h, Which which) const;
+  // What reduce() multiplies: float, or (bf16) copies rounded to bf16, the rows of X contiguous.
+  bool bf16() const { return p_.dtype == Dtype::bf16; }
+  dnnl::memory::data_type input_type() const {
+    return bf16() ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
+  }
+  int64_t ld_input() const { return bf16() ? p_.shape.D : p_.strides.sn; }
+  // Head h's map as reduce() multiplies it; element i of such an input, and row r of X.
+  const void* input_map(int64_t h, Which which) const;
+  const void* input_at(const void* x, int64_t i) const {
+    return static_cast<const std::byte*>(x) + i * static_cast<int64_t>(bf16() ? sizeof(uint16_t) : sizeof(float));
+  }
+  const void* input_row(const void* X, int64_t r) const { return input_at(X, r * ld_input()); }
+  // A product spec with A and B in input_type(), C in float.
+  MatmulSpec with_input_type(MatmulSpec spec) const {
+    spec.ta = spec.tb = input_type();
+    spec.tc = dnnl::memory::data_type::f32;
+    return spec;
+  }
   // The names the dump and learned() give the two maps.
   virtual std::pair<const char*, const char*> map_names() const = 0;
   // The two maps as dump tensors of shape (H, ...per_head_shape).
@@ -57,6 +85,8 @@ class ReducedKeysAttention : public Attention {
   size_t map_bytes() const;
   void plan(Mode mode) const;
   size_t reduced_bytes() const;
+  // bf16: the maps and, per thread, one head's K or V rounded to bf16.
+  size_t bf16_bytes() const;
   TensorView view(const Buffer<float>& buf) const;
 
   QKLogits qk_;
@@ -69,6 +99,7 @@ class ReducedKeysAttention : public Attention {
   bool shared_;
   Buffer<float> key_map_, value_map_, key_map_grad_, value_map_grad_;
   Buffer<float> Kr_, Vr_, dKr_, dVr_;
+  Buffer<uint16_t> maps_bf16_, rows_bf16_;
   Buffer<std::byte> scratch_;
 };
 

@@ -84,6 +84,8 @@ const std::vector<Field>& result_fields() {
        [](S r, W, double v) { r.rss_delta_bytes = static_cast<int64_t>(v); }},
       {"nmse", "nmse", -1, Better::Lower, 1, [](R r, double, P) -> O { return r.nmse; },
        [](S r, W, double v) { r.nmse = v; }},
+      {"nmse_f32", "nmse vs f32", -1, Better::Lower, 1, [](R r, double, P) -> O { return r.nmse_f32; },
+       [](S r, W, double v) { r.nmse_f32 = v; }},
       {"instructions", "instructions", 0, Better::Lower, 1, [](R r, double, P) -> O { return r.instructions; },
        [](S r, W, double v) { r.instructions = v; }},
       // Model level.

@@ -56,6 +56,9 @@ struct PointResult {
   size_t peak_rss_bytes = 0;  // VmHWM over the measured calls
   int64_t rss_delta_bytes = 0;
   std::optional<double> nmse;
+  // bf16 points with --error: against the same mechanism in float32 (same parameters, same seed,
+  // same inputs): what bf16 costs, apart from the mechanism's own approximation.
+  std::optional<double> nmse_f32;
   std::optional<double> instructions;  // per call, counted by callgrind (--instructions)
   // Model level: ms per step spent in each layer type (layer_type_names() order), from the
   // model's own timers over the measured steps.

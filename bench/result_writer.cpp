@@ -157,7 +157,7 @@ std::string to_markdown(const std::vector<PointResult>& rs, int width) {
   std::vector<Column> cols;
   const size_t fixed = all.size() - result_fields().size();
   // Fitted to a terminal, the headline metrics only (--wide: all of them).
-  static const std::set<std::string> headline = {"GFLOP/s",  "of GEMM", "peak MiB",  "nmse",     "instructions",
+  static const std::set<std::string> headline = {"GFLOP/s",  "of GEMM", "peak MiB",  "nmse",     "nmse vs f32", "instructions",
                                                  "steps/s",  "accuracy", "val acc", "token acc", "test loss"};
   const bool training = std::any_of(rs.begin(), rs.end(), [](const PointResult& r) { return r.train.has_value(); });
   static const std::set<std::string> timing_details = {"median ms", "cv %", "cpu ms", "GFLOP/s", "of GEMM"};

@@ -85,7 +85,8 @@ TEST(Cli, RunWritesGoogleBenchmarkJson) {
 // --min-time said; now the count is grown until a round of calls lasts --min-time.
 // --dtype bf16: refused with one line and exit 2 on a CPU without AVX512-BF16 (simulated here),
 // named in the point (an f32 point's name has no dtype), SKIPPED with the reason where a
-// mechanism or mode has no bf16 path, and its --error is against f32 flash.
+// mechanism or mode has no bf16 path, and its --error is against f32 flash (nmse) and against
+// the same mechanism in f32 (nmse_f32: for an approximation, what bf16 alone costs).
 TEST(Cli, Bf16IsRefusedWithoutTheCpuAndNamedInThePoint) {
   const std::string path = test::temp_path("bf16.json");
   std::filesystem::remove(path);
@@ -97,21 +98,27 @@ TEST(Cli, Bf16IsRefusedWithoutTheCpuAndNamedInThePoint) {
   auto f32 = test::exec("run --attn flash --seq 64 --dry-run");
   EXPECT_EQ(f32.out.find("dtype"), std::string::npos) << f32.out;
   if (!TiledSoftmax::dense_bf16_kernel(64) || !cpu_has_bf16()) GTEST_SKIP() << "no AVX512-BF16 build or CPU";
-  auto e = test::exec("run --attn flash,local --dtype f32,bf16 --seq 64 --mode fwd,fwdbwd --reps 1 --min-time 0 --error --out " + path);
+  auto e = test::exec("run --attn flash,local,linformer --param k=32 --dtype f32,bf16 --seq 64 --mode fwd,fwdbwd --reps 1 "
+                      "--min-time 0 --error --out " + path);
   ASSERT_EQ(e.code, 0) << e.out;
   const auto j = nlohmann::json::parse(std::ifstream(path));
   std::map<std::string, std::string> status;
-  double bf16_nmse = -1;
+  std::map<std::string, double> nmse, nmse_f32;  // by mechanism, bf16 forward points
   for (const auto& b : j["benchmarks"]) {
     const std::string name = b["name"];
     status[name] = b.value("error_message", std::string("OK"));
-    if (name == "attn:flash/level:attention/mode:fwd/task:none/B:1/H:8/N:64/D:64/causal:0/dtype:bf16/threads:1" &&
-        b.contains("nmse"))
-      bf16_nmse = b["nmse"];
+    if (name.find("mode:fwd/") == std::string::npos || name.find("dtype:bf16") == std::string::npos) continue;
+    const std::string mech = name.substr(5, name.find_first_of("/") - 5);
+    if (b.contains("nmse")) nmse[mech] = b["nmse"];
+    if (b.contains("nmse_f32")) nmse_f32[mech] = b["nmse_f32"];
   }
   EXPECT_TRUE(status.count("attn:flash/level:attention/mode:fwd/task:none/B:1/H:8/N:64/D:64/causal:0/threads:1"));
-  EXPECT_GT(bf16_nmse, 1e-8) << "bf16 flash's error against f32 flash";
-  EXPECT_LT(bf16_nmse, 1e-3);
+  EXPECT_GT(nmse["flash"], 1e-8) << "bf16 flash's error against f32 flash";
+  EXPECT_LT(nmse["flash"], 1e-3);
+  EXPECT_EQ(nmse_f32["flash"], nmse["flash"]) << "flash's f32 self is the reference itself";
+  EXPECT_GT(nmse["linformer"], 1e-2) << "linformer's approximation error against flash";
+  EXPECT_GT(nmse_f32["linformer"], 1e-8) << "bf16 linformer against f32 linformer with the same maps";
+  EXPECT_LT(nmse_f32["linformer"], 1e-3);
   bool local_skipped = false, fwdbwd_skipped = false;
   for (const auto& [name, st] : status) {
     local_skipped |= name.find("attn:local/") == 0 && name.find("dtype:bf16") != std::string::npos &&

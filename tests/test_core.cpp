@@ -283,6 +283,7 @@ PointResult fixture_point(Status st) {
   if (st == Status::OK) {
     r.reps = {{0.010, 0.020, 3, {}}, {0.012, 0.024, 3, {}}, {0.011, 0.022, 3, {}}};
     r.nmse = 1e-7;
+    r.nmse_f32 = 2e-7;
     r.instructions = 12345;
   }
   return r;
@@ -462,6 +463,7 @@ TEST(Results, MarkdownAndCsvComeFromTheSameFields) {
 TEST(Results, MarkdownLeavesOutMetricsNoPointHas) {
   PointResult r = fixture_point(Status::OK);
   r.nmse.reset();
+  r.nmse_f32.reset();
   r.instructions.reset();
   const std::string md = to_markdown({r}), csv = to_csv({r});
   EXPECT_EQ(md.find("nmse"), std::string::npos) << md;

@@ -4,7 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <functional>
 
+#include "attention_impls/tiled_softmax.hpp"
+#include "core/dtype.hpp"
 #include "core/vecmath.hpp"
 #include "tests/helpers.hpp"
 #include "tests/reference.hpp"
@@ -43,13 +47,6 @@ std::vector<double> attend(const TensorView& q, const std::vector<std::vector<do
       for (int64_t c = 0; c < D; ++c) out[i * D + c] += s[t] / sum * values[t][c];
   }
   return out;
-}
-
-double max_abs_diff(const TensorView& o, int64_t b, int64_t h, const std::vector<double>& want) {
-  double w = 0;
-  for (int64_t i = 0; i < o.shape.N; ++i)
-    for (int64_t d = 0; d < o.shape.D; ++d) w = std::max(w, std::abs(o.at(b, h, i, d) - want[i * o.shape.D + d]));
-  return w;
 }
 
 // ---- linformer ----
@@ -130,33 +127,81 @@ TEST(MemoryCompressed, StrideOneIdentityKernelsEqualVanilla) {
   EXPECT_LT(ref::rel_err(a.o.data, ref::forward(a.q, a.k, a.v, ref::dense_mask(false))), 2e-5);
 }
 
+// K'_t = sum_r K_{t stride + r} Wk[h, r] (the last window zero-padded), likewise V', then
+// softmax(s Q K'^T) V', from the dumped kernels, in double.
+std::vector<double> memory_compressed_reference(const Attention& impl, const AttnArgs& a, int64_t stride) {
+  const auto& s = a.q.shape;
+  DumpTensor Wk = tensor(impl, "Wk"), Wv = tensor(impl, "Wv");
+  const int64_t N = s.N, T = (N + stride - 1) / stride, D = s.D;
+  std::vector<double> out(static_cast<size_t>(s.numel()));
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t h = 0; h < s.H; ++h) {
+      std::vector<std::vector<double>> kc(T, std::vector<double>(D, 0.0)), vc = kc;
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t rr = 0; rr < stride; ++rr) {
+          const int64_t row = t * stride + rr;
+          if (row >= N) continue;  // zero padding
+          for (int64_t i = 0; i < D; ++i)
+            for (int64_t o = 0; o < D; ++o) {
+              const size_t w = static_cast<size_t>(((h * stride + rr) * D + i) * D + o);
+              kc[t][o] += double(a.k.at(b, h, row, i)) * Wk.f32[w];
+              vc[t][o] += double(a.v.at(b, h, row, i)) * Wv.f32[w];
+            }
+        }
+      auto o = attend(a.q, kc, vc, b, h, 1.0 / std::sqrt(double(D)));
+      for (int64_t i = 0; i < N; ++i)
+        for (int64_t d = 0; d < D; ++d) out[ref::idx(s, b, h, i, d)] = o[i * D + d];
+    }
+  return out;
+}
+
 TEST(MemoryCompressed, MatchesPaddedConvolutionReference) {
   for (int64_t stride : {3, 5})
     for (int64_t N : {100, 101, 2}) {
       const Shape4 s{2, 2, N, 8};
       auto r = run_mechanism("memory_compressed", s, false, Mode::fwd, {"stride=" + std::to_string(stride)}, 4);
-      DumpTensor Wk = tensor(*r.impl, "Wk"), Wv = tensor(*r.impl, "Wv");
-      const AttnArgs a = r.data->args();
-      const int64_t T = (N + stride - 1) / stride, D = s.D;
+      const auto want = memory_compressed_reference(*r.impl, r.data->args(), stride);
       double worst = 0;
-      for (int64_t b = 0; b < s.B; ++b)
-        for (int64_t h = 0; h < s.H; ++h) {
-          std::vector<std::vector<double>> kc(T, std::vector<double>(D, 0.0)), vc = kc;
-          for (int64_t t = 0; t < T; ++t)
-            for (int64_t rr = 0; rr < stride; ++rr) {
-              const int64_t row = t * stride + rr;
-              if (row >= N) continue;  // zero padding
-              for (int64_t i = 0; i < D; ++i)
-                for (int64_t o = 0; o < D; ++o) {
-                  const size_t w = static_cast<size_t>(((h * stride + rr) * D + i) * D + o);
-                  kc[t][o] += double(a.k.at(b, h, row, i)) * Wk.f32[w];
-                  vc[t][o] += double(a.v.at(b, h, row, i)) * Wv.f32[w];
-                }
-            }
-          worst = std::max(worst, max_abs_diff(a.o, b, h, attend(a.q, kc, vc, b, h, 1.0 / std::sqrt(double(D)))));
-        }
+      for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::abs(r.data->o.data()[i] - want[i]));
       EXPECT_LT(worst, 1e-5) << "stride " << stride << " N " << N;
     }
+}
+
+// ---- bf16 (forward) ----
+// linformer and memory_compressed in bf16: against the direct references above (float64 from
+// the float inputs and maps), within what rounding the maps, K, V, Q, K', V' and P to bf16 costs,
+// and clearly not at float accuracy (the bf16 path ran); bit-identical at one and two threads
+// (each head's products run on one thread); tracked memory as declared.
+TEST(LowRankBf16, ForwardMatchesReferenceWithinBf16Rounding) {
+  if (!TiledSoftmax::dense_bf16_kernel(64) || !cpu_has_bf16()) GTEST_SKIP() << "no AVX512-BF16 build or CPU";
+  for (int64_t D : {16, 64})
+    for (int64_t N : {37, 300}) {
+      const Shape4 s{2, 2, N, D};
+      struct Case {
+        std::string name, param;
+        std::function<std::vector<double>(const Attention&, const AttnArgs&)> reference;
+      };
+      const Case cases[] = {
+          {"linformer", "k=24", [&](const Attention& i, const AttnArgs& a) { return linformer_reference(i, a, 24); }},
+          {"memory_compressed", "stride=3",
+           [&](const Attention& i, const AttnArgs& a) { return memory_compressed_reference(i, a, 3); }}};
+      for (const auto& c : cases) {
+        auto r = run_mechanism(c.name, s, false, Mode::fwd, {c.param}, 5, 1, Dtype::bf16);
+        const double err = ref::rel_err(r.data->o.data(), c.reference(*r.impl, r.data->args()));
+        EXPECT_LT(err, 1.5e-2) << c.name << " D=" << D << " N=" << N;
+        EXPECT_GT(err, 1e-4) << c.name << ": float accuracy, the bf16 path did not run, D=" << D << " N=" << N;
+        EXPECT_EQ(r.tracked_peak, r.declared) << c.name << " D=" << D << " N=" << N;
+        auto two = run_mechanism(c.name, s, false, Mode::fwd, {c.param}, 5, 2, Dtype::bf16);
+        EXPECT_EQ(0, std::memcmp(two.data->o.data(), r.data->o.data(), sizeof(float) * static_cast<size_t>(s.numel())))
+            << c.name << ": two threads differ from one, D=" << D << " N=" << N;
+      }
+    }
+}
+
+TEST(LowRankBf16, HeadSizesWithoutTheKernelAreRefused) {
+  if (!TiledSoftmax::dense_bf16_kernel(64) || !cpu_has_bf16()) GTEST_SKIP() << "no AVX512-BF16 build or CPU";
+  for (const std::string name : {"linformer", "memory_compressed"})
+    EXPECT_THROW(run_mechanism(name, Shape4{1, 1, 8, 40}, false, Mode::fwd, {}, 1, 1, Dtype::bf16), InvalidInput) << name;
 }
 
 // ---- synthesizer ----
