@@ -103,6 +103,7 @@ ModelConfig model_config(const PointId& id) {
   c.params = id.params;
   c.threads = id.threads;
   c.causal = id.causal;
+  c.dtype = id.dtype;
   return c;
 }
 
@@ -158,8 +159,8 @@ PreparedPoint prepare_point(const PointId& id, const RunOptions& opts) {
     return pp;
   }
   if (id.dtype == Dtype::bf16) {
-    if (id.level == Level::model) pp.message = "no bf16 path at the model level yet";
-    else if (!pp.info->bf16.available) pp.message = id.mechanism + " has no bf16 path";
+    // The model level runs bf16 forward (inference) only, with a mechanism that has a bf16 path.
+    if (!pp.info->bf16.available) pp.message = id.mechanism + " has no bf16 path";
     else if (id.mode != RunMode::fwd) pp.message = fmt::format("{} in bf16: {}", id.mechanism, pp.info->bf16.constraints);
     if (!pp.message.empty()) {
       pp.status = Status::SKIPPED;

@@ -48,12 +48,18 @@ void BoundPrimitive::run(std::initializer_list<const void*> ptrs) const {
 }
 
 // ---- Linear ----
-Linear::Linear(int64_t M, int64_t K, int64_t N, bool with_backward) : M_(M), K_(K), N_(N) {
+Linear::Linear(int64_t M, int64_t K, int64_t N, bool with_backward, bool bf16) : M_(M), K_(K), N_(N) {
   auto spec = [](MatmulSpec s) {
     s.single_thread = false;  // called outside any parallel region: oneDNN parallelises
     return s;
   };
-  fwd_ = Matmul(spec(MatmulSpec::tile(M, N, K, K, false, N, false, N)));
+  MatmulSpec fwd = spec(MatmulSpec::tile(M, N, K, K, false, N, false, N));
+  if (bf16) {
+    if (with_backward) throw std::logic_error("Linear: the bf16 product has no backward pass");
+    fwd.ta = fwd.tb = dnnl::memory::data_type::bf16;
+    fwd.tc = dnnl::memory::data_type::f32;
+  }
+  fwd_ = Matmul(fwd);
   if (with_backward) {
     bwd_data_ = Matmul(spec(MatmulSpec::tile(M, K, N, N, false, N, true, K)));    // dY · W^T
     bwd_weights_ = Matmul(spec(MatmulSpec::tile(K, N, M, K, true, N, false, N)));  // X^T · dY
@@ -72,7 +78,7 @@ void Linear::bind(std::byte* scratch) {
   }
 }
 
-void Linear::forward(const float* X, const float* W, const float* b, float* Y) const {
+void Linear::forward(const void* X, const void* W, const float* b, float* Y) const {
   fwd_.run(0, X, W, Y);
   const int64_t N = N_;
 #pragma omp parallel for schedule(static)

@@ -33,15 +33,16 @@ class BoundPrimitive {
   std::vector<dnnl_exec_arg_t> args_;
 };
 
-// Y (M, N) = X (M, K) · W (K, N) + b (N); W row-major.
+// Y (M, N) = X (M, K) · W (K, N) + b (N); W row-major. bf16: X and W hold bf16 numbers (the
+// caller rounds them), the product accumulates in float and Y and b are float; forward only.
 class Linear {
  public:
   Linear() = default;
-  Linear(int64_t M, int64_t K, int64_t N, bool with_backward);
+  Linear(int64_t M, int64_t K, int64_t N, bool with_backward, bool bf16 = false);
   size_t scratchpad_bytes() const;
   void bind(std::byte* scratch);
   double forward_flops() const { return 2.0 * M_ * N_ * K_; }
-  void forward(const float* X, const float* W, const float* b, float* Y) const;
+  void forward(const void* X, const void* W, const float* b, float* Y) const;
   // dX (M, K) = dY · W^T; dW (K, N) = X^T · dY; db (N) = column sums of dY. Overwrites all three.
   void backward(const float* X, const float* W, const float* dY, float* dX, float* dW, float* db) const;
   int64_t M() const { return M_; }

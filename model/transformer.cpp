@@ -9,6 +9,7 @@
 
 #include "attention_impls/registry.hpp"
 #include "core/rng.hpp"
+#include "core/vecmath.hpp"
 
 namespace ab {
 
@@ -63,6 +64,13 @@ namespace {
 constexpr uint64_t kStreamModelInit = 200, kStreamLayerMechanism = 300;
 constexpr int64_t kAlign = 16;  // floats: every arena slice starts on a 64-byte line
 int64_t aligned(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+// y = x rounded to bf16, n elements, in chunks over the threads.
+void round_to_bf16(const float* x, uint16_t* y, int64_t n) {
+  constexpr int64_t kChunk = 1 << 14;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; i += kChunk) to_bf16(x + i, y + i, std::min(kChunk, n - i));
+}
 }  // namespace
 
 int64_t TransformerModel::param(const std::string& name, int64_t count, float stddev, float value) {
@@ -90,6 +98,8 @@ TransformerModel::TransformerModel(const ModelConfig& c, ModelMode mode) : c_(c)
   if (d % H) throw InvalidInput(fmt::format("--dmodel {} is not a multiple of --heads {}", d, H));
   if (c.vocab < 2) throw InvalidInput("the vocabulary needs at least 2 tokens");
   if (c.pooling != Pooling::lm && c.classes < 2) throw InvalidInput("a classifier needs at least 2 classes");
+  if (c.dtype == Dtype::bf16 && mode != ModelMode::fwd)
+    throw InvalidInput(fmt::format("the model runs bf16 forward only (--mode fwd), not --mode {}", to_string(mode)));
   Dh_ = d / H;
   Benc_ = c.two_tower ? 2 * c.batch : c.batch;
   T_ = Benc_ * N;
@@ -105,6 +115,9 @@ TransformerModel::TransformerModel(const ModelConfig& c, ModelMode mode) : c_(c)
   p.causal = c.causal;
   p.strides = Strides3::contiguous(p.shape);
   p.threads = c.threads;
+  p.dtype = c.dtype;
+  if (c.dtype == Dtype::bf16 && !info.bf16.available)
+    throw InvalidInput(fmt::format("{} has no bf16 path", c.mechanism));
   // Training: the mechanism's own tensors learn with the model, and it drops attention
   // probabilities where it can (a mechanism without the capability runs without: `list` says
   // which, and the trainer records it).
@@ -210,15 +223,18 @@ TransformerModel::~TransformerModel() = default;
 void TransformerModel::create_primitives() {
   const int64_t d = c_.dmodel, F = c_.mlp, B = c_.batch;
   const bool lm = c_.pooling == Pooling::lm;
-  qkv_lin_ = Linear(T_, d, 3 * d, backward_);
-  o_lin_ = Linear(T_, d, d, backward_);
-  ff1_lin_ = Linear(T_, d, F, backward_);
-  ff2_lin_ = Linear(T_, F, d, backward_);
+  const bool b16 = bf16();
+  qkv_lin_ = Linear(T_, d, 3 * d, backward_, b16);
+  o_lin_ = Linear(T_, d, d, backward_, b16);
+  ff1_lin_ = Linear(T_, d, F, backward_, b16);
+  ff2_lin_ = Linear(T_, F, d, backward_, b16);
+  xb_floats_ = b16 ? T_ * std::max(d, F) : 0;
   if (lm) {
-    head1_lin_ = Linear(T_, d, C_, backward_);
+    head1_lin_ = Linear(T_, d, C_, backward_, b16);
   } else {
-    head1_lin_ = Linear(B, feat_, F, backward_);
-    head2_lin_ = Linear(B, F, C_, backward_);
+    head1_lin_ = Linear(B, feat_, F, backward_, b16);
+    head2_lin_ = Linear(B, F, C_, backward_, b16);
+    if (b16) xb_floats_ = std::max({xb_floats_, B * feat_, B * F});
     head_gelu_ = Gelu(B * F, backward_);
   }
   ln_ = LayerNorm(T_, d, backward_);
@@ -253,7 +269,22 @@ std::vector<std::pair<std::string, size_t>> TransformerModel::memory_parts() con
           {"activations", static_cast<size_t>(n_act_) * sizeof(float)},
           {"tokens", static_cast<size_t>(T_ + rows_) * sizeof(int32_t)},
           {"scratchpad", scratch_bytes_},
-          {"attention", attention}};
+          {"attention", attention},
+          {"bf16 copies", bf16_bytes()}};
+}
+
+size_t TransformerModel::bf16_bytes() const {
+  return bf16() ? static_cast<size_t>(n_params_ + xb_floats_) * sizeof(uint16_t) : 0;
+}
+
+const void* TransformerModel::product_input(const float* x, int64_t n) const {
+  if (!bf16()) return x;
+  round_to_bf16(x, xb_.data(), n);
+  return xb_.data();
+}
+
+const void* TransformerModel::product_weights(int64_t off) const {
+  return bf16() ? static_cast<const void*>(wb_.data() + off) : static_cast<const void*>(W(off));
 }
 
 // The mechanisms' learned tensors (known before setup: each mechanism's declared tensors).
@@ -303,6 +334,10 @@ void TransformerModel::setup(uint64_t seed) {
   tokens_ = Buffer<int32_t>(static_cast<size_t>(T_));
   targets_ = Buffer<int32_t>(static_cast<size_t>(rows_));
   scratch_ = Buffer<std::byte>(scratch_bytes_);
+  if (bf16()) {
+    wb_ = Buffer<uint16_t>(static_cast<size_t>(n_params_));
+    xb_ = Buffer<uint16_t>(static_cast<size_t>(xb_floats_));
+  }
   for (Linear* l : {&qkv_lin_, &o_lin_, &ff1_lin_, &ff2_lin_, &head1_lin_}) l->bind(scratch_.data());
   ln_.bind(scratch_.data());
   ff_gelu_.bind(scratch_.data());
@@ -407,13 +442,15 @@ double TransformerModel::forward_and_loss(bool with_grad) {
     embedding_forward(tokens_.data(), T_, N, d, W(emb_), positions, cls_ >= 0 ? W(cls_) : nullptr, A(x_[0]));
     drop_rows(A(x_[0]), dropout_at(-1, 0));
   });
+  // 1b. bf16: the parameters rounded, once per step (they are the same all step).
+  if (bf16()) timed(LayerType::projections, [&] { round_to_bf16(w_.data(), wb_.data(), n_params_); });
   // 2. The blocks.
   for (int64_t l = 0; l < L; ++l) {
     const LayerParams& p = lp_[static_cast<size_t>(l)];
     const LayerActs& a = la_[static_cast<size_t>(backward_ ? l : 0)];
     timed(LayerType::layernorm, [&] { ln_.forward(A(x_[l]), W(p.ln1_g), W(p.ln1_b), A(a.h1), A(a.mean1), A(a.var1)); });
     timed(LayerType::projections, [&] {
-      qkv_lin_.forward(A(a.h1), W(p.wqkv), W(p.bqkv), A(qkv_));
+      qkv_lin_.forward(product_input(A(a.h1), T_ * d), product_weights(p.wqkv), W(p.bqkv), A(qkv_));
       split_heads(A(qkv_), Benc_, N, H, Dh_, A(a.q), A(a.k), A(a.v));
     });
     timed(LayerType::attention, [&] {
@@ -423,15 +460,15 @@ double TransformerModel::forward_and_loss(bool with_grad) {
     });
     timed(LayerType::projections, [&] {
       merge_heads(A(a.o), Benc_, N, H, Dh_, A(a.a));
-      o_lin_.forward(A(a.a), W(p.wo), W(p.bo), A(a.xm));
+      o_lin_.forward(product_input(A(a.a), T_ * d), product_weights(p.wo), W(p.bo), A(a.xm));
       drop_rows(A(a.xm), dropout_at(l, 1));
       add_inplace(A(a.xm), A(x_[l]), T_ * d);
     });
     timed(LayerType::layernorm, [&] { ln_.forward(A(a.xm), W(p.ln2_g), W(p.ln2_b), A(a.h2), A(a.mean2), A(a.var2)); });
     timed(LayerType::feedforward, [&] {
-      ff1_lin_.forward(A(a.h2), W(p.w1), W(p.b1), A(a.u));
+      ff1_lin_.forward(product_input(A(a.h2), T_ * d), product_weights(p.w1), W(p.b1), A(a.u));
       ff_gelu_.forward(A(a.u), A(a.g));
-      ff2_lin_.forward(A(a.g), W(p.w2), W(p.b2), A(x_[l + 1]));
+      ff2_lin_.forward(product_input(A(a.g), T_ * c_.mlp), product_weights(p.w2), W(p.b2), A(x_[l + 1]));
       drop_rows(A(x_[l + 1]), dropout_at(l, 2));
       add_inplace(A(x_[l + 1]), A(a.xm), T_ * d);
     });
@@ -441,7 +478,7 @@ double TransformerModel::forward_and_loss(bool with_grad) {
   double loss = 0;
   timed(LayerType::head, [&] {
     if (c_.pooling == Pooling::lm) {
-      head1_lin_.forward(A(hf_), W(wc1_), W(bc1_), A(logits_));
+      head1_lin_.forward(product_input(A(hf_), T_ * d), product_weights(wc1_), W(bc1_), A(logits_));
     } else {
       float* feat = A(feat_buf_);
       const float* hf = A(hf_);
@@ -465,9 +502,9 @@ double TransformerModel::forward_and_loss(bool with_grad) {
           }
         }
       }
-      head1_lin_.forward(feat, W(wc1_), W(bc1_), A(z_));
+      head1_lin_.forward(product_input(feat, B * feat_), product_weights(wc1_), W(bc1_), A(z_));
       head_gelu_.forward(A(z_), A(gz_));
-      head2_lin_.forward(A(gz_), W(wc2_), W(bc2_), A(logits_));
+      head2_lin_.forward(product_input(A(gz_), B * c_.mlp), product_weights(wc2_), W(bc2_), A(logits_));
     }
     softmax_.forward(A(logits_));
     loss = cross_entropy(A(logits_), targets_.data(), rows_, C_, with_grad);

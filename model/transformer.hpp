@@ -71,6 +71,10 @@ struct ModelConfig {
   float dropout = 0, attn_dropout = 0;
   float clip = 0;  // 0: no clipping
   ClipMode clip_mode = ClipMode::global;
+  // bf16 (fwd mode only, mechanisms with a bf16 path): every product in bf16 with float
+  // accumulation (the linear layers' inputs and weights rounded per step, the attention's own
+  // bf16 path); embedding, layer norms, GELU, softmax and the residual stream in float.
+  Dtype dtype = Dtype::f32;
 };
 
 // The model config of a task (tasks.md shapes); overrides of 0 keep the task's value.
@@ -166,6 +170,12 @@ class TransformerModel {
   double clip_gradients();
   size_t learned_bytes() const;
   template <class F> void timed(LayerType t, F&& f);
+  bool bf16() const { return c_.dtype == Dtype::bf16; }
+  // A linear layer's input (n floats) and weight matrix as its product reads them: themselves,
+  // or (bf16) rounded: the input into xb_, the weights from wb_ (rounded at the step's start).
+  const void* product_input(const float* x, int64_t n) const;
+  const void* product_weights(int64_t off) const;
+  size_t bf16_bytes() const;
 
   ModelConfig c_;
   ModelMode mode_;
@@ -194,6 +204,8 @@ class TransformerModel {
   Buffer<float> w_, g_, m_, v_, arena_;
   Buffer<std::byte> scratch_;
   Buffer<int32_t> tokens_, targets_;
+  Buffer<uint16_t> wb_, xb_;  // bf16: the parameters, and the largest linear layer's input
+  int64_t xb_floats_ = 0;
   int64_t steps_ = 0;
   // Training: the mechanisms' learned tensors and their AdamW moments, the dropout seed, and
   // whether this forward pass drops (train_step) or not (evaluate, loss).

@@ -7,6 +7,8 @@
 
 #include "bench/point.hpp"
 #include "attention_impls/registry.hpp"
+#include "attention_impls/tiled_softmax.hpp"
+#include "core/dtype.hpp"
 #include "core/memory.hpp"
 #include "helpers.hpp"
 #include "model/transformer.hpp"
@@ -146,6 +148,54 @@ TEST(ModelMemory, TrackedPeakEqualsDeclared) {
       }
       EXPECT_EQ(MemoryMeter::current(), before);
     }
+}
+
+// bf16 inference (a build for AVX512-BF16 on a CPU with it): the forward loss of the same
+// weights and batch within what rounding every product's inputs to bf16 costs, but not equal
+// to the float loss (the bf16 path ran); the tracked peak as declared, the bf16 copies included;
+// training modes and mechanisms without a bf16 path refused.
+TEST(ModelBf16, ForwardLossNearFloatAndMemoryAsDeclared) {
+  if (!TiledSoftmax::dense_bf16_kernel(16) || !cpu_has_bf16()) GTEST_SKIP() << "no AVX512-BF16 build or CPU";
+  struct Case {
+    const char* task;
+    const char* mech;
+  };
+  for (const Case& k : {Case{"listops", "flash"}, Case{"listops", "vanilla"}, Case{"listops", "linformer"},
+                        Case{"retrieval", "flash"}, Case{"copy", "flash"}}) {
+    ModelConfig c = tiny(k.task, k.mech, {}, 128);
+    c.dmodel = 32;  // heads of 16: the bf16 kernel's smallest
+    const Batch b = batch_of(k.task, 128, 0, c.batch);
+    TransformerModel f32(c, ModelMode::fwd);
+    f32.setup(3);
+    const double want = f32.step(b);
+    c.dtype = Dtype::bf16;
+    const size_t before = MemoryMeter::current();
+    MemoryMeter::reset_peak();
+    {
+      TransformerModel m(c, ModelMode::fwd);
+      m.setup(3);
+      const double got = m.step(b);
+      EXPECT_EQ(MemoryMeter::peak() - before, m.working_bytes()) << k.task << " " << k.mech;
+      EXPECT_NEAR(got, want, 2e-2 * std::abs(want)) << k.task << " " << k.mech;
+      EXPECT_NE(got, want) << k.task << " " << k.mech << ": the float loss exactly, the bf16 path did not run";
+      EXPECT_EQ(m.flops(), f32.flops());
+      // The mechanisms were planned in bf16: their working memory is their bf16 path's.
+      auto attention_bytes = [](const TransformerModel& x) {
+        for (const auto& [name, bytes] : x.memory_parts())
+          if (name == "attention") return bytes;
+        return size_t{0};
+      };
+      EXPECT_NE(attention_bytes(m), attention_bytes(f32)) << k.task << " " << k.mech;
+    }
+  }
+  ModelConfig c = tiny("listops", "flash", {}, 128);
+  c.dmodel = 32;
+  c.dtype = Dtype::bf16;
+  EXPECT_THROW(TransformerModel(c, ModelMode::fwdbwd), InvalidInput);
+  EXPECT_THROW(TransformerModel(c, ModelMode::train), InvalidInput);
+  c.mechanism = "local";
+  c.params = resolve_params(find_mechanism("local"), {});
+  EXPECT_THROW(TransformerModel(c, ModelMode::fwd), InvalidInput);
 }
 
 // Inference keeps one layer's activations; training keeps every layer's.
