@@ -6,7 +6,7 @@
 //   share_kv: F = E), O = softmax(s Q K'^T) V'. k is clipped to N.
 // Optimises: the projections are oneDNN matmuls per (batch, head); the attention over the k
 //   projected keys runs on the tiled online-softmax engine (reduced_keys.cpp, tiled_softmax.cpp).
-// bf16 (--dtype bf16, forward): E, F, K and V rounded to bf16, the projections oneDNN bf16
+// bf16 (--dtype bf16, forward): E, F (once, at setup), K and V rounded to bf16, the projections oneDNN bf16
 //   matmuls with float output, the attention in the engine's bf16 dense kernel.
 // Training: E and F are learned (their gradients with param_grads, summed over the batch).
 // Leaves out: causality (a projection along the sequence mixes future tokens; refused as

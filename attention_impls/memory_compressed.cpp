@@ -8,7 +8,7 @@
 // Optimises: the convolution is `stride` matmuls per (batch, head), one per offset r in the
 //   window, each reading every stride-th row (a strided view, no copy); the attention runs on
 //   the tiled online-softmax engine.
-// bf16 (--dtype bf16, forward): the kernels, K and V rounded to bf16, the convolutions oneDNN
+// bf16 (--dtype bf16, forward): the kernels (once, at setup), K and V rounded to bf16, the convolutions oneDNN
 //   bf16 matmuls with float output, the attention in the engine's bf16 dense kernel.
 // Training: the kernels are learned (their gradients with param_grads, summed over the batch).
 // Leaves out: causality (a window mixes later tokens; refused as SKIPPED), the local-attention

@@ -122,7 +122,12 @@ void ReducedKeysAttention::setup(Mode mode, Rng& rng) {
     dVr_ = Buffer<float>(n);
   }
   if (bf16()) {
+    // The maps rounded once: a bf16 call is inference (no backward, so no training changes
+    // them), and rounding Linformer's maps (2 H k N floats, 4x K and V at k = 256, D = 64) per
+    // call cost more memory traffic than the bf16 product saved.
     maps_bf16_ = Buffer<uint16_t>((shared_ ? 1 : 2) * n_map);
+    to_bf16(key_map_.data(), maps_bf16_.data(), static_cast<int64_t>(n_map));
+    if (!shared_) to_bf16(value_map_.data(), maps_bf16_.data() + n_map, static_cast<int64_t>(n_map));
     rows_bf16_ = Buffer<uint16_t>(static_cast<size_t>(p_.threads * p_.shape.N * p_.shape.D));
   }
   scratch_ = Buffer<std::byte>(static_cast<size_t>(p_.threads) * maps_.scratch_per_slot());
@@ -132,14 +137,6 @@ void ReducedKeysAttention::setup(Mode mode, Rng& rng) {
 
 void ReducedKeysAttention::forward(const AttnArgs& a) {
   const auto& s = p_.shape;
-  if (bf16()) {  // pass 0: the maps, rounded per call (training may have changed them)
-    const int64_t n = (shared_ ? 1 : 2) * s.H * map_floats_, half = s.H * map_floats_;
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; i += map_floats_) {
-      const float* src = (i < half ? key_map_ : value_map_).data() + (i < half ? i : i - half);
-      to_bf16(src, maps_bf16_.data() + i, map_floats_);
-    }
-  }
   // One head's K or V as reduce() reads it: itself, or (bf16) rounded into this thread's rows.
   auto input = [&](int tid, const float* X) -> const void* {
     if (!bf16()) return X;

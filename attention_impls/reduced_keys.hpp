@@ -5,7 +5,7 @@
 // one for values, or one shared), the reduced buffers, the tiled engine (over Nk keys) and the
 // wiring are here.
 //
-// bf16 (--dtype bf16, forward): the maps and each head's K and V rounded to bf16, the maps'
+// bf16 (--dtype bf16, forward): the maps (at setup) and each head's K and V rounded to bf16, the maps'
 // products oneDNN bf16 matmuls with float output, then the engine's bf16 dense kernel over the
 // reduced keys (which rounds Q, K', V' and P to bf16 and keeps the softmax in float).
 #pragma once
@@ -20,8 +20,8 @@ class ReducedKeysAttention : public Attention {
   void setup(Mode mode, Rng& rng) override;
   // bf16: D of the engine's bf16 dense kernel (else InvalidInput).
   void validate() const override;
-  // Pass 0 (bf16): the maps to bf16. Pass 1: K' = map_K(K), V' = map_V(V) per (b, h) (bf16:
-  // each head's K and V rounded first). Pass 2: the engine over the Nk keys.
+  // Pass 1: K' = map_K(K), V' = map_V(V) per (b, h) (bf16: each head's K and V rounded first,
+  // the maps' bf16 copies made at setup). Pass 2: the engine over the Nk keys.
   void forward(const AttnArgs& a) override;
   // The engine gives dQ, dK', dV'; then dK = map_K^T(dK'), dV = map_V^T(dV').
   void backward(const AttnArgs& a) override;

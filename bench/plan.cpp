@@ -67,6 +67,17 @@ int cmd_dry_run(const std::vector<PointId>& grid, const RunOptions& opts, bool i
     row.push_back(status);
     t.rows.push_back(std::move(row));
   }
+  // Identity columns no point has (training, real data, dtype in a plain f32 grid) are left out.
+  const size_t identity = t.header.size() - 4;
+  for (size_t c = identity; c-- > 0;) {
+    const bool empty = std::all_of(t.rows.begin(), t.rows.end(), [c](const auto& r) { return r[c].empty(); });
+    if (!empty) continue;
+    t.header.erase(t.header.begin() + static_cast<std::ptrdiff_t>(c));
+    for (auto& r : t.rows) r.erase(r.begin() + static_cast<std::ptrdiff_t>(c));
+    std::set<size_t> shifted;
+    for (size_t a : t.right_aligned) shifted.insert(a > c ? a - 1 : a);
+    t.right_aligned = shifted;
+  }
   std::cout << render_markdown(t, width);
   std::cout << fmt::format(
       "\ndry run: {} points ({} would run), nothing run. Time at least {} (each call's FLOPs at this machine's GEMM "

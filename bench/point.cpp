@@ -197,7 +197,9 @@ std::vector<PointField> make_fields() {
        "causal masking (query i uses keys j <= i)",
        nullptr, 13},
       // Named only when it is not f32: every earlier result's name stays what it was.
-      {"dtype", "dtype", "--dtype", "causal", 6, T::Text, PointField::low_precision, 6,
+      // Its own column (not beside causal): a fitted terminal table shortens shared cells, and
+      // "non-causal bf16" lost its dtype there.
+      {"dtype", "dtype", "--dtype", "dtype", 14, T::Text, PointField::low_precision, 6,
        [](P p) -> V { return std::string(to_string(p.dtype)); }, [](PointId& p, const V& v) { p.dtype = parse_dtype(as_text(v)); },
        [](P p) { return std::string(to_string(p.dtype)); }, nullptr,
        "f32 | bf16 (inputs and matrix products in bf16, float accumulation and softmax; forward, mechanisms with a bf16 path, "
