@@ -31,7 +31,10 @@ def load(path):
 
 
 def short(name):
-    return " ".join(x for x in name.split("/") if x.split(":")[0] in ("mode", "N", "causal", "threads"))
+    """The mechanism and the fields an A/B usually varies (a file may hold several mechanisms)."""
+    parts = name.split("/")
+    kept = [x for x in parts[1:] if x.split(":")[0] in ("mode", "N", "causal", "dtype", "threads")]
+    return " ".join([parts[0].removeprefix("attn:")] + kept)
 
 
 def main():
@@ -41,7 +44,7 @@ def main():
     runs = [(load(f"{new}{i}.json"), load(f"{old}{i}.json")) for i in range(1, pairs + 1)]
     for name in runs[0][0]:
         v = [(a[name], b[name]) for a, b in runs]
-        print(f"{short(name):40s} new/old {' '.join(f'{a[0] / b[0]:.3f}' for a, b in v)}"
+        print(f"{short(name):48s} new/old {' '.join(f'{a[0] / b[0]:.3f}' for a, b in v)}"
               f"  of GEMM new {' '.join(f'{a[1]:.2f}' for a, _ in v)} old {' '.join(f'{b[1]:.2f}' for _, b in v)}")
     for side, idx in (("new", 0), ("old", 1)):
         for name in runs[0][idx]:
