@@ -178,20 +178,23 @@ TEST(LowRankBf16, ForwardMatchesReferenceWithinBf16Rounding) {
     for (int64_t N : {37, 300}) {
       const Shape4 s{2, 2, N, D};
       struct Case {
-        std::string name, param;
+        std::string name;
+        std::vector<std::string> params;
         std::function<std::vector<double>(const Attention&, const AttnArgs&)> reference;
       };
+      auto linformer = [](const Attention& i, const AttnArgs& a) { return linformer_reference(i, a, 24); };
       const Case cases[] = {
-          {"linformer", "k=24", [&](const Attention& i, const AttnArgs& a) { return linformer_reference(i, a, 24); }},
-          {"memory_compressed", "stride=3",
-           [&](const Attention& i, const AttnArgs& a) { return memory_compressed_reference(i, a, 3); }}};
+          {"linformer", {"k=24"}, linformer},
+          {"linformer", {"k=24", "share_kv=true"}, linformer},
+          {"memory_compressed", {"stride=3"},
+           [](const Attention& i, const AttnArgs& a) { return memory_compressed_reference(i, a, 3); }}};
       for (const auto& c : cases) {
-        auto r = run_mechanism(c.name, s, false, Mode::fwd, {c.param}, 5, 1, Dtype::bf16);
+        auto r = run_mechanism(c.name, s, false, Mode::fwd, c.params, 5, 1, Dtype::bf16);
         const double err = ref::rel_err(r.data->o.data(), c.reference(*r.impl, r.data->args()));
         EXPECT_LT(err, 1.5e-2) << c.name << " D=" << D << " N=" << N;
         EXPECT_GT(err, 1e-4) << c.name << ": float accuracy, the bf16 path did not run, D=" << D << " N=" << N;
         EXPECT_EQ(r.tracked_peak, r.declared) << c.name << " D=" << D << " N=" << N;
-        auto two = run_mechanism(c.name, s, false, Mode::fwd, {c.param}, 5, 2, Dtype::bf16);
+        auto two = run_mechanism(c.name, s, false, Mode::fwd, c.params, 5, 2, Dtype::bf16);
         EXPECT_EQ(0, std::memcmp(two.data->o.data(), r.data->o.data(), sizeof(float) * static_cast<size_t>(s.numel())))
             << c.name << ": two threads differ from one, D=" << D << " N=" << N;
       }
