@@ -15,8 +15,8 @@ usage: /usr/bin/python3 scripts/plot.py RESULT.json OUT_PREFIX [--baseline vanil
 
 Learning curves of training runs, from the JSON-lines logs `attnbench train --log` (and
 `sweep --verb train`) write: training loss and validation accuracy, each against steps and against
-wall-clock seconds, one line per run (labelled by mechanism, and by seed where a mechanism has
-several).
+wall-clock seconds, one line per run (labelled by mechanism, by task where the logs hold several,
+each task in a line style of its own, and by seed where a mechanism has several).
 
 usage: /usr/bin/python3 scripts/plot.py curves LOG.jsonl [LOG.jsonl ...] OUT_PREFIX [--title TEXT]
        (writes OUT_PREFIX.png, OUT_PREFIX.svg)
@@ -144,6 +144,9 @@ def curves_main(argv):
             return r["mechanism"]
         differing = [p for p in r["params"].split() if not all(p in o.split() for o in settings[r["mechanism"]])]
         return r["mechanism"] + " " + " ".join(differing)
+    # Logs of several tasks (the LRA grid): a line also names its task, drawn in a style of its own.
+    tasks = sorted({r["task"] for r in runs.values()})
+    task_style = {t: ["-", "--", "-.", ":", (0, (5, 1))][i % 5] for i, t in enumerate(tasks)} if len(tasks) > 1 else {}
     names = sorted({series(r) for r in runs.values()})
     palette = plt.cm.tab10 if len(names) <= 10 else plt.cm.tab20
     colour = {m: palette(i % palette.N) for i, m in enumerate(names)}
@@ -151,8 +154,9 @@ def curves_main(argv):
     (ax_ls, ax_lt), (ax_as, ax_at) = axes
     for name in sorted(runs, key=lambda n: (runs[n]["mechanism"], runs[n]["seed"])):
         r = runs[name]
-        label = series(r) + (f" seed {r['seed']}" if len(seeds[r["mechanism"]]) > 1 else "")
-        style = dict(color=colour[series(r)], linewidth=1.2, alpha=0.9)
+        label = series(r) + (f" {r['task']}" if task_style else "")
+        label += f" seed {r['seed']}" if len(seeds[r["mechanism"]]) > 1 else ""
+        style = dict(color=colour[series(r)], linewidth=1.2, alpha=0.9, linestyle=task_style.get(r["task"], "-"))
         loss = sorted(r["loss"])
         if loss:
             steps, secs, values = zip(*loss)
@@ -164,9 +168,8 @@ def curves_main(argv):
             ax_as.plot(steps, acc, marker="o", markersize=3, label=label, **style)
             ax_at.plot(secs, acc, marker="o", markersize=3, label=label, **style)
             if all(t is not None for t in tokens):  # copy: the per-token accuracy, dashed
-                ax_as.plot(steps, tokens, linestyle="--", **style)
-                ax_at.plot(secs, tokens, linestyle="--", **style)
-    tasks = sorted({r["task"] for r in runs.values()})
+                ax_as.plot(steps, tokens, **{**style, "linestyle": "--"})
+                ax_at.plot(secs, tokens, **{**style, "linestyle": "--"})
     ax_ls.set(xlabel="step", ylabel="training loss", title="training loss against steps")
     ax_lt.set(xlabel="wall-clock seconds", ylabel="training loss", title="training loss against time")
     acc_name = "exact-copy rate (dashed: per token)" if tasks == ["copy"] else "accuracy"
