@@ -37,7 +37,7 @@ class ReducedKeysAttention : public Attention {
   // Adds the map's products (and, with backward, its transpose's).
   virtual void plan_maps(MatmulCache& mm, Mode mode) const = 0;
   // Xr (Nk x D, row stride D, float) = the map of X (N x D, row stride ld_input()) for head h;
-  // X and the map (input_map) hold input_type() numbers.
+  // X and the map (input_map) hold bf16 numbers in a bf16 call, else floats.
   virtual void reduce(const MatmulCache& mm, int tid, int64_t h, Which which, const void* X, float* Xr) const = 0;
   // dX (N x D, row stride sn, overwritten) = the transposed map of dXr.
   virtual void expand(const MatmulCache& mm, int tid, int64_t h, Which which, const float* dXr, float* dX) const = 0;
@@ -56,9 +56,6 @@ class ReducedKeysAttention : public Attention {
   const float* map(int64_t h, Which which) const;
   // What reduce() multiplies: float, or (bf16) copies rounded to bf16, the rows of X contiguous.
   bool bf16() const { return p_.dtype == Dtype::bf16; }
-  dnnl::memory::data_type input_type() const {
-    return bf16() ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
-  }
   int64_t ld_input() const { return bf16() ? p_.shape.D : p_.strides.sn; }
   // Head h's map as reduce() multiplies it; element i of such an input, and row r of X.
   const void* input_map(int64_t h, Which which) const;
@@ -66,12 +63,8 @@ class ReducedKeysAttention : public Attention {
     return static_cast<const std::byte*>(x) + i * static_cast<int64_t>(bf16() ? sizeof(uint16_t) : sizeof(float));
   }
   const void* input_row(const void* X, int64_t r) const { return input_at(X, r * ld_input()); }
-  // A product spec with A and B in input_type(), C in float.
-  MatmulSpec with_input_type(MatmulSpec spec) const {
-    spec.ta = spec.tb = input_type();
-    spec.tc = dnnl::memory::data_type::f32;
-    return spec;
-  }
+  // A product spec with A and B as reduce() reads them (bf16 in a bf16 call), C in float.
+  MatmulSpec with_input_type(const MatmulSpec& spec) const { return bf16() ? spec.with_bf16_inputs() : spec; }
   // The names the dump and learned() give the two maps.
   virtual std::pair<const char*, const char*> map_names() const = 0;
   // The two maps as dump tensors of shape (H, ...per_head_shape).

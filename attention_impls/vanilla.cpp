@@ -180,20 +180,14 @@ class Vanilla final : public Attention {
     const Plan& pl = *plan_;
     const int64_t n = p_.shape.numel(), nn = p_.shape.B * p_.shape.H * p_.shape.N * p_.shape.N;
     uint16_t *q = bf16_.data(), *k = q + n, *v = k + n, *probs = v + n;
-    convert(a.q.data, q, n);
-    convert(a.k.data, k, n);
-    convert(a.v.data, v, n);
+    to_bf16_parallel(a.q.data, q, n);
+    to_bf16_parallel(a.k.data, k, n);
+    to_bf16_parallel(a.v.data, v, n);
     pl.qk.run(0, q, k, scores_.data());
     if (p_.causal) mask_upper(scores_.data());
     pl.softmax.forward(scores_.data());
-    convert(scores_.data(), probs, nn);
+    to_bf16_parallel(scores_.data(), probs, nn);
     pl.pv.run(0, probs, v, a.o.data);
-  }
-
-  static void convert(const float* x, uint16_t* y, int64_t n) {
-    constexpr int64_t kChunk = 1 << 14;
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; i += kChunk) to_bf16(x + i, y + i, std::min(kChunk, n - i));
   }
 
   struct Plan {
@@ -243,10 +237,8 @@ class Vanilla final : public Attention {
     };
     auto pl = std::make_unique<Plan>();
     if (bf16()) {  // the float forward takes row blocks (below) instead
-      MatmulSpec qk = spec(N, N, s.D, rowm, colm, sc, scale), pv = spec(N, s.D, N, sc, rowm, rowm, 1.0f);
-      qk.ta = qk.tb = pv.ta = pv.tb = dnnl::memory::data_type::bf16;  // float outputs
-      pl->qk = Matmul(qk);
-      pl->pv = Matmul(pv);
+      pl->qk = Matmul(spec(N, N, s.D, rowm, colm, sc, scale).with_bf16_inputs());
+      pl->pv = Matmul(spec(N, s.D, N, sc, rowm, rowm, 1.0f).with_bf16_inputs());
     }
     const bool bwd = mode == Mode::fwdbwd;
     if (bwd) {

@@ -78,6 +78,12 @@ Shape4 input_shape(const PointId& id) {
   return s;
 }
 
+// The same point in float32: what a bf16 point's nmse_f32 compares against.
+PointId in_f32(PointId id) {
+  id.dtype = Dtype::f32;
+  return id;
+}
+
 size_t io_bytes(const PointId& id) {
   const size_t t = static_cast<size_t>(input_shape(id).numel()) * sizeof(float);
   return (id.mode == RunMode::fwdbwd ? 8 : 4) * t;
@@ -210,9 +216,7 @@ PreparedPoint prepare_point(const PointId& id, const RunOptions& opts) {
     auto f = find_mechanism("flash").make(problem_of(ref), ref.params);
     pp.predicted_bytes += f->working_bytes(Mode::fwd) + static_cast<size_t>(ref.shape.numel()) * sizeof(float);
     if (id.dtype == Dtype::bf16) {  // and the mechanism itself in float32, run after flash is freed
-      PointId f32 = id;
-      f32.dtype = Dtype::f32;
-      const size_t own = pp.info->make(problem_of(f32), f32.params)->working_bytes(Mode::fwd);
+      const size_t own = pp.info->make(problem_of(in_f32(id)), id.params)->working_bytes(Mode::fwd);
       const size_t flash_bytes = f->working_bytes(Mode::fwd);
       if (own > flash_bytes) pp.predicted_bytes += own - flash_bytes;
     }
@@ -427,9 +431,7 @@ PointResult run_point_impl(PreparedPoint& pp, const RunOptions& opts, PointResul
       if (id.dtype == Dtype::bf16) {
         // The mechanism in float32 with the timed run's seed (so the same random and learned
         // tensors) on the same inputs, into o_ref (flash's output is no longer needed).
-        PointId f32 = id;
-        f32.dtype = Dtype::f32;
-        auto same = pp.info->make(problem_of(f32), f32.params);
+        auto same = pp.info->make(problem_of(in_f32(id)), id.params);
         Rng params(opts.seed, kStreamParams);
         same->setup(Mode::fwd, params);
         AttnArgs fa = args;

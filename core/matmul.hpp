@@ -42,6 +42,13 @@ struct MatmulSpec {
   // with row stride ldb (or N x K when trans_b), C is M x N with row stride ldc.
   static MatmulSpec tile(int64_t M, int64_t N, int64_t K, int64_t lda, bool trans_a, int64_t ldb,
                          bool trans_b, int64_t ldc, float alpha = 1.0f, bool accumulate = false);
+  // The same product with A and B in bf16 and C in float (the float accumulation of a bf16 path).
+  MatmulSpec with_bf16_inputs() const {
+    MatmulSpec s = *this;
+    s.ta = s.tb = dnnl::memory::data_type::bf16;
+    s.tc = dnnl::memory::data_type::f32;
+    return s;
+  }
 };
 
 class Matmul {

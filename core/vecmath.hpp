@@ -266,6 +266,14 @@ inline void to_bf16(const float* x, uint16_t* y, int64_t n) {
   }
 }
 
+// to_bf16 over n elements in chunks shared out over the OpenMP threads (call it outside any
+// parallel region).
+inline void to_bf16_parallel(const float* x, uint16_t* y, int64_t n) {
+  constexpr int64_t kChunk = 1 << 14;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; i += kChunk) to_bf16(x + i, y + i, n - i < kChunk ? n - i : kChunk);
+}
+
 inline void fill(float* x, int64_t n, float v) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) x[i] = v;

@@ -53,13 +53,9 @@ Linear::Linear(int64_t M, int64_t K, int64_t N, bool with_backward, bool bf16) :
     s.single_thread = false;  // called outside any parallel region: oneDNN parallelises
     return s;
   };
-  MatmulSpec fwd = spec(MatmulSpec::tile(M, N, K, K, false, N, false, N));
-  if (bf16) {
-    if (with_backward) throw std::logic_error("Linear: the bf16 product has no backward pass");
-    fwd.ta = fwd.tb = dnnl::memory::data_type::bf16;
-    fwd.tc = dnnl::memory::data_type::f32;
-  }
-  fwd_ = Matmul(fwd);
+  if (bf16 && with_backward) throw std::logic_error("Linear: the bf16 product has no backward pass");
+  const MatmulSpec fwd = spec(MatmulSpec::tile(M, N, K, K, false, N, false, N));
+  fwd_ = Matmul(bf16 ? fwd.with_bf16_inputs() : fwd);
   if (with_backward) {
     bwd_data_ = Matmul(spec(MatmulSpec::tile(M, K, N, N, false, N, true, K)));    // dY · W^T
     bwd_weights_ = Matmul(spec(MatmulSpec::tile(K, N, M, K, true, N, false, N)));  // X^T · dY

@@ -64,13 +64,6 @@ namespace {
 constexpr uint64_t kStreamModelInit = 200, kStreamLayerMechanism = 300;
 constexpr int64_t kAlign = 16;  // floats: every arena slice starts on a 64-byte line
 int64_t aligned(int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
-// y = x rounded to bf16, n elements, in chunks over the threads.
-void round_to_bf16(const float* x, uint16_t* y, int64_t n) {
-  constexpr int64_t kChunk = 1 << 14;
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; i += kChunk) to_bf16(x + i, y + i, std::min(kChunk, n - i));
-}
 }  // namespace
 
 int64_t TransformerModel::param(const std::string& name, int64_t count, float stddev, float value) {
@@ -279,7 +272,7 @@ size_t TransformerModel::bf16_bytes() const {
 
 const void* TransformerModel::product_input(const float* x, int64_t n) const {
   if (!bf16()) return x;
-  round_to_bf16(x, xb_.data(), n);
+  to_bf16_parallel(x, xb_.data(), n);
   return xb_.data();
 }
 
@@ -443,7 +436,7 @@ double TransformerModel::forward_and_loss(bool with_grad) {
     drop_rows(A(x_[0]), dropout_at(-1, 0));
   });
   // 1b. bf16: the parameters rounded, once per step (they are the same all step).
-  if (bf16()) timed(LayerType::projections, [&] { round_to_bf16(w_.data(), wb_.data(), n_params_); });
+  if (bf16()) timed(LayerType::projections, [&] { to_bf16_parallel(w_.data(), wb_.data(), n_params_); });
   // 2. The blocks.
   for (int64_t l = 0; l < L; ++l) {
     const LayerParams& p = lp_[static_cast<size_t>(l)];
