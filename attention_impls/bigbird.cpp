@@ -122,6 +122,7 @@ MechanismInfo bigbird_info() {
               ParamSpec{"window_blocks", ParamType::Int, int64_t{3}, 1, 1 << 20, {}, "window width in blocks, centred"},
               ParamSpec{"global_blocks", ParamType::Int, int64_t{2}, 0, 1 << 20, {}, "global blocks: first ceil(g/2), last floor(g/2)"},
               ParamSpec{"random_blocks", ParamType::Int, int64_t{3}, 0, 1 << 20, {}, "random key blocks per query block"}};
+  m.bf16 = sparse_bf16_support();
   m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<BigBird>(p, v); };
   return m;
 }

@@ -44,6 +44,7 @@ MechanismInfo dilated_info() {
   m.caps = Capabilities{.exact = true, .causal = true, .backward = true, .decode = false, .constraints = "", .attn_dropout = true, .no_attn_dropout = ""};
   m.params = {ParamSpec{"window", ParamType::Int, int64_t{64}, 0, 1 << 24, {}, "steps on each side"},
               ParamSpec{"dilation", ParamType::Int, int64_t{2}, 1, 1 << 20, {}, "distance between attended keys"}};
+  m.bf16 = sparse_bf16_support();
   m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<Dilated>(p, v); };
   return m;
 }

@@ -54,6 +54,7 @@ MechanismInfo local_info() {
   m.params = {ParamSpec{"block", ParamType::Int, int64_t{64}, 1, 1 << 20, {}, "block length"},
               ParamSpec{"lookback", ParamType::Int, int64_t{1}, 0, 1 << 20, {}, "earlier blocks attended"},
               ParamSpec{"lookahead", ParamType::Int, int64_t{1}, 0, 1 << 20, {}, "later blocks attended (0 when causal)"}};
+  m.bf16 = sparse_bf16_support();
   m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<Local>(p, v); };
   return m;
 }

@@ -34,8 +34,8 @@ class Longformer final : public SparseAttention {
       bool fused = g > 0;
       for (int64_t r = 0; r < std::min(d, N - g); ++r) {  // the window over non-global keys
         Segment w = band(rows(g + r, (N - g - r + d - 1) / d, d), window_, window_, false);
-        // With attention dropout, no diagonal kernel, so no global keys inside the bands.
-        fused = fused && !p_.attn_dropout && fuse_prefix_keys(w, g, p_.shape.D);
+        // With attention dropout or in bf16, no diagonal kernel, so no global keys inside the bands.
+        fused = fused && diagonal_allowed() && fuse_prefix_keys(w, g, p_.shape.D);
         s.push_back(std::move(w));
       }
       if (!fused)  // some band cannot hold the global keys: none does
@@ -64,6 +64,7 @@ MechanismInfo longformer_info() {
   m.params = {ParamSpec{"window", ParamType::Int, int64_t{64}, 0, 1 << 24, {}, "one-sided window (in steps)"},
               ParamSpec{"dilation", ParamType::Int, int64_t{1}, 1, 1 << 20, {}, "distance between window keys"},
               ParamSpec{"global", ParamType::Int, int64_t{16}, 0, 1 << 24, {}, "number of leading global tokens"}};
+  m.bf16 = sparse_bf16_support();
   m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<Longformer>(p, v); };
   return m;
 }

@@ -45,6 +45,7 @@ MechanismInfo sliding_info() {
   m.complexity = "O(N window D) time, O(N) memory";
   m.caps = Capabilities{.exact = true, .causal = true, .backward = true, .decode = true, .constraints = "", .attn_dropout = true, .no_attn_dropout = ""};
   m.params = {ParamSpec{"window", ParamType::Int, int64_t{64}, 0, 1 << 24, {}, "one-sided window"}};
+  m.bf16 = sparse_bf16_support();
   m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<Sliding>(p, v); };
   return m;
 }

@@ -49,9 +49,12 @@ void SparseAttention::build(Rng* rng) const {
       throw InvalidInput("strided patterns need Q, K, V with contiguous (batch, head) strides");
     auto part = std::make_unique<Part>();
     const bool gathered = seg.gathered;
-    const int64_t ld_q = seg.queries.step * st.sn;
-    const int64_t ld_k = gathered ? s.D : seg.keys.step * st.sn;
-    part->qk = QKLogits(s.D, ld_q, ld_k, 1.0f / std::sqrt(static_cast<float>(s.D)), seg.keys_major);
+    // Row strides of Q, K, V as the engine reads them: the inputs', or (bf16) the copies', in
+    // bf16 numbers; the output's always the input's.
+    const int64_t sn_in = bf16() ? 2 * bf16_row_floats() : st.sn;
+    const int64_t ld_q = seg.queries.step * sn_in;
+    const int64_t ld_k = gathered ? (bf16() ? 2 * bf16_row_floats() : s.D) : seg.keys.step * sn_in;
+    part->qk = QKLogits(s.D, ld_q, ld_k, 1.0f / std::sqrt(static_cast<float>(s.D)), seg.keys_major, bf16());
     TiledSoftmaxShape sh;
     sh.B = seg.queries.fold ? s.B * s.H : s.B;
     sh.H = seg.queries.fold ? seg.queries.fold : s.H;
@@ -62,7 +65,7 @@ void SparseAttention::build(Rng* rng) const {
     sh.exclude_self = seg.exclude_self;
     sh.heads_inner = seg.queries.fold > 0 && seg.tight;
     sh.ld_v = ld_k;
-    sh.ld_o = ld_q;
+    sh.ld_o = seg.queries.step * st.sn;
     sh.threads = p_.threads;
     sh.keys = seg.range;
     sh.fwd_rows = seg.tile_rows;
@@ -70,7 +73,8 @@ void SparseAttention::build(Rng* rng) const {
     sh.bwd_rows = seg.bwd_tile_rows > 0 ? seg.bwd_tile_rows : seg.tile_cols;
     sh.bwd_cols = seg.bwd_tile_cols > 0 ? seg.bwd_tile_cols : seg.tile_rows;
     sh.tight = seg.tight;
-    sh.diagonal = seg.diagonal && !p_.attn_dropout;
+    sh.diagonal = seg.diagonal && diagonal_allowed();
+    sh.bf16_tiles = bf16();
     sh.prefix_keys = seg.prefix_keys;
     part->engine = TiledSoftmax(sh);
     part->seg = std::move(seg);
@@ -141,14 +145,25 @@ size_t SparseAttention::working_bytes(Mode mode) const {
     if (!planned_ || planned_mode_ != mode) part->engine.plan(mode, part->qk);
     b += part->engine.working_bytes(mode) + part->qk.working_bytes(p_.threads);
     if (part->gathered())
-      b += (mode == Mode::fwdbwd ? 4 : 2) * static_cast<size_t>(s.B * s.H * part->seg.keys.n * s.D) * sizeof(float) +
+      b += (mode == Mode::fwdbwd ? 4 : 2) * gathered_floats(*part) * sizeof(float) +
            static_cast<size_t>(s.H * part->seg.keys.n) * sizeof(int64_t);
   }
-  b += pattern_bytes();
+  b += pattern_bytes() + bf16_bytes();
   planned_ = true;
   planned_mode_ = mode;
   // The merged log-sum-exp.
   return b + static_cast<size_t>(s.B * s.H * s.N) * sizeof(float);
+}
+
+size_t SparseAttention::bf16_bytes() const {
+  if (!bf16()) return 0;
+  return 3 * static_cast<size_t>(p_.shape.B * p_.shape.H * p_.shape.N * bf16_row_floats()) * sizeof(float);
+}
+
+// A gathered part's copy of its keys (or values): D floats a row, or bf16_row_floats in bf16.
+size_t SparseAttention::gathered_floats(const Part& part) const {
+  const int64_t row = bf16() ? bf16_row_floats() : p_.shape.D;
+  return static_cast<size_t>(p_.shape.B * p_.shape.H * part.seg.keys.n * row);
 }
 
 size_t SparseAttention::ring_bytes(int64_t W) const {
@@ -171,7 +186,7 @@ void SparseAttention::setup(Mode mode, Rng& rng) {
     part->engine.setup(mode);
     part->qk.setup(p_.threads);
     if (part->gathered()) {
-      const size_t n = static_cast<size_t>(s.B * s.H * part->seg.keys.n * s.D);
+      const size_t n = gathered_floats(*part);
       part->kg = Buffer<float>(n);
       part->vg = Buffer<float>(n);
       if (mode == Mode::fwdbwd) {
@@ -183,6 +198,12 @@ void SparseAttention::setup(Mode mode, Rng& rng) {
   planned_ = true;
   planned_mode_ = mode;
   lse_ = Buffer<float>(static_cast<size_t>(s.B * s.H * s.N));
+  if (bf16()) {
+    const size_t n = static_cast<size_t>(s.B * s.H * s.N * bf16_row_floats());
+    q_b_ = Buffer<float>(n);
+    k_b_ = Buffer<float>(n);
+    v_b_ = Buffer<float>(n);
+  }
 }
 
 namespace {
@@ -200,7 +221,8 @@ TensorView rows_of(const TensorView& t, int64_t n) {
 }  // namespace
 
 TensorView SparseAttention::keys_view(const Part& part, const TensorView& t, const Buffer<float>& gathered) const {
-  if (part.gathered()) return contiguous_view(gathered, p_.shape.B, p_.shape.H, part.seg.keys.n, p_.shape.D);
+  if (part.gathered())
+    return contiguous_view(gathered, p_.shape.B, p_.shape.H, part.seg.keys.n, bf16() ? bf16_row_floats() : p_.shape.D);
   return part.seg.keys.of(t);
 }
 
@@ -213,20 +235,45 @@ void SparseAttention::set_dropout(const Dropout& d) {
 template <class F>
 void SparseAttention::for_each_gathered(const Part& part, F&& f) const {
   const auto& s = p_.shape;
-  const int64_t nk = part.seg.keys.n;
+  const int64_t nk = part.seg.keys.n, row = bf16() ? bf16_row_floats() : s.D;
 #pragma omp parallel for schedule(static)
   for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
     const int64_t b = bh / s.H, h = bh % s.H;
-    for (int64_t u = 0; u < nk; ++u) f(b, h, part.seg.gather[static_cast<size_t>(h * nk + u)], (bh * nk + u) * s.D);
+    for (int64_t u = 0; u < nk; ++u) f(b, h, part.seg.gather[static_cast<size_t>(h * nk + u)], (bh * nk + u) * row);
   }
+}
+
+// bf16: Q, K, V rounded into the copies (pass 0 of a bf16 call), each row padded to an even D
+// with a zero the products never read. Returns views of the copies, D/2 floats a row.
+AttnArgs SparseAttention::round_inputs(const AttnArgs& a) {
+  const auto& s = p_.shape;
+  const int64_t row = bf16_row_floats();
+  AttnArgs r = a;
+  r.q = contiguous_view(q_b_, s.B, s.H, s.N, row);
+  r.k = contiguous_view(k_b_, s.B, s.H, s.N, row);
+  r.v = contiguous_view(v_b_, s.B, s.H, s.N, row);
+#pragma omp parallel for schedule(static)
+  for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
+    const int64_t b = bh / s.H, h = bh % s.H;
+    for (int64_t i = 0; i < s.N; ++i)
+      for (auto [in, out] : {std::pair{&a.q, &r.q}, std::pair{&a.k, &r.k}, std::pair{&a.v, &r.v}}) {
+        uint16_t* y = reinterpret_cast<uint16_t*>(out->row(b, h, i));
+        to_bf16(in->row(b, h, i), y, s.D);
+        if (s.D % 2) y[s.D] = 0;
+      }
+  }
+  return r;
 }
 
 // Forward: per segment, its engine computes the softmax over the segment's keys. A segment
 // that is first to all its rows writes O and lse; a later one resumes from them, so that O and
 // lse become the softmax over the union of the keys so far (segments have disjoint key sets).
-void SparseAttention::forward(const AttnArgs& a) {
+void SparseAttention::forward(const AttnArgs& args) {
   const auto& s = p_.shape;
   const int64_t D = s.D;
+  // Q, K, V as the segments read them (bf16: the rounded copies); O is always the caller's.
+  const AttnArgs a = bf16() ? round_inputs(args) : args;
+  const int64_t row_bytes = bf16() ? bf16_row_floats() * static_cast<int64_t>(sizeof(float)) : D * static_cast<int64_t>(sizeof(float));
   const TensorView lse{lse_.data(), Shape4{s.B, s.H, s.N, 1}, Strides3{s.H * s.N, s.N, 1}};
   // Rows that no earlier segment has when a resuming segment reaches them, and rows no segment
   // has at all, start as O = 0 (no admissible key) and lse = -inf.
@@ -243,8 +290,8 @@ void SparseAttention::forward(const AttnArgs& a) {
     if (seg.backward_only) continue;
     if (part.gathered())
       for_each_gathered(part, [&](int64_t b, int64_t h, int64_t row, int64_t slot) {
-        std::memcpy(part.kg.data() + slot, a.k.row(b, h, row), static_cast<size_t>(D) * sizeof(float));
-        std::memcpy(part.vg.data() + slot, a.v.row(b, h, row), static_cast<size_t>(D) * sizeof(float));
+        std::memcpy(part.kg.data() + slot, a.k.row(b, h, row), static_cast<size_t>(row_bytes));
+        std::memcpy(part.vg.data() + slot, a.v.row(b, h, row), static_cast<size_t>(row_bytes));
       });
     const TensorView l = seg.queries.of(lse);
     const LseView lv{l.data, l.strides.sb, l.strides.sh, l.strides.sn};

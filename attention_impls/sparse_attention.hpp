@@ -8,6 +8,12 @@
 // engine with the merged log-sum-exp and output, accumulating dQ, dK, dV: the softmax gradient
 // is additive over disjoint key sets once P is taken from the union's normaliser.
 //
+// bf16 (--dtype bf16, forward): Q, K and V rounded to bf16 once per call into copies that every
+// segment reads (bf16 numbers two to a float, rows padded to an even D), each segment's engine
+// in bf16 tiles (TiledSoftmaxShape::bf16_tiles): bf16 products, the softmax in float. The
+// diagonal kernel does not run in bf16 (it multiplies floats), so bands are scored in
+// rectangular tiles and Longformer's global keys keep their own segment.
+//
 // Rows are selected by views, never copied, except for scattered key sets (BigBird's random
 // blocks, the fixed pattern's summary columns), which are gathered into a buffer per call.
 // Work and memory are O(N |S(i)|): only admissible (tiles of) keys are touched.
@@ -52,6 +58,9 @@ struct Segment {
   bool keys_major = false;  // logits tiles as S^T = K Q^T (see QKLogits): a few queries, many keys
 };
 
+// The sparse patterns' bf16 path (SparseAttention's bf16 copies and TiledSoftmax's bf16 tiles).
+inline Bf16Support sparse_bf16_support() { return Bf16Support{.available = true, .constraints = "forward"}; }
+
 class SparseAttention : public Attention {
  public:
   ~SparseAttention() override;
@@ -78,6 +87,8 @@ class SparseAttention : public Attention {
   virtual std::vector<Segment> make_segments(Rng* rng) const = 0;
   // Tracked bytes the derived mechanism allocates in make_segments(rng) besides gather indices.
   virtual size_t pattern_bytes() const { return 0; }
+  // Whether a band may run the diagonal kernel: not with attention dropout, not in bf16.
+  bool diagonal_allowed() const { return !p_.attn_dropout && p_.dtype != Dtype::bf16; }
   // Causal decode against a cache of the pattern's window (capability `decode`): the most keys
   // a query may use (the cache is a ring of that many tokens), and the keys of position pos.
   virtual int64_t window_capacity() const { return 0; }
@@ -90,6 +101,8 @@ class SparseAttention : public Attention {
   template <typename Count>
   double sum_over_parts(Count count) const;
   size_t ring_bytes(int64_t W) const;
+  size_t gathered_floats(const Part& part) const;
+  AttnArgs round_inputs(const AttnArgs& a);
   TensorView keys_view(const Part& part, const TensorView& t, const Buffer<float>& gathered) const;
   // f(b, h, row, slot) for every (batch, head) and every key a gathered part holds: `row` the
   // key's position, `slot` the float offset of its copy in the part's buffers.
@@ -104,6 +117,11 @@ class SparseAttention : public Attention {
   mutable Mode planned_mode_ = Mode::fwd;
   mutable bool planned_ = false;
   Buffer<float> lse_;  // the merged row log-sum-exp, (B, H, N)
+  // bf16: Q, K, V rounded, (B, H, N, bf16_row_floats()) floats each holding two bf16 numbers.
+  bool bf16() const { return p_.dtype == Dtype::bf16; }
+  int64_t bf16_row_floats() const { return (p_.shape.D + 1) / 2; }
+  size_t bf16_bytes() const;
+  Buffer<float> q_b_, k_b_, v_b_;
   Buffer<float> ring_k_, ring_v_, ring_scores_;  // decode
 };
 

@@ -100,6 +100,7 @@ MechanismInfo strided_info() {
   m.params = {ParamSpec{"pattern", ParamType::Choice, std::string("strided"), 0, 0, {"strided", "fixed"}, "which factorisation"},
               ParamSpec{"stride", ParamType::Int, int64_t{64}, 0, 1 << 20, {}, "stride l (0: round(sqrt(N)))"},
               ParamSpec{"summary", ParamType::Int, int64_t{8}, 1, 1 << 20, {}, "fixed: summary columns c per block"}};
+  m.bf16 = sparse_bf16_support();
   m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<Strided>(p, v); };
   return m;
 }

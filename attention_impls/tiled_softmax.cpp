@@ -421,11 +421,13 @@ void dense_block(const float* Q, int64_t ldq, const float* Kt, const float* V, i
 }  // namespace
 
 MatmulSpec QKLogits::spec_qk(int64_t rows, int64_t cols, int64_t ldS) const {
-  return MatmulSpec::tile(rows, cols, D_, ld_q_, false, ld_k_, true, ldS, scale_);
+  const MatmulSpec s = MatmulSpec::tile(rows, cols, D_, ld_q_, false, ld_k_, true, ldS, scale_);
+  return bf16_inputs_ ? s.with_bf16_inputs() : s;
 }
 // S^T(cols, rows) = s K(cols, D) Q(rows, D)^T, rows packed.
 MatmulSpec QKLogits::spec_kq(int64_t rows, int64_t cols) const {
-  return MatmulSpec::tile(cols, rows, D_, ld_k_, false, ld_q_, true, rows, scale_);
+  const MatmulSpec s = MatmulSpec::tile(cols, rows, D_, ld_k_, false, ld_q_, true, rows, scale_);
+  return bf16_inputs_ ? s.with_bf16_inputs() : s;
 }
 MatmulSpec QKLogits::spec_dq(int64_t rows, int64_t cols, int64_t ldS) const {
   return MatmulSpec::tile(rows, D_, cols, ldS, false, ld_k_, false, ld_q_, scale_, true);
@@ -442,6 +444,7 @@ void QKLogits::plan_tile(MatmulCache& mm, int64_t rows, int64_t cols, int64_t ld
     mm.add(spec_qk(rows, cols, ldS));
   }
   if (backward) {
+    if (bf16_inputs_) throw std::logic_error("QKLogits: bf16 inputs have no backward pass");
     mm.add(spec_dq(rows, cols, ldS));
     mm.add(spec_dk(rows, cols, ldS));
   }
@@ -514,7 +517,7 @@ bool TiledSoftmax::diagonal_fits(int64_t D, int64_t keys, int64_t prefix, int64_
 }
 
 bool TiledSoftmax::diagonal_block(int64_t r0, int64_t rows) const {
-  if (!s_.diagonal || !s_.tight || !s_.keys || !diagonal_kernel(s_.D)) return false;
+  if (!s_.diagonal || s_.bf16_tiles || !s_.tight || !s_.keys || !diagonal_kernel(s_.D)) return false;
   for (int64_t s0 = 0; s0 < rows; s0 += kDiagRows) {
     const int64_t last = std::min<int64_t>(s0 + kDiagRows, rows) - 1;
     const int64_t keys = keys_of(r0 + last).second - keys_of(r0 + s0).first;
@@ -545,9 +548,10 @@ double TiledSoftmax::scored_pairs() const {
   return p;
 }
 
-// O_i(rows, D) += P V_j (the first tile of a block: O_i = P V_j)
+// O_i(rows, D) += P V_j (the first tile of a block: O_i = P V_j); bf16_tiles: P and V in bf16.
 MatmulSpec TiledSoftmax::spec_pv(int64_t rows, int64_t cols, bool accumulate) const {
-  return MatmulSpec::tile(rows, s_.D, cols, s_.fwd_cols, false, s_.ld_v, false, s_.ld_o, 1.0f, accumulate);
+  const MatmulSpec s = MatmulSpec::tile(rows, s_.D, cols, s_.fwd_cols, false, s_.ld_v, false, s_.ld_o, 1.0f, accumulate);
+  return s_.bf16_tiles ? s.with_bf16_inputs() : s;
 }
 // dV_j(cols, D) += P^T dO_i
 MatmulSpec TiledSoftmax::spec_dv(int64_t rows, int64_t cols) const {
@@ -581,6 +585,7 @@ std::pair<int64_t, int64_t> TiledSoftmax::queries_using(int64_t c0, int64_t c1) 
 
 void TiledSoftmax::plan(Mode mode, const LogitsSource& src) {
   mode_ = mode;
+  if (s_.bf16_tiles && mode != Mode::fwd) throw std::logic_error("TiledSoftmax: bf16 tiles have no backward pass");
   dense_planned_ = dense_source(src);  // dropout may be off at a later call (evaluation)
   mm_.clear();
   src.plan_begin();
@@ -646,7 +651,7 @@ bool TiledSoftmax::dense_bf16_kernel(int64_t D) {
 
 bool TiledSoftmax::dense_source(const LogitsSource& src) const {
   const auto* qk = dynamic_cast<const QKLogits*>(&src);
-  return qk && !qk->keys_major() && !s_.keys && !s_.exclude_self && s_.prefix_keys == 0 &&
+  return qk && !qk->keys_major() && !s_.keys && !s_.exclude_self && s_.prefix_keys == 0 && !s_.bf16_tiles &&
          (s_.bf16 ? dense_bf16_kernel(s_.D) : dense_kernel(s_.D));
 }
 
@@ -668,6 +673,7 @@ int64_t TiledSoftmax::dense_keys_floats() const {
 
 size_t TiledSoftmax::tile_floats(Mode mode) const {
   size_t f = static_cast<size_t>(score_area() + 2 * s_.fwd_rows);
+  if (s_.bf16_tiles) f += static_cast<size_t>((s_.fwd_rows * s_.fwd_cols + 1) / 2);  // P in bf16
   if (mode == Mode::fwdbwd) f = std::max(f, static_cast<size_t>(2 * s_.bwd_rows * s_.bwd_cols));
   return f;
 }
@@ -717,6 +723,8 @@ void TiledSoftmax::setup(Mode mode) {
 //                                                      tile writes O_i = P V_j, so O_i is
 //                                                      neither zeroed nor rescaled before it)
 //   finally O_i /= l, and lse = m + log l is kept for the backward pass.
+// bf16_tiles: passes 1 and 3 are bf16 products (Q, K, V rounded by the caller) and each row of P
+// is rounded to bf16 at the end of pass 2; m, l and the rescaling of O stay float.
 // Resuming, every block starts from the earlier key set's m = lse, l = 1 (0 where lse is -inf)
 // and its O_i, and every tile accumulates. A band (shape.diagonal) in an AVX-512 build runs
 // passes 1-3 as the diagonal kernel instead, 16 rows at a time (diagonal_rows), with the same
@@ -889,7 +897,13 @@ void TiledSoftmax::forward(const LogitsSource& src, const TensorView& v, const T
         // whole row's, as softmax-then-dropout defines it.
         if (dropout_.active()) dropout_.apply(Sr, cols, static_cast<uint64_t>(bh * Nq + r0 + r), c0);
       }
-      mm_.run(tid, spec_pv(rows, cols, !first_tile), S, V + c0 * s_.ld_v, O);
+      if (s_.bf16_tiles) {  // P rounded to bf16 (the softmax stays float), V's rows already are
+        uint16_t* Pb = reinterpret_cast<uint16_t*>(l + kFwdRows);
+        for (int64_t r = 0; r < rows; ++r) to_bf16(S + r * kFwdCols, Pb + r * kFwdCols, cols);
+        mm_.run(tid, spec_pv(rows, cols, !first_tile), Pb, reinterpret_cast<const uint16_t*>(V) + c0 * s_.ld_v, O);
+      } else {
+        mm_.run(tid, spec_pv(rows, cols, !first_tile), S, V + c0 * s_.ld_v, O);
+      }
       first_tile = false;
     }
     if (first_tile)  // no key at all: O_i = 0

@@ -47,8 +47,11 @@ class LogitsSource {
 class QKLogits final : public LogitsSource {
  public:
   QKLogits() = default;
-  QKLogits(int64_t D, int64_t ld_q, int64_t ld_k, float scale, bool keys_major = false)
-      : D_(D), ld_q_(ld_q), ld_k_(ld_k), scale_(scale), keys_major_(keys_major) {}
+  // bf16_inputs: Q and K are bf16 numbers two to a float (the bound views hold D/2 floats a
+  // row, the strides ld_q, ld_k count bf16 numbers), multiplied by oneDNN's bf16 matmul into
+  // float logits (TiledSoftmaxShape::bf16_tiles; forward only).
+  QKLogits(int64_t D, int64_t ld_q, int64_t ld_k, float scale, bool keys_major = false, bool bf16_inputs = false)
+      : D_(D), ld_q_(ld_q), ld_k_(ld_k), scale_(scale), keys_major_(keys_major), bf16_inputs_(bf16_inputs) {}
   void bind(const TensorView& q, const TensorView& k) {
     q_ = q;
     k_ = k;
@@ -86,6 +89,7 @@ class QKLogits final : public LogitsSource {
   int64_t D_ = 0, ld_q_ = 0, ld_k_ = 0;
   float scale_ = 1.0f;
   bool keys_major_ = false;
+  bool bf16_inputs_ = false;
   mutable size_t scratch_floats_ = 0;  // per thread: the last plan's largest tile (keys_major)
   Buffer<float> scratch_;
   bool accumulate_ = false;
@@ -114,6 +118,13 @@ struct TiledSoftmaxShape {
   // float accumulation (vdpbf16ps), the softmax and its statistics in float, P rounded to bf16
   // for its product with V. Needs dense_bf16_kernel(D); the backward pass has no bf16 path.
   bool bf16 = false;
+  // Forward in bf16 over oneDNN tiles (the sparse patterns' bands, strips and gathered keys,
+  // which the dense kernel does not take): Q, K (the source, a QKLogits with bf16_inputs) and V
+  // arrive rounded to bf16 by the caller, two to a float (views of D/2 floats a row, ld_v
+  // counting bf16 numbers); both tile products oneDNN bf16 matmuls with float output, the
+  // softmax and its statistics in float, each tile's P rounded to bf16 for its product with V.
+  // Neither the dense nor the diagonal kernel runs (both take floats); no backward pass.
+  bool bf16_tiles = false;
   // Keep the row log-sum-exp after forward also without backward (for merging segments).
   bool keep_lse = false;
   // With ranges: key tiles start at each query block's first key (forward), query tiles at
@@ -193,7 +204,7 @@ class TiledSoftmax {
   // Whether this build has the dense kernel for head size D (AVX-512; D of 16, 32, 64 or 128):
   // dense or causal s Q K^T logits, scored and multiplied by V without a oneDNN call per tile.
   static bool dense_kernel(int64_t D);
-  // The same in bf16: a build for AVX512-BF16 (the CPU must have it too: core/cpu.hpp).
+  // The same in bf16: a build for AVX512-BF16 (the CPU must have it too: cpu_has_bf16 in core/dtype.hpp).
   static bool dense_bf16_kernel(int64_t D);
   // Whether forward() takes every block through the dense kernel: the source is plain s Q K^T,
   // no pattern, no prefix keys, no excluded self, no dropout, and the build has the kernel.

@@ -98,7 +98,7 @@ TEST(Cli, Bf16IsRefusedWithoutTheCpuAndNamedInThePoint) {
   auto f32 = test::exec("run --attn flash --seq 64 --dry-run");
   EXPECT_EQ(f32.out.find("dtype"), std::string::npos) << f32.out;
   if (!TiledSoftmax::dense_bf16_kernel(64) || !cpu_has_bf16()) GTEST_SKIP() << "no AVX512-BF16 build or CPU";
-  auto e = test::exec("run --attn flash,local,linformer --param k=32 --dtype f32,bf16 --seq 64 --mode fwd,fwdbwd --reps 1 "
+  auto e = test::exec("run --attn flash,local,performer,linformer --param k=32 --dtype f32,bf16 --seq 64 --mode fwd,fwdbwd --reps 1 "
                       "--min-time 0 --error --out " + path);
   ASSERT_EQ(e.code, 0) << e.out;
   const auto j = nlohmann::json::parse(std::ifstream(path));
@@ -119,14 +119,16 @@ TEST(Cli, Bf16IsRefusedWithoutTheCpuAndNamedInThePoint) {
   EXPECT_GT(nmse["linformer"], 1e-2) << "linformer's approximation error against flash";
   EXPECT_GT(nmse_f32["linformer"], 1e-8) << "bf16 linformer against f32 linformer with the same maps";
   EXPECT_LT(nmse_f32["linformer"], 1e-3);
-  bool local_skipped = false, fwdbwd_skipped = false;
+  EXPECT_GT(nmse_f32["local"], 1e-8) << "bf16 local against f32 local";
+  EXPECT_LT(nmse_f32["local"], 1e-3);
+  bool performer_skipped = false, fwdbwd_skipped = false;
   for (const auto& [name, st] : status) {
-    local_skipped |= name.find("attn:local/") == 0 && name.find("dtype:bf16") != std::string::npos &&
-                       st.find("no bf16 path") != std::string::npos;
+    performer_skipped |= name.find("attn:performer/") == 0 && name.find("dtype:bf16") != std::string::npos &&
+                         st.find("no bf16 path") != std::string::npos;
     fwdbwd_skipped |= name.find("attn:flash/") == 0 && name.find("mode:fwdbwd") != std::string::npos &&
                       name.find("dtype:bf16") != std::string::npos && st.find("forward") != std::string::npos;
   }
-  EXPECT_TRUE(local_skipped) << e.out;
+  EXPECT_TRUE(performer_skipped) << e.out;
   EXPECT_TRUE(fwdbwd_skipped) << e.out;
   // The file reads back: a bf16 point's table is its own group.
   auto t = test::exec("table " + path + " --metric time");
@@ -391,7 +393,7 @@ TEST(CliModel, Bf16RunsInferenceAndSkipsTraining) {
   if (!TiledSoftmax::dense_bf16_kernel(16) || !cpu_has_bf16()) GTEST_SKIP() << "no AVX512-BF16 build or CPU";
   const std::string path = test::temp_path("model_bf16.json");
   std::filesystem::remove(path);
-  auto e = exec("run --level model --task listops --seq 64 --attn flash,local --dtype bf16 --mode fwd,train --layers 1 "
+  auto e = exec("run --level model --task listops --seq 64 --attn flash,local,linear --dtype bf16 --mode fwd,train --layers 1 "
                 "--dmodel 32 --heads 2 --mlp 16 --batch 2 --reps 2 --min-time 0 --warmup 1 --out " + path);
   ASSERT_EQ(e.code, 0) << e.out;
   std::map<std::string, std::string> status;
@@ -402,8 +404,8 @@ TEST(CliModel, Bf16RunsInferenceAndSkipsTraining) {
   const std::string tail = "/task:listops/L:1/dmodel:32/mlp:16/B:2/H:2/N:64/D:16/causal:0/dtype:bf16/threads:1";
   EXPECT_EQ(status["attn:flash/level:model/mode:fwd" + tail], "OK") << e.out;
   EXPECT_NE(status["attn:flash/level:model/mode:train" + tail].find("SKIPPED: flash in bf16: forward"), std::string::npos) << e.out;
-  EXPECT_NE(status["attn:local/block:64/lookback:1/lookahead:1/level:model/mode:fwd" + tail].find("no bf16 path"),
-            std::string::npos) << e.out;
+  EXPECT_EQ(status["attn:local/block:64/lookback:1/lookahead:1/level:model/mode:fwd" + tail], "OK") << e.out;
+  EXPECT_NE(status["attn:linear/chunk:64/level:model/mode:fwd" + tail].find("no bf16 path"), std::string::npos) << e.out;
   std::filesystem::remove(path);
 }
 

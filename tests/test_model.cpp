@@ -161,7 +161,8 @@ TEST(ModelBf16, ForwardLossNearFloatAndMemoryAsDeclared) {
     const char* mech;
   };
   for (const Case& k : {Case{"listops", "flash"}, Case{"listops", "vanilla"}, Case{"listops", "linformer"},
-                        Case{"retrieval", "flash"}, Case{"copy", "flash"}}) {
+                        Case{"listops", "longformer"}, Case{"listops", "bigbird"}, Case{"retrieval", "flash"},
+                        Case{"copy", "flash"}}) {
     ModelConfig c = tiny(k.task, k.mech, {}, 128);
     c.dmodel = 32;  // heads of 16: the bf16 kernel's smallest
     const Batch b = batch_of(k.task, 128, 0, c.batch);
@@ -193,8 +194,8 @@ TEST(ModelBf16, ForwardLossNearFloatAndMemoryAsDeclared) {
   c.dtype = Dtype::bf16;
   EXPECT_THROW(TransformerModel(c, ModelMode::fwdbwd), InvalidInput);
   EXPECT_THROW(TransformerModel(c, ModelMode::train), InvalidInput);
-  c.mechanism = "local";
-  c.params = resolve_params(find_mechanism("local"), {});
+  c.mechanism = "linear";  // no bf16 path
+  c.params = resolve_params(find_mechanism("linear"), {});
   EXPECT_THROW(TransformerModel(c, ModelMode::fwd), InvalidInput);
 }
 

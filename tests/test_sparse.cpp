@@ -6,12 +6,15 @@
 #include <omp.h>
 
 #include <cmath>
+#include <cstring>
+#include <sstream>
 #include <limits>
 #include <set>
 #include <tuple>
 
 #include "attention_impls/sparse_segments.hpp"
 #include "attention_impls/tiled_softmax.hpp"
+#include "core/dtype.hpp"
 #include "tests/helpers.hpp"
 #include "tests/reference.hpp"
 
@@ -123,6 +126,48 @@ std::vector<SparseCase> sparse_cases() {
   return v;
 }
 INSTANTIATE_TEST_SUITE_P(Patterns, SparseVsMaskedVanilla, ::testing::ValuesIn(sparse_cases()));
+
+// ---- bf16 (a CPU with AVX512-BF16): the same patterns, forward ----
+// Q, K, V rounded once per call and every segment's products in bf16 with float accumulation:
+// within what 8 bits of mantissa cost of the float64 reference under the pattern's mask, but
+// clearly not float accuracy (the bf16 path ran); an odd D (rows padded in the copies); memory
+// as declared; one and two threads bit-identical (each tile is one thread's product).
+TEST(SparseBf16, ForwardMatchesTheMaskedReferenceWithinBf16Rounding) {
+  if (!cpu_has_bf16()) GTEST_SKIP() << "no AVX512-BF16 CPU";
+  for (const SparseCase& c : sparse_cases()) {
+    if (c.N < 100) continue;
+    for (int64_t D : {15, 16}) {
+      const Shape4 s{2, 2, c.N, D};
+      auto r = run_mechanism(c.mech, s, c.causal, Mode::fwd, c.params, 17, 1, Dtype::bf16);
+      const AttnArgs a = r.data->args();
+      std::ostringstream what;
+      PrintTo(c, &what);
+      what << " D=" << D;
+      const double err = ref::rel_err(a.o.data, ref::forward(a.q, a.k, a.v, pattern_mask(c.mech, c.params, c.N, c.causal)));
+      EXPECT_LT(err, 1.5e-2) << what.str();
+      EXPECT_GT(err, 1e-4) << what.str() << ": float accuracy, the bf16 path did not run";
+      EXPECT_EQ(r.tracked_peak, r.declared) << what.str();
+      auto two = run_mechanism(c.mech, s, c.causal, Mode::fwd, c.params, 17, 2, Dtype::bf16);
+      EXPECT_EQ(0, std::memcmp(two.data->o.data(), r.data->o.data(), sizeof(float) * static_cast<size_t>(s.numel())))
+          << what.str() << ": two threads differ from one";
+    }
+  }
+}
+
+// BigBird's gathered random blocks in bf16: against itself in float32 with the same seed (so the
+// same blocks), within bf16 rounding but not equal.
+TEST(SparseBf16, BigBirdMatchesItsFloatPathWithinBf16Rounding) {
+  if (!cpu_has_bf16()) GTEST_SKIP() << "no AVX512-BF16 CPU";
+  const Shape4 s{2, 3, 128, 16};
+  const std::vector<std::string> ps = {"block=8", "global_blocks=2", "random_blocks=3"};
+  auto f32 = run_mechanism("bigbird", s, false, Mode::fwd, ps, 23, 1);
+  auto bf16 = run_mechanism("bigbird", s, false, Mode::fwd, ps, 23, 1, Dtype::bf16);
+  EXPECT_EQ(bf16.tracked_peak, bf16.declared);
+  const std::vector<double> want(f32.data->o.data(), f32.data->o.data() + s.numel());
+  const double err = ref::rel_err(bf16.data->o.data(), want);
+  EXPECT_LT(err, 1.5e-2);
+  EXPECT_GT(err, 1e-4) << "float accuracy: the bf16 path did not run";
+}
 
 // ---- The engine itself: the output is written, never read first ----
 // O starts as NaN. Rows 0..kEmpty-1 have no key (a whole first block with no tile: O must come
