@@ -73,7 +73,7 @@ void SparseAttention::build(Rng* rng) const {
     sh.bwd_rows = seg.bwd_tile_rows > 0 ? seg.bwd_tile_rows : seg.tile_cols;
     sh.bwd_cols = seg.bwd_tile_cols > 0 ? seg.bwd_tile_cols : seg.tile_rows;
     sh.tight = seg.tight;
-    sh.diagonal = seg.diagonal && diagonal_allowed();
+    sh.diagonal = seg.diagonal && !p_.attn_dropout;
     sh.bf16_tiles = bf16();
     sh.prefix_keys = seg.prefix_keys;
     part->engine = TiledSoftmax(sh);

@@ -36,26 +36,70 @@ inline int64_t dense_ldkt(int64_t tile_cols) { return (tile_cols + 15) / 16 * 16
 //   4. O (rows x D) = O e^(m - m') + P^T V: 6 rows at a time (24 accumulators), each over the
 //      keys of its own rows only.
 constexpr int kDiagKeys = 24, kDiagGroup = 6;
+// BF16 (TiledSoftmaxShape::bf16_tiles, a build for AVX512-BF16): Q, K, V are bf16 rows (strides
+// in bf16 numbers); Qt holds pairs along D (D/2 x 16, one 32-bit pair per lane), pass 2 adds two
+// products per lane with vdpbf16ps, pass 3 is unchanged (float), and pass 4 rounds P to bf16 in
+// pairs of consecutive keys and multiplies it by V's rows interleaved in the same pairs. No
+// prefix keys.
+template <bool BF16>
+using DiagIn = std::conditional_t<BF16, uint16_t, float>;
 
-template <int D, int C>
-inline void diag_logits(const float* Qt, const float* K, int64_t ldk, float* St) {
+#if defined(__AVX512BF16__)
+// (a0..a15 | b0..b15) as bf16 halves of a vector -> (a0, b0, a1, b1, ...).
+inline __m512i bf16_interleave_order() {
+  alignas(64) int16_t order[32];
+  for (int i = 0; i < 16; ++i) {
+    order[2 * i] = static_cast<int16_t>(i);
+    order[2 * i + 1] = static_cast<int16_t>(16 + i);
+  }
+  return _mm512_load_si512(order);
+}
+// The same from two vectors' low halves (a0..a15 of x, b0..b15 of y), for permutex2var.
+inline __m512i bf16_interleave_two() {
+  alignas(64) int16_t order[32];
+  for (int i = 0; i < 16; ++i) {
+    order[2 * i] = static_cast<int16_t>(i);
+    order[2 * i + 1] = static_cast<int16_t>(32 + i);
+  }
+  return _mm512_load_si512(order);
+}
+inline __m512bh bf16_pair_at(const uint16_t* x) {
+  int32_t pair;
+  std::memcpy(&pair, x, sizeof pair);
+  return (__m512bh)_mm512_set1_epi32(pair);
+}
+#endif
+
+template <int D, int C, bool BF16>
+inline void diag_logits(const float* Qt, const DiagIn<BF16>* K, int64_t ldk, float* St) {
   __m512 acc[C];
   for (int j = 0; j < C; ++j) acc[j] = _mm512_setzero_ps();
-  for (int d = 0; d < D; ++d) {
-    const __m512 q = _mm512_loadu_ps(Qt + d * kDiagRows);
+#if defined(__AVX512BF16__)
+  if constexpr (BF16) {
+    for (int d = 0; d < D / 2; ++d) {
+      const __m512bh q = (__m512bh)_mm512_castps_si512(_mm512_loadu_ps(Qt + d * kDiagRows));
 #pragma GCC unroll 24
-    for (int j = 0; j < C; ++j) acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(K[j * ldk + d]), q, acc[j]);
+      for (int j = 0; j < C; ++j) acc[j] = _mm512_dpbf16_ps(acc[j], bf16_pair_at(K + j * ldk + 2 * d), q);
+    }
+  } else
+#endif
+  {
+    for (int d = 0; d < D; ++d) {
+      const __m512 q = _mm512_loadu_ps(Qt + d * kDiagRows);
+#pragma GCC unroll 24
+      for (int j = 0; j < C; ++j) acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(static_cast<float>(K[j * ldk + d])), q, acc[j]);
+    }
   }
   for (int j = 0; j < C; ++j) _mm512_storeu_ps(St + j * kDiagRows, acc[j]);
 }
 
 // St (n x 16) = the logits of n keys (rows of K, stride ldk) against Qt, 24, 8 or 1 at a time.
-template <int D>
-inline void diag_logits_keys(const float* Qt, const float* K, int64_t ldk, int64_t n, float* St) {
+template <int D, bool BF16 = false>
+inline void diag_logits_keys(const float* Qt, const DiagIn<BF16>* K, int64_t ldk, int64_t n, float* St) {
   int64_t c = 0;
-  for (; c + kDiagKeys <= n; c += kDiagKeys) diag_logits<D, kDiagKeys>(Qt, K + c * ldk, ldk, St + c * kDiagRows);
-  for (; c + 8 <= n; c += 8) diag_logits<D, 8>(Qt, K + c * ldk, ldk, St + c * kDiagRows);
-  for (; c < n; ++c) diag_logits<D, 1>(Qt, K + c * ldk, ldk, St + c * kDiagRows);
+  for (; c + kDiagKeys <= n; c += kDiagKeys) diag_logits<D, kDiagKeys, BF16>(Qt, K + c * ldk, ldk, St + c * kDiagRows);
+  for (; c + 8 <= n; c += 8) diag_logits<D, 8, BF16>(Qt, K + c * ldk, ldk, St + c * kDiagRows);
+  for (; c < n; ++c) diag_logits<D, 1, BF16>(Qt, K + c * ldk, ldk, St + c * kDiagRows);
 }
 
 // acc[g] += sum over keys [c0, c1) of P[c][g0 + g] V[c].
@@ -74,18 +118,53 @@ inline void diag_accumulate(__m512 (&acc)[G][D / 16], const float* Pt, int g0, i
   }
 }
 
+#if defined(__AVX512BF16__)
+// The same in bf16 over the n keys' pairs [q0, q1): Pp holds each pair's probabilities (16 lanes
+// of (P[2q], P[2q + 1]) in bf16), V is bf16 (n rows, stride ldv); an odd last key pairs with 0.
+template <int D, int G>
+inline void diag_accumulate_bf16(__m512 (&acc)[G][D / 16], const float* Pp, int g0, int64_t q0, int64_t q1,
+                                 const uint16_t* V, int64_t ldv, int64_t n, __m512i interleave) {
+  constexpr int NV = D / 16;
+  for (int64_t q = q0; q < q1; ++q) {
+    const uint16_t* a = V + 2 * q * ldv;
+    const __mmask32 second = 2 * q + 1 < n ? 0xFFFF : 0;  // an odd last key: its partner is 0
+    __m512bh v[NV];
+    for (int j = 0; j < NV; ++j) {
+      const __m512i x = _mm512_maskz_loadu_epi16(0xFFFF, a + 16 * j), y = _mm512_maskz_loadu_epi16(second, a + ldv + 16 * j);
+      v[j] = (__m512bh)_mm512_permutex2var_epi16(x, interleave, y);
+    }
+#pragma GCC unroll 8
+    for (int g = 0; g < G; ++g) {
+      const __m512bh p = (__m512bh)_mm512_set1_epi32(reinterpret_cast<const int32_t*>(Pp)[q * kDiagRows + g0 + g]);
+      for (int j = 0; j < NV; ++j) acc[g][j] = _mm512_dpbf16_ps(acc[g][j], p, v[j]);
+    }
+  }
+}
+#endif
+
 // O rows g0 .. g0 + G of the block: O = O * corr (when `accumulate`) + sum over the prefix keys
 // [0, np) (probabilities Pp, values VP) and the band's keys [c0, c1) (Pt, V) of P[c][row] V[c].
-template <int D, int G>
+// BF16: the band's keys only, P in pairs (Pt: see diag_accumulate_bf16), V bf16; n its rows.
+template <int D, int G, bool BF16 = false>
 inline void diag_values(const float* Pp, const float* VP, int64_t ldvp, int64_t np, const float* Pt, int g0,
-                        int64_t c0, int64_t c1, const float* V, int64_t ldv, float* O, int64_t ldo,
+                        int64_t c0, int64_t c1, const DiagIn<BF16>* V, int64_t ldv, int64_t n, float* O, int64_t ldo,
                         const float* corr, bool accumulate) {
   constexpr int NV = D / 16;
   __m512 acc[G][NV];
   for (int g = 0; g < G; ++g)
     for (int j = 0; j < NV; ++j) acc[g][j] = _mm512_setzero_ps();
-  if (np > 0) diag_accumulate<D, G>(acc, Pp, g0, 0, np, VP, ldvp);
-  diag_accumulate<D, G>(acc, Pt, g0, c0, c1, V, ldv);
+#if defined(__AVX512BF16__)
+  if constexpr (BF16) {
+    (void)Pp, (void)VP, (void)ldvp, (void)np;
+    // Pairs from an even key: a pair's other key is outside every row of the group (0 there).
+    diag_accumulate_bf16<D, G>(acc, Pt, g0, c0 / 2, (c1 + 1) / 2, V, ldv, n, bf16_interleave_two());
+  } else
+#endif
+  {
+    (void)n;
+    if (np > 0) diag_accumulate<D, G>(acc, Pp, g0, 0, np, VP, ldvp);
+    diag_accumulate<D, G>(acc, Pt, g0, c0, c1, V, ldv);
+  }
   for (int g = 0; g < G; ++g) {
     float* o = O + (g0 + g) * ldo;
     if (accumulate) {
@@ -101,23 +180,33 @@ inline void diag_values(const float* Pp, const float* VP, int64_t ldvp, int64_t 
 // also uses the np prefix keys KP, VP (Longformer's global keys; np = 0: none). self0: the key
 // index of row 0 when a row may not use its own key (exclude_self), else -1. m, l: the online
 // softmax's running max and sum per row, O its output so far when `accumulate`. work: 16 (D +
-// np + keys of the block) floats.
-template <int D>
-void diagonal_rows(int rows, const float* Q, int64_t ldq, const float* K, int64_t ldk, const float* V, int64_t ldv,
-                   const float* KP, int64_t ldkp, const float* VP, int64_t ldvp, int64_t np, const int64_t* ranges,
-                   int64_t self0, float scale, float* O, int64_t ldo, float* m, float* l, bool accumulate,
-                   float* work) {
+// np + keys of the block) floats. BF16 (see above): Q, K, V bf16, np = 0, and pairs: 16 (keys + 1)
+// / 2 floats for P's pairs.
+template <int D, bool BF16 = false>
+void diagonal_rows(int rows, const DiagIn<BF16>* Q, int64_t ldq, const DiagIn<BF16>* K, int64_t ldk,
+                   const DiagIn<BF16>* V, int64_t ldv, const float* KP, int64_t ldkp, const float* VP, int64_t ldvp,
+                   int64_t np, const int64_t* ranges, int64_t self0, float scale, float* O, int64_t ldo, float* m,
+                   float* l, bool accumulate, float* work, float* pairs = nullptr) {
   const int64_t lo = ranges[0], hi = ranges[2 * (rows - 1) + 1];
   float* Qt = work;
   float* Sp = work + D * kDiagRows;  // the prefix keys' logits, then the band's
   float* St = Sp + np * kDiagRows;
-  // Pass 1: Qt (rows past `rows` are zero).
-  for (int r = 0; r < kDiagRows; ++r)
-    for (int d = 0; d < D; ++d) Qt[d * kDiagRows + r] = r < rows ? Q[r * ldq + d] : 0.0f;
+  // Pass 1: Qt (rows past `rows` are zero); BF16: pairs along D.
+  if constexpr (BF16) {
+    for (int r = 0; r < kDiagRows; ++r)
+      for (int d = 0; d < D / 2; ++d) {
+        uint32_t pair = 0;
+        if (r < rows) std::memcpy(&pair, Q + r * ldq + 2 * d, sizeof pair);
+        std::memcpy(Qt + d * kDiagRows + r, &pair, sizeof pair);
+      }
+  } else {
+    for (int r = 0; r < kDiagRows; ++r)
+      for (int d = 0; d < D; ++d) Qt[d * kDiagRows + r] = r < rows ? Q[r * ldq + d] : 0.0f;
+  }
   // Pass 2: Sp over the prefix keys, St over the keys [lo, hi).
   const int64_t n = hi - lo;
-  diag_logits_keys<D>(Qt, KP, ldkp, np, Sp);
-  diag_logits_keys<D>(Qt, K + lo * ldk, ldk, n, St);
+  if constexpr (!BF16) diag_logits_keys<D>(Qt, KP, ldkp, np, Sp);
+  diag_logits_keys<D, BF16>(Qt, K + lo * ldk, ldk, n, St);
   // Pass 3: the lanes of key c are the rows whose range holds it.
   alignas(64) int32_t first[kDiagRows], last[kDiagRows];
   for (int r = 0; r < kDiagRows; ++r) {
@@ -157,14 +246,26 @@ void diagonal_rows(int rows, const float* Q, int64_t ldq, const float* K, int64_
   _mm512_storeu_ps(m, m_new);
   alignas(64) float corr_rows[kDiagRows];
   _mm512_store_ps(corr_rows, corr);
-  // Pass 4: each group of rows over the keys its rows use.
-  const float* Vlo = V + lo * ldv;
+  // Pass 4: each group of rows over the keys its rows use (BF16: P to bf16 pairs of keys first).
+  const DiagIn<BF16>* Vlo = V + lo * ldv;
+  const float* Pv = St;
+#if defined(__AVX512BF16__)
+  if constexpr (BF16) {
+    const __m512i interleave = bf16_interleave_order();
+    for (int64_t q = 0; q < (n + 1) / 2; ++q) {
+      const __m512 second = 2 * q + 1 < n ? _mm512_loadu_ps(St + (2 * q + 1) * kDiagRows) : _mm512_setzero_ps();
+      const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(second, _mm512_loadu_ps(St + 2 * q * kDiagRows));
+      _mm512_storeu_si512(pairs + q * kDiagRows, _mm512_permutexvar_epi16(interleave, both));
+    }
+    Pv = pairs;
+  }
+#endif
   for (int g0 = 0; g0 < rows; g0 += kDiagGroup) {
     const int G = std::min(kDiagGroup, rows - g0);
     const int64_t c0 = ranges[2 * g0] - lo, c1 = ranges[2 * (g0 + G - 1) + 1] - lo;
     switch (G) {
-#define AB_DIAG_GROUP(n) \
-  case n: diag_values<D, n>(Sp, VP, ldvp, np, St, g0, c0, c1, Vlo, ldv, O, ldo, corr_rows, accumulate); break;
+#define AB_DIAG_GROUP(g) \
+  case g: diag_values<D, g, BF16>(Sp, VP, ldvp, np, Pv, g0, c0, c1, Vlo, ldv, n, O, ldo, corr_rows, accumulate); break;
       AB_DIAG_GROUP(1) AB_DIAG_GROUP(2) AB_DIAG_GROUP(3) AB_DIAG_GROUP(4) AB_DIAG_GROUP(5) AB_DIAG_GROUP(6)
 #undef AB_DIAG_GROUP
     }
@@ -516,8 +617,18 @@ bool TiledSoftmax::diagonal_fits(int64_t D, int64_t keys, int64_t prefix, int64_
   return kDiagRows * (D + prefix + std::max<int64_t>(keys, 0)) <= area;
 }
 
+bool TiledSoftmax::diagonal_bf16_kernel(int64_t D) {
+#if defined(__AVX512BF16__)
+  return diagonal_kernel(D);
+#else
+  (void)D;
+  return false;
+#endif
+}
+
 bool TiledSoftmax::diagonal_block(int64_t r0, int64_t rows) const {
-  if (!s_.diagonal || s_.bf16_tiles || !s_.tight || !s_.keys || !diagonal_kernel(s_.D)) return false;
+  if (s_.bf16_tiles && (s_.prefix_keys > 0 || !diagonal_bf16_kernel(s_.D))) return false;
+  if (!s_.diagonal || !s_.tight || !s_.keys || !diagonal_kernel(s_.D)) return false;
   for (int64_t s0 = 0; s0 < rows; s0 += kDiagRows) {
     const int64_t last = std::min<int64_t>(s0 + kDiagRows, rows) - 1;
     const int64_t keys = keys_of(r0 + last).second - keys_of(r0 + s0).first;
@@ -828,13 +939,27 @@ void TiledSoftmax::forward(const LogitsSource& src, const TensorView& v, const T
         float* Os = O + s0 * ldo;
         const float* Qs = q.row(b, h, r0 + s0);
         switch (D) {
+#if defined(__AVX512BF16__)
+#define AB_DIAG_BF16(d)                                                                                          \
+  if (s_.bf16_tiles) {  /* the views hold bf16 pairs: strides in bf16 numbers */                               \
+    diagonal_rows<d, true>(n, reinterpret_cast<const uint16_t*>(Qs), 2 * q.strides.sn,                          \
+                           reinterpret_cast<const uint16_t*>(K0), 2 * k.strides.sn,                             \
+                           reinterpret_cast<const uint16_t*>(V), s_.ld_v, nullptr, 0, nullptr, 0, 0, rr, self0, \
+                           qk->scale(), Os, ldo, m16, l16, resume, S, l + kFwdRows);                            \
+    break;                                                                                                       \
+  }
+#else
+#define AB_DIAG_BF16(d)
+#endif
 #define AB_DIAG_D(d)                                                                                           \
   case d:                                                                                                      \
+    AB_DIAG_BF16(d)                                                                                            \
     diagonal_rows<d>(n, Qs, q.strides.sn, K0, k.strides.sn, V, s_.ld_v, KP, ldkp, VP, ldvp, np, rr, self0,   \
                      qk->scale(), Os, ldo, m16, l16, resume, S);                                               \
     break;
           AB_DIAG_D(16) AB_DIAG_D(32) AB_DIAG_D(64)
 #undef AB_DIAG_D
+#undef AB_DIAG_BF16
         }
         for (int r = 0; r < n; ++r) {
           m[s0 + r] = m16[r];
