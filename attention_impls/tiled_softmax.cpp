@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <set>
 #include <stdexcept>
 
@@ -533,6 +534,9 @@ MatmulSpec QKLogits::spec_kq(int64_t rows, int64_t cols) const {
 MatmulSpec QKLogits::spec_dq(int64_t rows, int64_t cols, int64_t ldS) const {
   return MatmulSpec::tile(rows, D_, cols, ldS, false, ld_k_, false, ld_q_, scale_, true);
 }
+MatmulSpec QKLogits::spec_dq_partial(int64_t rows, int64_t cols, int64_t ldS) const {
+  return MatmulSpec::tile(rows, D_, cols, ldS, false, ld_k_, false, D_, scale_, true);
+}
 MatmulSpec QKLogits::spec_dk(int64_t rows, int64_t cols, int64_t ldS) const {
   return MatmulSpec::tile(cols, D_, rows, ldS, true, ld_q_, false, ld_k_, scale_, true);
 }
@@ -548,6 +552,7 @@ void QKLogits::plan_tile(MatmulCache& mm, int64_t rows, int64_t cols, int64_t ld
     if (bf16_inputs_) throw std::logic_error("QKLogits: bf16 inputs have no backward pass");
     mm.add(spec_dq(rows, cols, ldS));
     mm.add(spec_dk(rows, cols, ldS));
+    if (key_split()) mm.add(spec_dq_partial(rows, cols, ldS));
   }
 }
 
@@ -566,6 +571,22 @@ void QKLogits::logits_backward(const MatmulCache& mm, int tid, int64_t b, int64_
                                int64_t rows, int64_t c0, int64_t cols, const float* dS, int64_t ldS) const {
   mm.run(tid, spec_dq(rows, cols, ldS), dS, k_.row(b, h, c0), dq_.row(b, h, r0));
   mm.run(tid, spec_dk(rows, cols, ldS), dS, q_.row(b, h, r0), dk_.row(b, h, c0));
+}
+
+void QKLogits::logits_backward_partial(const MatmulCache& mm, int tid, int64_t b, int64_t h, int64_t r0,
+                                       int64_t rows, int64_t c0, int64_t cols, const float* dS, int64_t ldS,
+                                       float* dq_rows) const {
+  mm.run(tid, spec_dq_partial(rows, cols, ldS), dS, k_.row(b, h, c0), dq_rows);
+  mm.run(tid, spec_dk(rows, cols, ldS), dS, q_.row(b, h, r0), dk_.row(b, h, c0));
+}
+
+void QKLogits::reduce_partial(int64_t b, int64_t h, const float* dq_part) const {
+  for (int64_t i = 0; i < dq_.shape.N; ++i) {
+    float* dq = dq_.row(b, h, i);
+    const float* part = dq_part + i * D_;
+#pragma omp simd
+    for (int64_t d = 0; d < D_; ++d) dq[d] += part[d];
+  }
 }
 
 void QKLogits::backward_begin(const MatmulCache&, int, int64_t b, int64_t h) const {
@@ -698,6 +719,10 @@ void TiledSoftmax::plan(Mode mode, const LogitsSource& src) {
   mode_ = mode;
   if (s_.bf16_tiles && mode != Mode::fwd) throw std::logic_error("TiledSoftmax: bf16 tiles have no backward pass");
   dense_planned_ = dense_source(src);  // dropout may be off at a later call (evaluation)
+  key_parts_ = 1;
+  const int64_t BH = s_.B * s_.H, key_tiles = (s_.Nk + s_.bwd_cols - 1) / s_.bwd_cols;
+  if (mode == Mode::fwdbwd && s_.split_keys && !s_.static_schedule && src.key_split())
+    key_parts_ = std::min<int64_t>(s_.threads / std::gcd<int64_t>(BH, s_.threads), std::max<int64_t>(key_tiles, 1));
   mm_.clear();
   src.plan_begin();
   if (s_.tight && (s_.causal || s_.keys)) {
@@ -793,7 +818,8 @@ size_t TiledSoftmax::working_bytes(Mode mode) const {
   const size_t T = static_cast<size_t>(s_.threads);
   size_t b = T * mm_.scratch_per_slot() + T * tile_floats(mode) * sizeof(float);
   const size_t rows = static_cast<size_t>(s_.B * s_.H * s_.Nq) * sizeof(float);
-  if (mode == Mode::fwdbwd) b += 2 * rows;
+  if (mode == Mode::fwdbwd) b += 2 * rows + dq_parts_floats() * sizeof(float);
+  if (mode == Mode::fwdbwd && key_parts_ > 1) b += static_cast<size_t>((s_.Nk + s_.bwd_cols - 1) / s_.bwd_cols) * sizeof(int64_t);
   else if (s_.keep_lse) b += rows;
   if (s_.keys) b += 2 * static_cast<size_t>(s_.Nq) * sizeof(int64_t);
   if (dense_planned_) b += static_cast<size_t>(s_.B * s_.H * dense_keys_floats()) * sizeof(float);
@@ -824,6 +850,27 @@ void TiledSoftmax::setup(Mode mode) {
   }
   if (mode == Mode::fwdbwd || s_.keep_lse) lse_ = Buffer<float>(static_cast<size_t>(s_.B * s_.H * s_.Nq));
   if (mode == Mode::fwdbwd) delta_ = Buffer<float>(static_cast<size_t>(s_.B * s_.H * s_.Nq));
+  if (mode == Mode::fwdbwd && key_parts_ > 1) {
+    dq_parts_ = Buffer<float>(dq_parts_floats());
+    // Each key tile to a part: the largest work (query rows times keys) first, each to the
+    // part with the least so far (a causal pair's first tiles have the most rows: contiguous
+    // halves would give one thread three quarters of the work).
+    const int64_t tiles = (s_.Nk + s_.bwd_cols - 1) / s_.bwd_cols;
+    std::vector<std::pair<int64_t, int64_t>> by_work;  // (-work, tile)
+    for (int64_t t = 0; t < tiles; ++t) {
+      const int64_t c0 = t * s_.bwd_cols, c1 = std::min(s_.Nk, c0 + s_.bwd_cols);
+      const auto [qf, qe] = queries_using(c0, c1);
+      by_work.push_back({-(qe - qf) * (c1 - c0), t});
+    }
+    std::sort(by_work.begin(), by_work.end());
+    std::vector<int64_t> load(static_cast<size_t>(key_parts_), 0);
+    key_part_of_tile_ = Buffer<int64_t>(static_cast<size_t>(tiles));
+    for (const auto& [neg_work, t] : by_work) {
+      const auto least = std::min_element(load.begin(), load.end()) - load.begin();
+      key_part_of_tile_[static_cast<size_t>(t)] = least;
+      load[static_cast<size_t>(least)] -= neg_work;
+    }
+  }
 }
 
 // Forward, per (batch, head, query block) work item:
@@ -1051,6 +1098,10 @@ void TiledSoftmax::forward(const LogitsSource& src, const TensorView& v, const T
 //   pass 2  dV_j += P^T dO_i;  dP = dO_i V_j^T                    (matmuls)
 //   pass 3  dS = P * (dP - delta_i)                               (elementwise)
 //   pass 4  the source takes dS to its inputs (flash: dQ_i += s dS K_j, dK_j += s dS^T Q_i)
+// With key_parts() > 1 (B H does not divide over the threads), each (b, h)'s key tiles are dealt
+// into parts of about equal work (query rows times keys: causal tiles near the end have fewer
+// rows), run as separate items: their dK, dV rows are disjoint, and each part past the first
+// adds its dQ into a partial buffer, summed into dQ afterwards in part order.
 void TiledSoftmax::backward(const LogitsSource& src, const TensorView& v, const TensorView& o,
                             const TensorView& dout, const TensorView& dv, bool accumulate,
                             const LseView* external_lse) {
@@ -1059,8 +1110,20 @@ void TiledSoftmax::backward(const LogitsSource& src, const TensorView& v, const 
   const bool ranged = s_.causal || s_.keys;
   const bool tight = s_.tight && ranged;
   const size_t per_thread = tile_floats(Mode::fwdbwd);
-  auto backward_pair = [&](int64_t bh) {
-    const int tid = omp_get_thread_num();
+  const int64_t parts = key_parts_;
+  if (parts > 1 && !src.key_split()) throw std::logic_error("TiledSoftmax::backward: planned with a source that splits keys");
+  // Pass 0 of (b, h): delta, and dV (unless accumulating) and the source's gradients zeroed.
+  auto begin_pair = [&](int tid, int64_t bh) {
+    const int64_t b = bh / s_.H, h = bh % s_.H;
+    float* delta = delta_.data() + bh * Nq;
+    for (int64_t i = 0; i < Nq; ++i) delta[i] = dot(dout.row(b, h, i), o.row(b, h, i), D);
+    if (!accumulate)
+      for (int64_t j = 0; j < Nk; ++j) fill(dv.row(b, h, j), D, 0.0f);
+    src.backward_begin(mm_, tid, b, h);
+  };
+  // Passes 1-4 of (b, h) over its key tiles (all, or those of one part); dQ into dq_part when
+  // given (a later part of a split pair), else through the source.
+  auto backward_keys = [&](int tid, int64_t bh, int64_t part, float* dq_part) {
     const int64_t b = bh / s_.H, h = bh % s_.H;
     float* P = tiles_.data() + static_cast<size_t>(tid) * per_thread;
     float* dS = P + kBwdRows * kBwdCols;
@@ -1070,12 +1133,9 @@ void TiledSoftmax::backward(const LogitsSource& src, const TensorView& v, const 
                                                i * external_lse->row_stride]
                           : lse_own[i];
     };
-    float* delta = delta_.data() + bh * Nq;
-    for (int64_t i = 0; i < Nq; ++i) delta[i] = dot(dout.row(b, h, i), o.row(b, h, i), D);
-    if (!accumulate)
-      for (int64_t j = 0; j < Nk; ++j) fill(dv.row(b, h, j), D, 0.0f);
-    src.backward_begin(mm_, tid, b, h);
+    const float* delta = delta_.data() + bh * Nq;
     for (int64_t c0 = 0; c0 < Nk; c0 += kBwdCols) {
+      if (part >= 0 && key_part_of_tile_[static_cast<size_t>(c0 / kBwdCols)] != part) continue;
       const int64_t cols = std::min(kBwdCols, Nk - c0);
       const float* Vj = v.row(b, h, c0);
       float* dVj = dv.row(b, h, c0);
@@ -1123,17 +1183,44 @@ void TiledSoftmax::backward(const LogitsSource& src, const TensorView& v, const 
           }
           mm_.run(tid, spec_dv(rows, cols), P, dOi, dVj);
         }
-        src.logits_backward(mm_, tid, b, h, r0, rows, c0, cols, dS, kBwdCols);
+        if (dq_part) src.logits_backward_partial(mm_, tid, b, h, r0, rows, c0, cols, dS, kBwdCols, dq_part + r0 * D);
+        else src.logits_backward(mm_, tid, b, h, r0, rows, c0, cols, dS, kBwdCols);
       }
     }
-    src.backward_end(mm_, tid, b, h);
   };
-  if (s_.static_schedule) {
+  if (parts == 1) {  // whole (b, h) pairs
+    auto backward_pair = [&](int64_t bh) {
+      const int tid = omp_get_thread_num();
+      begin_pair(tid, bh);
+      backward_keys(tid, bh, -1, nullptr);
+      src.backward_end(mm_, tid, bh / s_.H, bh % s_.H);
+    };
+    if (s_.static_schedule) {
 #pragma omp parallel for schedule(static, 1)
-    for (int64_t bh = 0; bh < BH; ++bh) backward_pair(bh);
-  } else {
+      for (int64_t bh = 0; bh < BH; ++bh) backward_pair(bh);
+    } else {
 #pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t bh = 0; bh < BH; ++bh) backward_pair(bh);
+      for (int64_t bh = 0; bh < BH; ++bh) backward_pair(bh);
+    }
+    return;
+  }
+  // Split pairs: pass 0 per pair, then (pair, part) items, part p taking the key tiles t with
+  // key_part_of_tile_[t] = p; part 0 writes dQ through the source, each later part into
+  // its own partial dQ, added in part order at the end (the same sums at every run).
+#pragma omp parallel for schedule(static)
+  for (int64_t bh = 0; bh < BH; ++bh) begin_pair(omp_get_thread_num(), bh);
+#pragma omp parallel for schedule(static)
+  for (int64_t it = 0; it < BH * parts; ++it) {
+    const int64_t bh = it / parts, part = it % parts;
+    float* dq_part = part == 0 ? nullptr : dq_parts_.data() + ((bh * (parts - 1) + part - 1) * Nq) * D;
+    if (dq_part) fill(dq_part, Nq * D, 0.0f);
+    backward_keys(omp_get_thread_num(), bh, part, dq_part);
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t bh = 0; bh < BH; ++bh) {
+    for (int64_t part = 1; part < parts; ++part)
+      src.reduce_partial(bh / s_.H, bh % s_.H, dq_parts_.data() + ((bh * (parts - 1) + part - 1) * Nq) * D);
+    src.backward_end(mm_, omp_get_thread_num(), bh / s_.H, bh % s_.H);
   }
 }
 

@@ -37,6 +37,15 @@ class LogitsSource {
   // Around the backward pass of one (b, h), on the thread that runs it.
   virtual void backward_begin(const MatmulCache&, int, int64_t, int64_t) const {}
   virtual void backward_end(const MatmulCache&, int, int64_t, int64_t) const {}
+  // Whether one (b, h)'s key tiles may be split over threads in the backward pass: the source
+  // writes only its keys' gradient rows per key tile, and the queries' gradient of a tile can
+  // go to a partial buffer (logits_backward_partial) that reduce_partial adds in afterwards.
+  virtual bool key_split() const { return false; }
+  // logits_backward with the queries' gradient added into dq_rows (rows x D, contiguous).
+  virtual void logits_backward_partial(const MatmulCache&, int, int64_t, int64_t, int64_t, int64_t, int64_t,
+                                       int64_t, const float*, int64_t, float*) const {}
+  // Adds a partial queries' gradient (Nq x D, contiguous) of (b, h) into the bound gradient.
+  virtual void reduce_partial(int64_t, int64_t, const float*) const {}
 };
 
 // logits = s Q K^T; backward dQ += s dS K, dK += s dS^T Q. The views are bound per call.
@@ -77,6 +86,10 @@ class QKLogits final : public LogitsSource {
                        int64_t c0, int64_t cols, const float* dS, int64_t ldS) const override;
   // Zeroes the (b, h) rows of dQ and dK before they accumulate.
   void backward_begin(const MatmulCache& mm, int tid, int64_t b, int64_t h) const override;
+  bool key_split() const override { return !keys_major_ && !bf16_inputs_; }
+  void logits_backward_partial(const MatmulCache& mm, int tid, int64_t b, int64_t h, int64_t r0, int64_t rows,
+                               int64_t c0, int64_t cols, const float* dS, int64_t ldS, float* dq_rows) const override;
+  void reduce_partial(int64_t b, int64_t h, const float* dq_part) const override;
   // keys_major: the transposed tiles of `threads` threads, sized by the last plan's tiles.
   size_t working_bytes(int threads) const { return static_cast<size_t>(threads) * scratch_floats_ * sizeof(float); }
   void setup(int threads) { scratch_ = Buffer<float>(static_cast<size_t>(threads) * scratch_floats_); }
@@ -85,6 +98,7 @@ class QKLogits final : public LogitsSource {
   MatmulSpec spec_qk(int64_t rows, int64_t cols, int64_t ldS) const;
   MatmulSpec spec_kq(int64_t rows, int64_t cols) const;
   MatmulSpec spec_dq(int64_t rows, int64_t cols, int64_t ldS) const;
+  MatmulSpec spec_dq_partial(int64_t rows, int64_t cols, int64_t ldS) const;  // into rows of D floats
   MatmulSpec spec_dk(int64_t rows, int64_t cols, int64_t ldS) const;
   int64_t D_ = 0, ld_q_ = 0, ld_k_ = 0;
   float scale_ = 1.0f;
@@ -149,6 +163,10 @@ struct TiledSoftmaxShape {
   // forward pass takes the heads of one block of rows together, so the rows they share in
   // memory are read while they are in cache.
   bool heads_inner = false;
+  // Backward: when B H does not divide evenly over the threads, split each (b, h)'s key tiles
+  // into parts (key_parts()) if the source allows it (LogitsSource::key_split): FlashAttention-2
+  // over key blocks, each part with its own dQ, added up at the end in a fixed order.
+  bool split_keys = true;
   // The backward pass hands (b, h) pairs to threads in a fixed order (pair bh to thread
   // bh mod threads, in increasing bh) instead of on demand: a source that sums its parameters'
   // gradients per thread (synthesizer) then sums in the same order at every run.
@@ -241,6 +259,9 @@ class TiledSoftmax {
   // (b, h). pairs() over this is the fraction of the logits products that is not wasted.
   double scored_pairs() const;
   const TiledSoftmaxShape& shape() const { return s_; }
+  // Parts of one (b, h)'s key tiles in the backward pass as planned: 1 (whole pairs), or
+  // threads / gcd(B H, threads) (at most the key tiles) so that the parts divide evenly.
+  int64_t key_parts() const { return key_parts_; }
 
  private:
   // Floats of the forward score tile, or of the dense kernel's key tile and strip if larger.
@@ -248,6 +269,7 @@ class TiledSoftmax {
   // The dense kernel's transposed keys of one (b, h): every key tile, D x (fwd_cols padded to 16).
   int64_t dense_keys_floats() const;
   size_t tile_floats(Mode mode) const;
+  size_t dq_parts_floats() const { return static_cast<size_t>((key_parts_ - 1) * s_.B * s_.H * s_.Nq * s_.D); }
   // Whether forward() scores the block of rows [r0, r0 + rows) with the diagonal kernel (see
   // TiledSoftmaxShape::diagonal): an AVX-512 build, a band, D of 16, 32 or 64, and each 16 rows'
   // transposed queries and logits fit in the score tile. (The source must also be s Q K^T.)
@@ -262,7 +284,10 @@ class TiledSoftmax {
   MatmulCache mm_;
   Buffer<std::byte> scratch_;
   Buffer<float> tiles_, lse_, delta_;
-  bool dense_planned_ = false;  // plan() saw a source the dense kernel takes: setup() allocates keys_t_
+  bool dense_planned_ = false;
+  int64_t key_parts_ = 1;       // backward: see key_parts(); parts past the first need dq_parts_
+  Buffer<float> dq_parts_;      // (key_parts - 1) partial dQ (Nq x D) per (b, h)
+  Buffer<int64_t> key_part_of_tile_;  // backward, split pairs: the part of each key tile  // plan() saw a source the dense kernel takes: setup() allocates keys_t_
   Buffer<float> keys_t_;        // the dense kernel's transposed keys, every (b, h)
   Buffer<float> q_b_, v_b_;     // bf16: the queries and values in pairs (dense_pack_bf16)
   Buffer<int64_t> ranges_;  // (lo, hi) per query row, filled by setup when there is a pattern

@@ -31,9 +31,9 @@ def load(path):
 
 
 def short(name):
-    """The mechanism and the fields an A/B usually varies (a file may hold several mechanisms)."""
+    """The mechanism and the fields an A/B usually varies (a file may hold several mechanisms and shapes)."""
     parts = name.split("/")
-    kept = [x for x in parts[1:] if x.split(":")[0] in ("mode", "N", "causal", "dtype", "threads")]
+    kept = [x for x in parts[1:] if x.split(":")[0] in ("mode", "B", "H", "N", "causal", "dtype", "threads")]
     return " ".join([parts[0].removeprefix("attn:")] + kept)
 
 

@@ -16,8 +16,8 @@ targets=(
   "attention|15 min|every mechanism, fwd and fwd+bwd, N = 256..8192, one thread, and at N = 4096 on two threads"
   "sparse|2 min|the fixed sparse patterns against flash at N = 4096 and 16384"
   "lowrank|2 min|Linformer at 16384, memory-compressed at 8192, Synthesizer's random and factorized variants"
-  "exact-kernels|6 min|flash and vanilla against the GEMM rate of the same run: forward, N = 512..8192, non-causal and causal, one thread, 3 rounds; flash on one and two threads, fwd and fwd+bwd, N = 1024..4096"
-  "bf16|10 min|flash, vanilla, linformer and memory_compressed forward in f32 and bf16 (needs AVX512-BF16), N = 512..8192, one thread, 3 rounds, with the error against f32 flash and against each mechanism in f32; the text model's inference step (N = 1024) with each in f32 and bf16"
+  "exact-kernels|8 min|flash and vanilla against the GEMM rate of the same run: forward, N = 512..8192, non-causal and causal, one thread, 3 rounds; flash on one and two threads, fwd and fwd+bwd, N = 1024..4096, with 8 heads and with one (its backward's key tiles split over the threads)"
+  "bf16|15 min|flash, vanilla, linformer and memory_compressed forward in f32 and bf16 (needs AVX512-BF16), N = 512..8192, one thread, 3 rounds, with the error against f32 flash and against each mechanism in f32; the six block-sparse patterns the same way, N = 1024..8192; the text model's inference step (N = 1024) with flash, vanilla, linformer and memory_compressed in f32 and bf16"
   "kernel|1 min|linear and Performer at N = 16384, non-causal and causal"
   "routing|2 min|Sinkhorn and Reformer (fwd, fwd+bwd) at N = 4096 and 16384"
   "decode|2 min|decoding one token after N = 1024..65536 of context (the RNN view of linear attention)"
@@ -88,9 +88,11 @@ run_target() {
     exact-kernels)
       bench exact_fwd --attn flash,vanilla --seq 512:8192:x2 --mode fwd --threads 1 --rounds 3
       bench exact_fwd_causal --attn flash,vanilla --seq 512:8192:x2 --mode fwd --threads 1 --rounds 3 --causal
-      bench flash_threads --attn flash --seq 1024,2048,4096 --mode fwd,fwdbwd --threads 1,2 --rounds 2 ;;
+      bench flash_threads --attn flash --seq 1024,2048,4096 --mode fwd,fwdbwd --threads 1,2 --rounds 2
+      bench flash_threads_one_head --attn flash --heads 1 --seq 1024,2048,4096 --mode fwd,fwdbwd --threads 1,2 --rounds 2 ;;
     bf16)
       bench bf16_1thread --attn flash,vanilla,linformer,memory_compressed --dtype f32,bf16 --seq 512:8192:x2 --mode fwd --threads 1 --rounds 3 --error
+      bench bf16_sparse_1thread --attn local,sliding,dilated,strided,longformer,bigbird --dtype f32,bf16 --seq 1024:8192:x2 --mode fwd --threads 1 --rounds 3 --error
       bench bf16_model_text --level model --task text --attn flash,vanilla,linformer,memory_compressed --dtype f32,bf16 --seq 1024 --mode fwd --threads 1 --reps 3 --rounds 2 ;;
     kernel)
       bench kernel_16384 --attn linear,performer --seq 16384 --mode fwd,fwdbwd --threads 1

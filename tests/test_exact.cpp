@@ -79,6 +79,38 @@ TEST(Exact, TwoThreadsRepeatBitForBitAndEqualOneThread) {
     }
 }
 
+// One (b, h) on two threads: the backward cuts its key tiles into two parts of about equal work
+// (see TiledSoftmax::key_parts), each with its own dK, dV rows, dQ summed from a partial buffer:
+// against the reference, causal and not, with a ragged last tile; bit for bit from run to run;
+// within float rounding of one thread; memory as declared (the partial dQ included).
+TEST(Exact, BackwardSplitsOneHeadsKeysOverTwoThreads) {
+  for (bool causal : {false, true})
+    for (int64_t N : {300, 1100}) {
+      const Shape4 s{1, 1, N, 64};
+      auto two = run_mechanism("flash", s, causal, Mode::fwdbwd, {}, 9, 2);
+      auto again = run_mechanism("flash", s, causal, Mode::fwdbwd, {}, 9, 2);
+      auto one = run_mechanism("flash", s, causal, Mode::fwdbwd, {}, 9, 1);
+      const AttnArgs a = two.data->args();
+      const auto g = ref::backward(a.q, a.k, a.v, a.dout, ref::dense_mask(causal));
+      EXPECT_LT(ref::rel_err(a.dq.data, g.dq), 1e-4) << "dq N=" << N << " causal=" << causal;
+      EXPECT_LT(ref::rel_err(a.dk.data, g.dk), 1e-4) << "dk N=" << N << " causal=" << causal;
+      EXPECT_LT(ref::rel_err(a.dv.data, g.dv), 1e-4) << "dv N=" << N << " causal=" << causal;
+      EXPECT_EQ(two.tracked_peak, two.declared) << "N=" << N;
+      const auto n = static_cast<size_t>(s.numel());
+      for (auto [what, x, y, z] : {std::tuple{"dq", &two.data->dq, &again.data->dq, &one.data->dq},
+                                   std::tuple{"dk", &two.data->dk, &again.data->dk, &one.data->dk},
+                                   std::tuple{"dv", &two.data->dv, &again.data->dv, &one.data->dv}}) {
+        EXPECT_EQ(0, std::memcmp(x->data(), y->data(), sizeof(float) * n)) << what << " N=" << N << " causal=" << causal;
+        double worst = 0, scale = 0;
+        for (size_t i = 0; i < n; ++i) {
+          worst = std::max(worst, double(std::abs(x->data()[i] - z->data()[i])));
+          scale = std::max(scale, double(std::abs(z->data()[i])));
+        }
+        EXPECT_LT(worst, 1e-5 * scale) << what << " N=" << N << " causal=" << causal << ": two threads against one";
+      }
+    }
+}
+
 // The double reference's own gradient against central differences of its loss: the oracle is
 // itself checked.
 TEST(Reference, GradientMatchesFiniteDifferences) {

@@ -127,6 +127,27 @@ std::vector<SparseCase> sparse_cases() {
 }
 INSTANTIATE_TEST_SUITE_P(Patterns, SparseVsMaskedVanilla, ::testing::ValuesIn(sparse_cases()));
 
+// One (b, h) on two threads: each segment's backward splits its key tiles over the threads
+// (TiledSoftmax::key_parts), dQ summed from partial buffers, for every pattern of the list.
+TEST(SparseVsMaskedVanillaOneHead, BackwardSplitOverTwoThreads) {
+  for (const SparseCase& c : sparse_cases()) {
+    if (c.N != 130) continue;
+    const Shape4 s{1, 1, c.N, 16};
+    auto r = run_mechanism(c.mech, s, c.causal, Mode::fwdbwd, c.params, 17, 2);
+    const AttnArgs a = r.data->args();
+    const auto mask = pattern_mask(c.mech, c.params, c.N, c.causal);
+    std::ostringstream what;
+    PrintTo(c, &what);
+    EXPECT_LT(ref::rel_err(a.o.data, ref::forward(a.q, a.k, a.v, mask)), 2e-5) << what.str();
+    const auto g = ref::backward(a.q, a.k, a.v, a.dout, mask);
+    const double scale = std::max(1e-2, ref::max_abs(g.dv));
+    EXPECT_LT(ref::rel_err(a.dq.data, g.dq, scale), 1e-4) << "dq " << what.str();
+    EXPECT_LT(ref::rel_err(a.dk.data, g.dk, scale), 1e-4) << "dk " << what.str();
+    EXPECT_LT(ref::rel_err(a.dv.data, g.dv), 1e-4) << "dv " << what.str();
+    EXPECT_EQ(r.tracked_peak, r.declared) << what.str();
+  }
+}
+
 // ---- bf16 (a CPU with AVX512-BF16): the same patterns, forward ----
 // Q, K, V rounded once per call and every segment's products in bf16 with float accumulation:
 // within what 8 bits of mantissa cost of the float64 reference under the pattern's mask, but
@@ -276,6 +297,30 @@ TEST(TiledSoftmaxEngine, ResumesFromAnEarlierKeySet) {
           if (admissible(i, j)) sum += std::exp(logit[static_cast<size_t>(j)] - m);
         EXPECT_NEAR(lse[static_cast<size_t>(h * N + i)], m + std::log(sum), 1e-5) << "h " << h << " row " << i;
       }
+  }
+}
+
+// The backward pass splits each (b, h)'s key tiles into parts when B H does not divide over the
+// threads, so that every thread has work: threads / gcd(B H, threads) parts, at most one per key
+// tile; never with one thread, a fixed schedule, or a source that cannot write a partial dQ.
+TEST(TiledSoftmaxEngine, SplitsKeyTilesWhenPairsDoNotDivideOverThreads) {
+  struct C {
+    int64_t H, N;
+    int threads;
+    bool static_schedule, keys_major;
+    int64_t parts;
+  };
+  for (C c : {C{1, 1000, 2, false, false, 2}, C{2, 1000, 2, false, false, 1}, C{3, 1000, 2, false, false, 2},
+              C{3, 1000, 4, false, false, 4}, C{2, 1000, 4, false, false, 2}, C{1, 1000, 1, false, false, 1},
+              C{1, 100, 2, false, false, 1}, C{1, 1000, 2, true, false, 1}, C{1, 1000, 2, false, true, 1}}) {
+    TiledSoftmaxShape sh = TiledSoftmaxShape::dense(1, c.H, c.N, c.N, 16, false, 16, 16, c.threads);
+    sh.static_schedule = c.static_schedule;
+    QKLogits qk(16, 16, 16, 0.25f, c.keys_major);
+    TiledSoftmax engine(sh);
+    engine.plan(Mode::fwdbwd, qk);
+    EXPECT_EQ(engine.key_parts(), c.parts) << "H=" << c.H << " N=" << c.N << " threads=" << c.threads;
+    engine.plan(Mode::fwd, qk);
+    EXPECT_EQ(engine.key_parts(), 1) << "forward";
   }
 }
 
