@@ -14,11 +14,11 @@
 //   backward pass, S = s Q_i K_j^T and O_i += P V_j are oneDNN matmul primitives on tile shapes
 //   (created once per shape) with one vectorised softmax pass per row between them. Causal
 //   skips tiles above the diagonal.
-//   Backward recomputes P tile by tile from the saved log-sum-exp. Decode: the new token against
-//   a key-value cache, tile by tile with the same online softmax.
-// Leaves out: splitting one head's key range across threads in the backward pass (threads take
-//   whole heads there, so B*H below the thread count leaves threads idle), a fused backward
-//   kernel (the backward is still oneDNN tiles), a bf16 backward pass.
+//   Backward recomputes P tile by tile from the saved log-sum-exp; threads take whole heads, or,
+//   when B*H does not divide over them, parts of each head's key tiles with a partial dQ each
+//   (TiledSoftmax::key_parts). Decode: the new token against a key-value cache, tile by tile
+//   with the same online softmax.
+// Leaves out: a fused backward kernel (the backward is still oneDNN tiles), a bf16 backward pass.
 // bf16 (--dtype bf16, AVX512-BF16): the dense kernel with Q, K, V rounded to bf16 once per call,
 //   both products by vdpbf16ps (two bf16 products added into each float lane), the softmax and
 //   its statistics in float, the probabilities rounded to bf16 for their product with V.

@@ -34,8 +34,8 @@ class Longformer final : public SparseAttention {
       bool fused = g > 0;
       for (int64_t r = 0; r < std::min(d, N - g); ++r) {  // the window over non-global keys
         Segment w = band(rows(g + r, (N - g - r + d - 1) / d, d), window_, window_, false);
-        // With attention dropout or in bf16, no diagonal kernel, so no global keys inside the bands.
-        fused = fused && prefix_keys_allowed() && fuse_prefix_keys(w, g, p_.shape.D);
+        // With attention dropout, no diagonal kernel, so no global keys inside the bands.
+        fused = fused && !p_.attn_dropout && fuse_prefix_keys(w, g, p_.shape.D);
         s.push_back(std::move(w));
       }
       if (!fused)  // some band cannot hold the global keys: none does

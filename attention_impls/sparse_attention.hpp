@@ -11,8 +11,7 @@
 // bf16 (--dtype bf16, forward): Q, K and V rounded to bf16 once per call into copies that every
 // segment reads (bf16 numbers two to a float, rows padded to an even D), each segment's engine
 // in bf16 tiles (TiledSoftmaxShape::bf16_tiles): bf16 products, the softmax in float. The
-// diagonal kernel runs in its bf16 variant, which has no prefix keys: Longformer's global keys
-// keep their own segment.
+// diagonal kernel runs in its bf16 variant, Longformer's global keys inside it as in float32.
 //
 // Rows are selected by views, never copied, except for scattered key sets (BigBird's random
 // blocks, the fixed pattern's summary columns), which are gathered into a buffer per call.
@@ -87,9 +86,6 @@ class SparseAttention : public Attention {
   virtual std::vector<Segment> make_segments(Rng* rng) const = 0;
   // Tracked bytes the derived mechanism allocates in make_segments(rng) besides gather indices.
   virtual size_t pattern_bytes() const { return 0; }
-  // Whether a band's diagonal kernel may score prefix keys (fuse_prefix_keys): not with
-  // attention dropout (no diagonal kernel then), not in bf16 (its bf16 variant has none).
-  bool prefix_keys_allowed() const { return !p_.attn_dropout && p_.dtype != Dtype::bf16; }
   // Causal decode against a cache of the pattern's window (capability `decode`): the most keys
   // a query may use (the cache is a ring of that many tokens), and the keys of position pos.
   virtual int64_t window_capacity() const { return 0; }

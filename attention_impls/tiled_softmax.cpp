@@ -40,8 +40,8 @@ constexpr int kDiagKeys = 24, kDiagGroup = 6;
 // BF16 (TiledSoftmaxShape::bf16_tiles, a build for AVX512-BF16): Q, K, V are bf16 rows (strides
 // in bf16 numbers); Qt holds pairs along D (D/2 x 16, one 32-bit pair per lane), pass 2 adds two
 // products per lane with vdpbf16ps, pass 3 is unchanged (float), and pass 4 rounds P to bf16 in
-// pairs of consecutive keys and multiplies it by V's rows interleaved in the same pairs. No
-// prefix keys.
+// pairs of consecutive keys (the prefix keys' and the band's apart) and multiplies it by V's
+// rows interleaved in the same pairs.
 template <bool BF16>
 using DiagIn = std::conditional_t<BF16, uint16_t, float>;
 
@@ -145,9 +145,9 @@ inline void diag_accumulate_bf16(__m512 (&acc)[G][D / 16], const float* Pp, int 
 
 // O rows g0 .. g0 + G of the block: O = O * corr (when `accumulate`) + sum over the prefix keys
 // [0, np) (probabilities Pp, values VP) and the band's keys [c0, c1) (Pt, V) of P[c][row] V[c].
-// BF16: the band's keys only, P in pairs (Pt: see diag_accumulate_bf16), V bf16; n its rows.
+// BF16: P in pairs (Pp, Pt: see diag_accumulate_bf16), VP and V bf16; n the band's rows.
 template <int D, int G, bool BF16 = false>
-inline void diag_values(const float* Pp, const float* VP, int64_t ldvp, int64_t np, const float* Pt, int g0,
+inline void diag_values(const float* Pp, const DiagIn<BF16>* VP, int64_t ldvp, int64_t np, const float* Pt, int g0,
                         int64_t c0, int64_t c1, const DiagIn<BF16>* V, int64_t ldv, int64_t n, float* O, int64_t ldo,
                         const float* corr, bool accumulate) {
   constexpr int NV = D / 16;
@@ -156,9 +156,10 @@ inline void diag_values(const float* Pp, const float* VP, int64_t ldvp, int64_t 
     for (int j = 0; j < NV; ++j) acc[g][j] = _mm512_setzero_ps();
 #if defined(__AVX512BF16__)
   if constexpr (BF16) {
-    (void)Pp, (void)VP, (void)ldvp, (void)np;
+    const __m512i interleave = bf16_interleave_two();
+    if (np > 0) diag_accumulate_bf16<D, G>(acc, Pp, g0, 0, (np + 1) / 2, VP, ldvp, np, interleave);
     // Pairs from an even key: a pair's other key is outside every row of the group (0 there).
-    diag_accumulate_bf16<D, G>(acc, Pt, g0, c0 / 2, (c1 + 1) / 2, V, ldv, n, bf16_interleave_two());
+    diag_accumulate_bf16<D, G>(acc, Pt, g0, c0 / 2, (c1 + 1) / 2, V, ldv, n, interleave);
   } else
 #endif
   {
@@ -181,11 +182,11 @@ inline void diag_values(const float* Pp, const float* VP, int64_t ldvp, int64_t 
 // also uses the np prefix keys KP, VP (Longformer's global keys; np = 0: none). self0: the key
 // index of row 0 when a row may not use its own key (exclude_self), else -1. m, l: the online
 // softmax's running max and sum per row, O its output so far when `accumulate`. work: 16 (D +
-// np + keys of the block) floats. BF16 (see above): Q, K, V bf16, np = 0, and pairs: 16 (keys + 1)
-// / 2 floats for P's pairs.
+// np + keys of the block) floats. BF16 (see above): Q, K, V, KP, VP bf16, and pairs: 16 ((np + 1)
+// / 2 + (keys + 1) / 2) floats for P's pairs.
 template <int D, bool BF16 = false>
 void diagonal_rows(int rows, const DiagIn<BF16>* Q, int64_t ldq, const DiagIn<BF16>* K, int64_t ldk,
-                   const DiagIn<BF16>* V, int64_t ldv, const float* KP, int64_t ldkp, const float* VP, int64_t ldvp,
+                   const DiagIn<BF16>* V, int64_t ldv, const DiagIn<BF16>* KP, int64_t ldkp, const DiagIn<BF16>* VP, int64_t ldvp,
                    int64_t np, const int64_t* ranges, int64_t self0, float scale, float* O, int64_t ldo, float* m,
                    float* l, bool accumulate, float* work, float* pairs = nullptr) {
   const int64_t lo = ranges[0], hi = ranges[2 * (rows - 1) + 1];
@@ -206,7 +207,7 @@ void diagonal_rows(int rows, const DiagIn<BF16>* Q, int64_t ldq, const DiagIn<BF
   }
   // Pass 2: Sp over the prefix keys, St over the keys [lo, hi).
   const int64_t n = hi - lo;
-  if constexpr (!BF16) diag_logits_keys<D>(Qt, KP, ldkp, np, Sp);
+  diag_logits_keys<D, BF16>(Qt, KP, ldkp, np, Sp);
   diag_logits_keys<D, BF16>(Qt, K + lo * ldk, ldk, n, St);
   // Pass 3: the lanes of key c are the rows whose range holds it.
   alignas(64) int32_t first[kDiagRows], last[kDiagRows];
@@ -250,15 +251,23 @@ void diagonal_rows(int rows, const DiagIn<BF16>* Q, int64_t ldq, const DiagIn<BF
   // Pass 4: each group of rows over the keys its rows use (BF16: P to bf16 pairs of keys first).
   const DiagIn<BF16>* Vlo = V + lo * ldv;
   const float* Pv = St;
+  const float* Ppv = Sp;
 #if defined(__AVX512BF16__)
   if constexpr (BF16) {
+    // P's pairs of keys: rows (16 lanes) 2q and 2q + 1 of X (x keys) to pair q of out.
     const __m512i interleave = bf16_interleave_order();
-    for (int64_t q = 0; q < (n + 1) / 2; ++q) {
-      const __m512 second = 2 * q + 1 < n ? _mm512_loadu_ps(St + (2 * q + 1) * kDiagRows) : _mm512_setzero_ps();
-      const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(second, _mm512_loadu_ps(St + 2 * q * kDiagRows));
-      _mm512_storeu_si512(pairs + q * kDiagRows, _mm512_permutexvar_epi16(interleave, both));
-    }
-    Pv = pairs;
+    auto to_pairs = [&](const float* X, int64_t x, float* out) {
+      for (int64_t q = 0; q < (x + 1) / 2; ++q) {
+        const __m512 second = 2 * q + 1 < x ? _mm512_loadu_ps(X + (2 * q + 1) * kDiagRows) : _mm512_setzero_ps();
+        const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(second, _mm512_loadu_ps(X + 2 * q * kDiagRows));
+        _mm512_storeu_si512(out + q * kDiagRows, _mm512_permutexvar_epi16(interleave, both));
+      }
+    };
+    float* band_pairs = pairs + (np + 1) / 2 * kDiagRows;
+    to_pairs(Sp, np, pairs);
+    to_pairs(St, n, band_pairs);
+    Ppv = pairs;
+    Pv = band_pairs;
   }
 #endif
   for (int g0 = 0; g0 < rows; g0 += kDiagGroup) {
@@ -266,7 +275,7 @@ void diagonal_rows(int rows, const DiagIn<BF16>* Q, int64_t ldq, const DiagIn<BF
     const int64_t c0 = ranges[2 * g0] - lo, c1 = ranges[2 * (g0 + G - 1) + 1] - lo;
     switch (G) {
 #define AB_DIAG_GROUP(g) \
-  case g: diag_values<D, g, BF16>(Sp, VP, ldvp, np, Pv, g0, c0, c1, Vlo, ldv, n, O, ldo, corr_rows, accumulate); break;
+  case g: diag_values<D, g, BF16>(Ppv, VP, ldvp, np, Pv, g0, c0, c1, Vlo, ldv, n, O, ldo, corr_rows, accumulate); break;
       AB_DIAG_GROUP(1) AB_DIAG_GROUP(2) AB_DIAG_GROUP(3) AB_DIAG_GROUP(4) AB_DIAG_GROUP(5) AB_DIAG_GROUP(6)
 #undef AB_DIAG_GROUP
     }
@@ -648,7 +657,7 @@ bool TiledSoftmax::diagonal_bf16_kernel(int64_t D) {
 }
 
 bool TiledSoftmax::diagonal_block(int64_t r0, int64_t rows) const {
-  if (s_.bf16_tiles && (s_.prefix_keys > 0 || !diagonal_bf16_kernel(s_.D))) return false;
+  if (s_.bf16_tiles && !diagonal_bf16_kernel(s_.D)) return false;
   if (!s_.diagonal || !s_.tight || !s_.keys || !diagonal_kernel(s_.D)) return false;
   for (int64_t s0 = 0; s0 < rows; s0 += kDiagRows) {
     const int64_t last = std::min<int64_t>(s0 + kDiagRows, rows) - 1;
@@ -991,7 +1000,8 @@ void TiledSoftmax::forward(const LogitsSource& src, const TensorView& v, const T
   if (s_.bf16_tiles) {  /* the views hold bf16 pairs: strides in bf16 numbers */                               \
     diagonal_rows<d, true>(n, reinterpret_cast<const uint16_t*>(Qs), 2 * q.strides.sn,                          \
                            reinterpret_cast<const uint16_t*>(K0), 2 * k.strides.sn,                             \
-                           reinterpret_cast<const uint16_t*>(V), s_.ld_v, nullptr, 0, nullptr, 0, 0, rr, self0, \
+                           reinterpret_cast<const uint16_t*>(V), s_.ld_v, reinterpret_cast<const uint16_t*>(KP),  \
+                           2 * ldkp, reinterpret_cast<const uint16_t*>(VP), 2 * ldvp, np, rr, self0,             \
                            qk->scale(), Os, ldo, m16, l16, resume, S, l + kFwdRows);                            \
     break;                                                                                                       \
   }

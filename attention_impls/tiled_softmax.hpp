@@ -138,7 +138,7 @@ struct TiledSoftmaxShape {
   // counting bf16 numbers); both tile products oneDNN bf16 matmuls with float output, the
   // softmax and its statistics in float, each tile's P rounded to bf16 for its product with V.
   // The dense kernel does not run (it packs floats itself); a band's diagonal kernel has a bf16
-  // variant (vdpbf16ps, no prefix keys). No backward pass.
+  // variant (vdpbf16ps). No backward pass.
   bool bf16_tiles = false;
   // Keep the row log-sum-exp after forward also without backward (for merging segments).
   bool keep_lse = false;
@@ -219,7 +219,7 @@ class TiledSoftmax {
   // of `area` floats.
   static constexpr int64_t kDiagonalRows = 16;  // query rows per call of the diagonal kernel
   static bool diagonal_kernel(int64_t D);
-  // The same for bf16 tiles (a build for AVX512-BF16; no prefix keys).
+  // The same for bf16 tiles (a build for AVX512-BF16).
   static bool diagonal_bf16_kernel(int64_t D);
   static bool diagonal_fits(int64_t D, int64_t keys, int64_t prefix, int64_t area);
   // Whether this build has the dense kernel for head size D (AVX-512; D of 16, 32, 64 or 128):
