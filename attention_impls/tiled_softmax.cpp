@@ -46,21 +46,14 @@ template <bool BF16>
 using DiagIn = std::conditional_t<BF16, uint16_t, float>;
 
 #if defined(__AVX512BF16__)
-// (a0..a15 | b0..b15) as bf16 halves of a vector -> (a0, b0, a1, b1, ...).
-inline __m512i bf16_interleave_order() {
+// The word indices that interleave 16 bf16 numbers a0..a15 (at 0) with b0..b15 (at `b`) to
+// (a0, b0, a1, b1, ...): b = 16 for the two halves of one vector (permutexvar), 32 for the low
+// halves of two (permutex2var).
+inline __m512i bf16_interleave(int b) {
   alignas(64) int16_t order[32];
   for (int i = 0; i < 16; ++i) {
     order[2 * i] = static_cast<int16_t>(i);
-    order[2 * i + 1] = static_cast<int16_t>(16 + i);
-  }
-  return _mm512_load_si512(order);
-}
-// The same from two vectors' low halves (a0..a15 of x, b0..b15 of y), for permutex2var.
-inline __m512i bf16_interleave_two() {
-  alignas(64) int16_t order[32];
-  for (int i = 0; i < 16; ++i) {
-    order[2 * i] = static_cast<int16_t>(i);
-    order[2 * i + 1] = static_cast<int16_t>(32 + i);
+    order[2 * i + 1] = static_cast<int16_t>(b + i);
   }
   return _mm512_load_si512(order);
 }
@@ -156,7 +149,7 @@ inline void diag_values(const float* Pp, const DiagIn<BF16>* VP, int64_t ldvp, i
     for (int j = 0; j < NV; ++j) acc[g][j] = _mm512_setzero_ps();
 #if defined(__AVX512BF16__)
   if constexpr (BF16) {
-    const __m512i interleave = bf16_interleave_two();
+    const __m512i interleave = bf16_interleave(32);
     if (np > 0) diag_accumulate_bf16<D, G>(acc, Pp, g0, 0, (np + 1) / 2, VP, ldvp, np, interleave);
     // Pairs from an even key: a pair's other key is outside every row of the group (0 there).
     diag_accumulate_bf16<D, G>(acc, Pt, g0, c0 / 2, (c1 + 1) / 2, V, ldv, n, interleave);
@@ -255,7 +248,7 @@ void diagonal_rows(int rows, const DiagIn<BF16>* Q, int64_t ldq, const DiagIn<BF
 #if defined(__AVX512BF16__)
   if constexpr (BF16) {
     // P's pairs of keys: rows (16 lanes) 2q and 2q + 1 of X (x keys) to pair q of out.
-    const __m512i interleave = bf16_interleave_order();
+    const __m512i interleave = bf16_interleave(16);
     auto to_pairs = [&](const float* X, int64_t x, float* out) {
       for (int64_t q = 0; q < (x + 1) / 2; ++q) {
         const __m512 second = 2 * q + 1 < x ? _mm512_loadu_ps(X + (2 * q + 1) * kDiagRows) : _mm512_setzero_ps();
@@ -343,13 +336,7 @@ void dense_pack_bf16(const float* Q, int64_t ldq, int64_t Nq, const float* K, in
     if (cols16 > cols)
       for (int d2 = 0; d2 < D / 2; ++d2) fill(Kb + d2 * ldkt + cols, cols16 - cols, 0.0f);
   }
-  // Interleaves two half vectors of bf16 (a0..a15, b0..b15) to (a0, b0, a1, b1, ...).
-  alignas(64) int16_t order[32];
-  for (int i = 0; i < 16; ++i) {
-    order[2 * i] = static_cast<int16_t>(i);
-    order[2 * i + 1] = static_cast<int16_t>(16 + i);
-  }
-  const __m512i interleave = _mm512_load_si512(order);
+  const __m512i interleave = bf16_interleave(16);
   for (int64_t c = 0; c < Nk; c += 2) {
     const float* a = V + c * ldv;
     for (int d = 0; d < D; d += 16) {

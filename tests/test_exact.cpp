@@ -53,6 +53,19 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values("flash"), ::testing::Values(17, 1100), ::testing::Values(16, 32, 128),
                        ::testing::Bool(), ::testing::Values(1)));
 
+// A two-thread result x equals the same run again (y) bit for bit and one thread's (z) to 1e-5 of
+// z's largest value; `what` names the tensor and the case.
+template <class T>
+void expect_repeats_and_near_one_thread(const std::string& what, const T& x, const T& y, const T& z, size_t n) {
+  EXPECT_EQ(0, std::memcmp(x.data(), y.data(), sizeof(float) * n)) << what << ": two runs differ";
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < n; ++i) {
+    worst = std::max(worst, double(std::abs(x.data()[i] - z.data()[i])));
+    scale = std::max(scale, double(std::abs(z.data()[i])));
+  }
+  EXPECT_LT(worst, 1e-5 * scale) << what << ": two threads against one";
+}
+
 // On two threads, forward and backward repeat bit for bit from run to run (each work item is one
 // thread's, in a fixed order), and equal the one-thread results to float rounding: vanilla's row
 // blocks (a ragged last one at N = 513) and flash's tiles, causal and not.
@@ -67,15 +80,8 @@ TEST(Exact, TwoThreadsRepeatBitForBitAndEqualOneThread) {
       for (auto [what, x, y, z] : {std::tuple{"o", &first.data->o, &again.data->o, &one.data->o},
                                    std::tuple{"dq", &first.data->dq, &again.data->dq, &one.data->dq},
                                    std::tuple{"dk", &first.data->dk, &again.data->dk, &one.data->dk},
-                                   std::tuple{"dv", &first.data->dv, &again.data->dv, &one.data->dv}}) {
-        EXPECT_EQ(0, std::memcmp(x->data(), y->data(), sizeof(float) * n)) << name << " " << what << " causal=" << causal;
-        double worst = 0, scale = 0;
-        for (size_t i = 0; i < n; ++i) {
-          worst = std::max(worst, double(std::abs(x->data()[i] - z->data()[i])));
-          scale = std::max(scale, double(std::abs(z->data()[i])));
-        }
-        EXPECT_LT(worst, 1e-5 * scale) << name << " " << what << " causal=" << causal << ": two threads against one";
-      }
+                                   std::tuple{"dv", &first.data->dv, &again.data->dv, &one.data->dv}})
+        expect_repeats_and_near_one_thread(name + " " + what + " causal=" + std::to_string(causal), *x, *y, *z, n);
     }
 }
 
@@ -99,15 +105,9 @@ TEST(Exact, BackwardSplitsOneHeadsKeysOverTwoThreads) {
       const auto n = static_cast<size_t>(s.numel());
       for (auto [what, x, y, z] : {std::tuple{"dq", &two.data->dq, &again.data->dq, &one.data->dq},
                                    std::tuple{"dk", &two.data->dk, &again.data->dk, &one.data->dk},
-                                   std::tuple{"dv", &two.data->dv, &again.data->dv, &one.data->dv}}) {
-        EXPECT_EQ(0, std::memcmp(x->data(), y->data(), sizeof(float) * n)) << what << " N=" << N << " causal=" << causal;
-        double worst = 0, scale = 0;
-        for (size_t i = 0; i < n; ++i) {
-          worst = std::max(worst, double(std::abs(x->data()[i] - z->data()[i])));
-          scale = std::max(scale, double(std::abs(z->data()[i])));
-        }
-        EXPECT_LT(worst, 1e-5 * scale) << what << " N=" << N << " causal=" << causal << ": two threads against one";
-      }
+                                   std::tuple{"dv", &two.data->dv, &again.data->dv, &one.data->dv}})
+        expect_repeats_and_near_one_thread(std::string(what) + " N=" + std::to_string(N) + " causal=" + std::to_string(causal),
+                                           *x, *y, *z, n);
     }
 }
 
