@@ -634,14 +634,15 @@ bool TiledSoftmax::diagonal_fits(int64_t D, int64_t keys, int64_t prefix, int64_
   return kDiagRows * (D + prefix + std::max<int64_t>(keys, 0)) <= area;
 }
 
-bool TiledSoftmax::diagonal_bf16_kernel(int64_t D) {
+// Whether this build has the AVX512-BF16 instructions (vdpbf16ps) of the kernels' bf16 variants.
+constexpr bool kBf16Build =
 #if defined(__AVX512BF16__)
-  return diagonal_kernel(D);
+    true;
 #else
-  (void)D;
-  return false;
+    false;
 #endif
-}
+
+bool TiledSoftmax::diagonal_bf16_kernel(int64_t D) { return kBf16Build && diagonal_kernel(D); }
 
 bool TiledSoftmax::diagonal_block(int64_t r0, int64_t rows) const {
   if (s_.bf16_tiles && !diagonal_bf16_kernel(s_.D)) return false;
@@ -772,14 +773,7 @@ bool TiledSoftmax::dense_kernel(int64_t D) {
 #endif
 }
 
-bool TiledSoftmax::dense_bf16_kernel(int64_t D) {
-#if defined(__AVX512BF16__)
-  return dense_kernel(D);
-#else
-  (void)D;
-  return false;
-#endif
-}
+bool TiledSoftmax::dense_bf16_kernel(int64_t D) { return kBf16Build && dense_kernel(D); }
 
 bool TiledSoftmax::dense_source(const LogitsSource& src) const {
   const auto* qk = dynamic_cast<const QKLogits*>(&src);
