@@ -718,7 +718,7 @@ void TiledSoftmax::plan(Mode mode, const LogitsSource& src) {
   dense_planned_ = dense_source(src);  // dropout may be off at a later call (evaluation)
   key_parts_ = 1;
   const int64_t BH = s_.B * s_.H, key_tiles = (s_.Nk + s_.bwd_cols - 1) / s_.bwd_cols;
-  if (mode == Mode::fwdbwd && s_.split_keys && !s_.static_schedule && src.key_split())
+  if (mode == Mode::fwdbwd && !s_.static_schedule && src.key_split())
     key_parts_ = std::min<int64_t>(s_.threads / std::gcd<int64_t>(BH, s_.threads), std::max<int64_t>(key_tiles, 1));
   mm_.clear();
   src.plan_begin();

@@ -163,13 +163,10 @@ struct TiledSoftmaxShape {
   // forward pass takes the heads of one block of rows together, so the rows they share in
   // memory are read while they are in cache.
   bool heads_inner = false;
-  // Backward: when B H does not divide evenly over the threads, split each (b, h)'s key tiles
-  // into parts (key_parts()) if the source allows it (LogitsSource::key_split): FlashAttention-2
-  // over key blocks, each part with its own dQ, added up at the end in a fixed order.
-  bool split_keys = true;
   // The backward pass hands (b, h) pairs to threads in a fixed order (pair bh to thread
   // bh mod threads, in increasing bh) instead of on demand: a source that sums its parameters'
-  // gradients per thread (synthesizer) then sums in the same order at every run.
+  // gradients per thread (synthesizer) then sums in the same order at every run. Never splits
+  // a pair's key tiles (key_parts() is 1).
   bool static_schedule = false;
 
   // Dense (or causal) attention of Nq queries over Nk keys with the default tiles.
@@ -259,8 +256,10 @@ class TiledSoftmax {
   // (b, h). pairs() over this is the fraction of the logits products that is not wasted.
   double scored_pairs() const;
   const TiledSoftmaxShape& shape() const { return s_; }
-  // Parts of one (b, h)'s key tiles in the backward pass as planned: 1 (whole pairs), or
-  // threads / gcd(B H, threads) (at most the key tiles) so that the parts divide evenly.
+  // Parts of one (b, h)'s key tiles in the backward pass as planned: 1 (whole pairs), or, when
+  // B H does not divide over the threads and the source can write a partial dQ
+  // (LogitsSource::key_split) and the schedule is not static, threads / gcd(B H, threads) (at
+  // most the key tiles), so that the parts divide evenly: FlashAttention-2 over key blocks.
   int64_t key_parts() const { return key_parts_; }
 
  private:
