@@ -4,10 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <set>
 #include <stdexcept>
+#include <type_traits>
+#include <vector>
 
 #include "core/vecmath.hpp"
 
