@@ -720,9 +720,9 @@ void TiledSoftmax::plan(Mode mode, const LogitsSource& src) {
   if (s_.bf16_tiles && mode != Mode::fwd) throw std::logic_error("TiledSoftmax: bf16 tiles have no backward pass");
   dense_planned_ = dense_source(src);  // dropout may be off at a later call (evaluation)
   key_parts_ = 1;
-  const int64_t BH = s_.B * s_.H, key_tiles = (s_.Nk + s_.bwd_cols - 1) / s_.bwd_cols;
+  const int64_t BH = s_.B * s_.H;
   if (mode == Mode::fwdbwd && !s_.static_schedule && src.key_split())
-    key_parts_ = std::min<int64_t>(s_.threads / std::gcd<int64_t>(BH, s_.threads), std::max<int64_t>(key_tiles, 1));
+    key_parts_ = std::min<int64_t>(s_.threads / std::gcd<int64_t>(BH, s_.threads), std::max<int64_t>(bwd_key_tiles(), 1));
   mm_.clear();
   src.plan_begin();
   if (s_.tight && (s_.causal || s_.keys)) {
@@ -811,9 +811,12 @@ size_t TiledSoftmax::working_bytes(Mode mode) const {
   const size_t T = static_cast<size_t>(s_.threads);
   size_t b = T * mm_.scratch_per_slot() + T * tile_floats(mode) * sizeof(float);
   const size_t rows = static_cast<size_t>(s_.B * s_.H * s_.Nq) * sizeof(float);
-  if (mode == Mode::fwdbwd) b += 2 * rows + dq_parts_floats() * sizeof(float);
-  if (mode == Mode::fwdbwd && key_parts_ > 1) b += static_cast<size_t>((s_.Nk + s_.bwd_cols - 1) / s_.bwd_cols) * sizeof(int64_t);
-  else if (s_.keep_lse) b += rows;
+  if (mode == Mode::fwdbwd) {
+    b += 2 * rows + dq_parts_floats() * sizeof(float);
+    if (key_parts_ > 1) b += static_cast<size_t>(bwd_key_tiles()) * sizeof(int64_t);  // key_part_of_tile_
+  } else if (s_.keep_lse) {
+    b += rows;
+  }
   if (s_.keys) b += 2 * static_cast<size_t>(s_.Nq) * sizeof(int64_t);
   if (dense_planned_) b += static_cast<size_t>(s_.B * s_.H * dense_keys_floats()) * sizeof(float);
   if (dense_planned_ && s_.bf16)
@@ -848,7 +851,7 @@ void TiledSoftmax::setup(Mode mode) {
     // Each key tile to a part: the largest work (query rows times keys) first, each to the
     // part with the least so far (a causal pair's first tiles have the most rows: contiguous
     // halves would give one thread three quarters of the work).
-    const int64_t tiles = (s_.Nk + s_.bwd_cols - 1) / s_.bwd_cols;
+    const int64_t tiles = bwd_key_tiles();
     std::vector<std::pair<int64_t, int64_t>> by_work;  // (-work, tile)
     for (int64_t t = 0; t < tiles; ++t) {
       const int64_t c0 = t * s_.bwd_cols, c1 = std::min(s_.Nk, c0 + s_.bwd_cols);
@@ -1203,17 +1206,18 @@ void TiledSoftmax::backward(const LogitsSource& src, const TensorView& v, const 
   // its own partial dQ, added in part order at the end (the same sums at every run).
 #pragma omp parallel for schedule(static)
   for (int64_t bh = 0; bh < BH; ++bh) begin_pair(omp_get_thread_num(), bh);
+  auto partial_dq = [&](int64_t bh, int64_t part) { return dq_parts_.data() + (bh * (parts - 1) + part - 1) * Nq * D; };
 #pragma omp parallel for schedule(static)
   for (int64_t it = 0; it < BH * parts; ++it) {
     const int64_t bh = it / parts, part = it % parts;
-    float* dq_part = part == 0 ? nullptr : dq_parts_.data() + ((bh * (parts - 1) + part - 1) * Nq) * D;
+    float* dq_part = part == 0 ? nullptr : partial_dq(bh, part);
     if (dq_part) fill(dq_part, Nq * D, 0.0f);
     backward_keys(omp_get_thread_num(), bh, part, dq_part);
   }
 #pragma omp parallel for schedule(static)
   for (int64_t bh = 0; bh < BH; ++bh) {
     for (int64_t part = 1; part < parts; ++part)
-      src.reduce_partial(bh / s_.H, bh % s_.H, dq_parts_.data() + ((bh * (parts - 1) + part - 1) * Nq) * D);
+      src.reduce_partial(bh / s_.H, bh % s_.H, partial_dq(bh, part));
     src.backward_end(mm_, omp_get_thread_num(), bh / s_.H, bh % s_.H);
   }
 }

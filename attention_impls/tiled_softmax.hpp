@@ -268,6 +268,8 @@ class TiledSoftmax {
   // The dense kernel's transposed keys of one (b, h): every key tile, D x (fwd_cols padded to 16).
   int64_t dense_keys_floats() const;
   size_t tile_floats(Mode mode) const;
+  // The backward pass's key tiles of one (b, h).
+  int64_t bwd_key_tiles() const { return (s_.Nk + s_.bwd_cols - 1) / s_.bwd_cols; }
   size_t dq_parts_floats() const { return static_cast<size_t>((key_parts_ - 1) * s_.B * s_.H * s_.Nq * s_.D); }
   // Whether forward() scores the block of rows [r0, r0 + rows) with the diagonal kernel (see
   // TiledSoftmaxShape::diagonal): an AVX-512 build, a band, D of 16, 32 or 64, and each 16 rows'
