@@ -19,6 +19,7 @@
 #include "bench/compare.hpp"
 #include "bench/merge.hpp"
 #include "bench/grid.hpp"
+#include "bench/instructions.hpp"
 #include "bench/result_reader.hpp"
 #include "bench/stats.hpp"
 #include "bench/sweep.hpp"
@@ -536,6 +537,33 @@ TEST(Merge, ShardsTogetherEqualTheWholeGrid) {
   EXPECT_NE(e.out.find("--allow-mixed-cpus"), std::string::npos) << e.out;
   e = exec("merge " + s1 + " " + other + " --allow-mixed-cpus --out " + test::temp_path("mixed.json"));
   EXPECT_EQ(e.code, 0) << e.out;
+}
+
+// The count leaves out glibc's allocator, whose instructions depend on the heap's layout and so on
+// how the process was started. A profile in callgrind's own format: compressed names defined on
+// a call line (cfn=) and used later (fn=), a call's inclusive cost line that must not be counted
+// twice, and allocator functions recognised by their source file and by their exported name.
+TEST(Instructions, ProfileReaderSeparatesTheAllocator) {
+  const std::string profile =
+      "# callgrind format\nversion: 1\npositions: line\nevents: Ir\nsummary: 1175\n\n"
+      "ob=(1) /build/attnbench\nfl=(1) ???\nfn=(1) ab::kernel\n0 1000\n"
+      "cob=(2) /usr/lib/x86_64-linux-gnu/libc.so.6\ncfi=(2) ./malloc/./malloc/malloc.c\ncfn=(2) malloc\n"
+      "calls=3 0\n0 120\n"
+      "cob=(2)\ncfi=(3) ???\ncfn=(4) free\ncalls=1 0\n0 30\n"
+      "+2 25\n\n"
+      "ob=(2)\nfl=(2)\nfn=(2)\n0 70\ncfn=(3) _int_malloc.constprop.0\ncalls=1 0\n0 50\n"
+      "fn=(3)\n0 50\n\n"
+      "fl=(3)\nfn=(4)\n0 30\n"
+      "\ntotals: 1175\n";
+  std::istringstream in(profile);
+  const CallgrindCount c = read_callgrind_profile(in);
+  EXPECT_EQ(c.total, 1175);  // ab::kernel 1000 + 25, the rest below
+  EXPECT_EQ(c.allocator, 150);  // malloc 70 + _int_malloc 50 (malloc.c) + free 30 (by name)
+
+  std::string wrong = profile;
+  wrong.replace(wrong.find("totals: 1175"), 12, "totals: 1174");
+  std::istringstream bad(wrong);
+  EXPECT_THROW(read_callgrind_profile(bad), std::runtime_error);
 }
 
 TEST(Instructions, CountedDeterministicallyOrRefusedWithTheReason) {
