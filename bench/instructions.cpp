@@ -76,8 +76,7 @@ CallgrindCount read_callgrind_profile(std::istream& in) {
       if (ir == std::string::npos) throw std::runtime_error("cost line before an events: line naming Ir");
       std::istringstream ss(line);
       std::string tok;
-      for (size_t i = 0; i < positions && ss >> tok; ++i) {
-      }
+      for (size_t i = 0; i < positions; ++i) ss >> tok;  // the position columns
       double v = 0;
       for (size_t i = 0; i <= ir && ss >> tok; ++i)
         if (i == ir) v = std::strtod(tok.c_str(), nullptr);
