@@ -285,10 +285,10 @@ class TiledSoftmax {
   MatmulCache mm_;
   Buffer<std::byte> scratch_;
   Buffer<float> tiles_, lse_, delta_;
-  bool dense_planned_ = false;
+  bool dense_planned_ = false;  // plan() saw a source the dense kernel takes: setup() allocates keys_t_
   int64_t key_parts_ = 1;       // backward: see key_parts(); parts past the first need dq_parts_
   Buffer<float> dq_parts_;      // (key_parts - 1) partial dQ (Nq x D) per (b, h)
-  Buffer<int64_t> key_part_of_tile_;  // backward, split pairs: the part of each key tile  // plan() saw a source the dense kernel takes: setup() allocates keys_t_
+  Buffer<int64_t> key_part_of_tile_;  // backward, split pairs: the part of each key tile
   Buffer<float> keys_t_;        // the dense kernel's transposed keys, every (b, h)
   Buffer<float> q_b_, v_b_;     // bf16: the queries and values in pairs (dense_pack_bf16)
   Buffer<int64_t> ranges_;  // (lo, hi) per query row, filled by setup when there is a pattern

@@ -95,7 +95,8 @@ CallgrindCount read_callgrind_profile(std::istream& in) {
       else if (key == "fn") fn = resolve("fn", val), file = fn_file;
       else if (key == "cfn") resolve("fn", val);
       else if (key == "calls") skip_next = true;
-      allocator = is_allocator(object, file, fn);
+      if (key == "ob" || key == "fl" || key == "fi" || key == "fe" || key == "fn")  // the cost lines' owner
+        allocator = is_allocator(object, file, fn);
       continue;
     }
     if (colon == std::string::npos) throw std::runtime_error("unreadable line: " + line.substr(0, 80));
