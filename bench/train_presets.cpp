@@ -24,14 +24,19 @@ struct TaskRecipe {
 // ---- copy: "Transformers are RNNs", section 4.1 ----
 // The paper: 4 layers, d 256, 8 heads, FFN 1024, batch 64, RAdam lr 1e-3 for 3,000 updates then
 // 1e-4, 10,000 updates, per-tensor clipping at 1, dropout 0.1, N = 128. Here: half the width and
-// the batch, 4,000 updates with the rate cut at the same 30%, AdamW (RAdam's rectification only
-// matters in the first steps), so that the four runs take about an hour of one core.
+// the batch, 6,000 updates, AdamW (RAdam's rectification only matters in the first steps), so
+// that the four runs take about an hour of the two cores (a shard on each). Two choices are
+// measured (docs/reproductions.md): 4 heads, not 8, keep the paper's head dimension of 32, which
+// is linear attention's state (D x D per head): with 8 heads of 16 its validation loss after
+// 1,200 steps was 0.99 against 0.84; and the rate stays at 1e-3 for 4,500 steps, because cut
+// at the paper's 30% (step 1,200 of 4,000) it stopped softmax at a 78% exact-copy rate and
+// linear at 0.6%.
 TaskRecipe copy_recipe() {
   return {"copy",
-          {{"seq", "128"}, {"layers", "4"}, {"dmodel", "128"}, {"heads", "8"}, {"mlp", "512"}, {"batch", "32"},
-           {"steps", "4000"}, {"lr", "0.001"}, {"schedule", "step:1200:0.1"}, {"warmup", "0"}, {"clip", "1"},
+          {{"seq", "128"}, {"layers", "4"}, {"dmodel", "128"}, {"heads", "4"}, {"mlp", "512"}, {"batch", "32"},
+           {"steps", "6000"}, {"lr", "0.001"}, {"schedule", "step:4500:0.1"}, {"warmup", "0"}, {"clip", "1"},
            {"clip_mode", "per-tensor"}, {"dropout", "0.1"}, {"attn_dropout", "0.1"}, {"weight_decay", "0.01"},
-           {"eval_every", "200"}, {"eval_examples", "500"}, {"test_examples", "2000"}},
+           {"eval_every", "300"}, {"eval_examples", "500"}, {"test_examples", "2000"}},
           {"reformer.bucket_size=32"}};
 }
 
