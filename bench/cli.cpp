@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iostream>
+#include <set>
 #include <sstream>
 
 #include "bench/compare.hpp"
@@ -76,6 +77,24 @@ std::string join_args(int argc, char** argv) {
   }
   return s;
 }
+// What narrows or changes a training preset (train --preset, run --preset): its mechanisms,
+// tasks, seeds, threads and the image task's data. Every other field of its points is the
+// preset's: giving one is an error, not ignored.
+TrainPresetOptions preset_options(const GridOptions& g, const std::string& preset) {
+  static const std::set<std::string> narrowing = {"attn", "task", "seed", "threads", "data_dir"};
+  for (const auto& f : point_fields())
+    if (!narrowing.count(f.key) && g.given(f.key))
+      throw InvalidInput(fmt::format("--preset {} sets {} itself: --attn, --task, --seed, --threads and --data-dir narrow or change it",
+                                     preset, f.option));
+  TrainPresetOptions po;
+  if (g.given("attn")) po.mechanisms = g.mechanism_list();
+  if (g.given("task")) po.tasks = split(g.text.at("task"), ',');
+  if (g.given("seed")) po.seeds = parse_int_list(g.text.at("seed"), 0);
+  if (g.given("data_dir")) po.data_dir = g.text.at("data_dir");
+  if (g.given("threads")) po.threads = static_cast<int>(parse_int_list(g.text.at("threads")).at(0));
+  return po;
+}
+
 }  // namespace
 
 int cli_main(int argc, char** argv) {
@@ -113,7 +132,9 @@ int cli_main(int argc, char** argv) {
   run->add_flag("--force", run_force, "overwrite --out when it exists");
   run->add_option("--preset", run_preset,
                   "lra-efficiency: LRA's efficiency table (text task, N = 1K..4K, train, every mechanism, batch 4 "
-                  "unless --batch), printed in the LRA layout");
+                  "unless --batch), printed in the LRA layout; " + train_preset_names() +
+                      ": the training preset's configurations (model, batch, length), each one training step timed "
+                      "(the speed and memory of its accuracy chart: scripts/plot.py bubbles --speed)");
   run->add_option("--format", run_format, "stdout format: md | csv | json")->capture_default_str();
   bool run_wide = false;
   run->add_flag("--wide", run_wide, "stdout: every column in full (default: fitted to 100 columns)");
@@ -349,12 +370,19 @@ int cli_main(int argc, char** argv) {
     if (task_rate->parsed()) return cmd_task_rate(task_opts);
     if (run->parsed()) {
       run_grid.set_training(false);
-      apply_run_preset(run_preset, run_grid, run_measure.run);
+      std::vector<PointId> points;
+      if (is_train_preset(run_preset)) {
+        // A training preset's configurations, timed (the speed axis of its accuracy chart).
+        points = filter_points(train_preset_timing_points(run_preset, preset_options(run_grid, run_preset)), run_grid.filter);
+        run_measure.run.oom_as_status = true;
+      } else {
+        apply_run_preset(run_preset, run_grid, run_measure.run);
+        points = run_grid.grid();
+      }
       run_measure.finish(run_grid);
-      if (dry_run) return cmd_dry_run(run_grid.grid(), run_measure.run, false, run_wide ? 0 : kDefaultTableWidth);
+      if (dry_run) return cmd_dry_run(points, run_measure.run, false, run_wide ? 0 : kDefaultTableWidth);
       prepare_output_path(run_out, run_force);  // before any point runs
-      return cmd_run(run_grid.grid(), run_measure.run, run_out, run_format, command, run_preset,
-                     run_wide ? 0 : kDefaultTableWidth);
+      return cmd_run(points, run_measure.run, run_out, run_format, command, run_preset, run_wide ? 0 : kDefaultTableWidth);
     }
     if (sweep->parsed()) {
       if (sweep_opts.verb != "run" && sweep_opts.verb != "train")
@@ -383,12 +411,7 @@ int cli_main(int argc, char** argv) {
         return cmd_train(train_grid.grid(), train_opts, command);
       }
       // A preset: its grid through the sweep (isolated runs, resumable, shardable).
-      TrainPresetOptions po;
-      if (train_grid.given("attn")) po.mechanisms = train_grid.mechanism_list();
-      if (train_grid.given("task")) po.tasks = split(train_grid.text["task"], ',');
-      if (train_grid.given("seed")) po.seeds = parse_int_list(train_grid.text["seed"], 0);
-      if (train_grid.given("data_dir")) po.data_dir = train_grid.text["data_dir"];
-      if (train_grid.given("threads")) po.threads = static_cast<int>(parse_int_list(train_grid.text["threads"]).at(0));
+      const TrainPresetOptions po = preset_options(train_grid, train_preset);
       SweepOptions so;
       so.out = train_opts.out;
       so.resume = train_opts.resume;

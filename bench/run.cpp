@@ -14,6 +14,7 @@
 #include "bench/lra_report.hpp"
 #include "bench/result_writer.hpp"
 #include "bench/terminal.hpp"
+#include "bench/train_presets.hpp"
 #include "bench/warnings.hpp"
 #include "core/matmul.hpp"
 #include "core/sysinfo.hpp"
@@ -50,7 +51,11 @@ void MeasureOptions::finish(const GridOptions& grid) {
 // this machine holds.
 void apply_run_preset(const std::string& preset, GridOptions& grid, RunOptions& opts) {
   if (preset.empty()) return;
-  if (preset != "lra-efficiency") throw unknown_name("preset", preset, {"lra-efficiency"}, "presets");
+  if (preset != "lra-efficiency") {
+    std::vector<std::string> known = {"lra-efficiency"};
+    known.insert(known.end(), train_presets().begin(), train_presets().end());
+    throw unknown_name("preset", preset, known, "presets");
+  }
   if (grid.given("task") && grid.text["task"] != "text") throw InvalidInput("--preset lra-efficiency is the text task");
   if (grid.given("level") || grid.given("mode")) throw InvalidInput("--preset lra-efficiency sets --level model --mode train");
   grid.text["task"] = "text";

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "attention_impls/registry.hpp"
 #include "bench/grid.hpp"
@@ -96,7 +97,16 @@ std::vector<PointId> runs(const TaskRecipe& r, const std::vector<std::string>& m
 
 }  // namespace
 
-std::string train_preset_names() { return "copy, lra-accuracy"; }
+const std::vector<std::string>& train_presets() {
+  static const std::vector<std::string> names = {"copy", "lra-accuracy"};
+  return names;
+}
+
+std::string train_preset_names() { return fmt::format("{}", fmt::join(train_presets(), ", ")); }
+
+bool is_train_preset(const std::string& name) {
+  return std::find(train_presets().begin(), train_presets().end(), name) != train_presets().end();
+}
 
 std::string train_preset_data_dir(const std::string& name, const std::string& task, const TrainPresetOptions& o) {
   if (name != "lra-accuracy" || task != "image") return "";
@@ -137,7 +147,7 @@ std::vector<PointId> train_preset_grid(const std::string& name, const TrainPrese
     return out;
   }
   if (name != "lra-accuracy")
-    throw unknown_name("training preset", name, {"copy", "lra-accuracy"}, "presets");
+    throw unknown_name("training preset", name, train_presets(), "presets");
   std::vector<TaskRecipe> recipes;
   for (const auto& r : lra_recipes())
     if (o.tasks.empty() || std::find(o.tasks.begin(), o.tasks.end(), r.task) != o.tasks.end()) recipes.push_back(r);
@@ -161,6 +171,16 @@ std::vector<PointId> train_preset_grid(const std::string& name, const TrainPrese
     for (const auto& r : recipes) add(runs(r, {"flash"}, more_seeds, train_preset_data_dir(name, r.task, o), o.threads));
   for (const auto& r : recipes)
     if (r.task != "listops" && !chosen(rest).empty()) add(runs(r, chosen(rest), first, train_preset_data_dir(name, r.task, o), o.threads));
+  return out;
+}
+
+std::vector<PointId> train_preset_timing_points(const std::string& name, const TrainPresetOptions& o) {
+  std::vector<PointId> out;
+  std::set<std::string> seen;
+  for (PointId id : train_preset_grid(name, o)) {
+    id.train = TrainSpec{};
+    if (seen.insert(id.name()).second) out.push_back(std::move(id));
+  }
   return out;
 }
 

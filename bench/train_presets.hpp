@@ -22,11 +22,19 @@ struct TrainPresetOptions {
   int threads = 2;
 };
 
-std::string train_preset_names();  // "copy, lra-accuracy"
+const std::vector<std::string>& train_presets();  // copy, lra-accuracy
+std::string train_preset_names();                  // "copy, lra-accuracy"
+bool is_train_preset(const std::string& name);
 // The preset's runs, in the order they are worth having: the comparisons' rows first, then the
 // rest of the grid, then the extra seeds. Throws InvalidInput for an unknown preset, mechanism
 // or task.
 std::vector<PointId> train_preset_grid(const std::string& name, const TrainPresetOptions& o);
+// The preset's configurations as timing points (`run --preset NAME`): each run without its
+// recipe, so the same model, shape, batch, length, data and mechanism parameters, timed as a
+// benchmark point (warm-up, repetitions, median) instead of read off a run that shared its
+// core; one point per configuration (the seeds of a run are one). What the recipe adds to a
+// step (dropout masks) is not in a timing point, for every mechanism alike.
+std::vector<PointId> train_preset_timing_points(const std::string& name, const TrainPresetOptions& o);
 // The --data-dir a preset's runs of `task` use ("" for a generator).
 std::string train_preset_data_dir(const std::string& name, const std::string& task, const TrainPresetOptions& o);
 

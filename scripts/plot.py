@@ -29,7 +29,13 @@ memory relative to the baseline (geometric mean); and one panel per task with th
 accuracy against its steps/s, area by memory. A mechanism without every task is drawn hollow and
 its label says how many tasks it has.
 
-usage: /usr/bin/python3 scripts/plot.py bubbles RESULT.json OUT_PREFIX [--baseline vanilla] [--attnbench build/attnbench]
+With --speed TIMED.json (`attnbench run --preset lra-accuracy --out`: one training step of each
+configuration, timed on an otherwise idle machine), the steps/s and memory come from those timed
+steps (their medians) instead of the training runs' own wall clock, which counts evaluation and
+whatever else shared the core during hours of training.
+
+usage: /usr/bin/python3 scripts/plot.py bubbles RESULT.json OUT_PREFIX [--speed TIMED.json] [--baseline vanilla]
+       [--attnbench build/attnbench]
        (writes OUT_PREFIX.png, OUT_PREFIX.svg)
 """
 import argparse
@@ -268,6 +274,25 @@ def load_training(path):
     return out, doc.get("context", {})
 
 
+def load_timed_steps(path):
+    """{(task, mechanism): (steps/s, tracked bytes)} from the medians of the model-level training
+    steps of a `run` result file."""
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"plot.py bubbles: cannot read {path}: {e}")
+    timed = {}
+    for b in doc.get("benchmarks", []):
+        p = b.get("point", {})
+        if b.get("aggregate_name") != "median" or p.get("mode") != "train" or b.get("error_occurred"):
+            continue
+        if b.get("time_unit") != "ms":
+            raise SystemExit(f"plot.py bubbles: {path}: {b['name']} is timed in {b.get('time_unit')}, not ms")
+        timed[(p.get("task"), p["attn"])] = (1000.0 / b["real_time"], b["peak_bytes"])
+    return timed
+
+
 def bubbles_main(argv):
     import os
     ap = argparse.ArgumentParser(description="LRA's speed-accuracy-memory chart of a training result file")
@@ -276,10 +301,19 @@ def bubbles_main(argv):
     ap.add_argument("--baseline", default="vanilla", help="the reference of speed and memory (flash when absent)")
     ap.add_argument("--attnbench", default=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                                         "build", "attnbench"))
+    ap.add_argument("--speed", help="a `run --preset lra-accuracy` result: steps/s and memory of timed steps")
     a = ap.parse_args(argv)
     data, ctx = load_training(a.result)
     if not data:
         raise SystemExit(f"{a.result}: no finished training point (mode train, status OK) to plot")
+    speed_source = "the training runs' wall clock"
+    if a.speed:
+        timed = load_timed_steps(a.speed)
+        missing = [f"{m} on {t}" for t in data for m in data[t] if (t, m) not in timed]
+        if missing:
+            raise SystemExit(f"plot.py bubbles: {a.speed} has no timed step of {', '.join(sorted(missing))}")
+        data = {t: {m: (acc, *timed[(t, m)]) for m, (acc, _, _) in per.items()} for t, per in data.items()}
+        speed_source = "timed steps, " + os.path.basename(a.speed)
     tasks = sorted(data)
     mechs = {m for per in data.values() for m in per}
     baseline = a.baseline if a.baseline in mechs else ("flash" if "flash" in mechs else None)
@@ -316,7 +350,7 @@ def bubbles_main(argv):
     ax0.margins(0.15)
     plain_log_axis(ax0.xaxis)
     ax0.axvline(1.0, color="grey", linewidth=0.8)
-    ax0.set(xlabel=f"training steps/s relative to {baseline} (geometric mean over tasks)",
+    ax0.set(xlabel=f"training steps/s relative to {baseline} (geometric mean over tasks; {speed_source})",
             ylabel="test accuracy, mean over tasks (%)",
             title=f"speed, accuracy and memory (bubble area: tracked memory relative to {baseline})")
     ax0.grid(True, alpha=0.3)
@@ -331,7 +365,7 @@ def bubbles_main(argv):
         ax.set_xscale("log")
         ax.margins(0.2)
         plain_log_axis(ax.xaxis)
-        ax.set(xlabel="training steps/s", ylabel="test accuracy (%)", title=t)
+        ax.set(xlabel="training steps/s" + (" (timed)" if a.speed else ""), ylabel="test accuracy (%)", title=t)
         ax.grid(True, alpha=0.3)
     machine = ctx.get("machine_id") or ctx.get("cpu_model", "")
     fig.suptitle(f"{machine}: {ctx.get('command', a.result)}", fontsize=9)

@@ -482,6 +482,28 @@ TEST(CliModel, LraPresetPrintsTheLraLayout) {
   auto unknown = exec("run --preset nosuch", true);
   EXPECT_EQ(unknown.code, 2);
   EXPECT_NE(unknown.out.find("unknown preset 'nosuch'"), std::string::npos) << unknown.out;
+  EXPECT_NE(unknown.out.find("lra-accuracy"), std::string::npos) << unknown.out;
+}
+
+// A training preset's configurations, timed: one training step each, the recipe's shape.
+TEST(CliModel, TrainingPresetTimesItsConfigurations) {
+  auto dry = exec("run --preset lra-accuracy --attn linear,flash --task listops --threads 1 --dry-run", false);
+  ASSERT_EQ(dry.code, 0) << dry.out;
+  EXPECT_NE(dry.out.find("2 points"), std::string::npos) << dry.out;
+  auto e = exec("run --preset copy --attn linear --reps 1 --min-time 0 --warmup 0 --threads 1 --format json", false);
+  ASSERT_EQ(e.code, 0) << e.out;
+  const auto doc = nlohmann::json::parse(e.out.substr(e.out.find('{')));
+  ASSERT_FALSE(doc["benchmarks"].empty());
+  for (const auto& b : doc["benchmarks"]) EXPECT_EQ(b["point"], doc["benchmarks"][0]["point"]);  // one point
+  const auto& p = doc["benchmarks"][0]["point"];
+  EXPECT_EQ(p["mode"], "train");
+  EXPECT_EQ(p["dmodel"], 128);  // the copy recipe's model
+  EXPECT_EQ(p["heads"], 4);
+  EXPECT_EQ(p["batch"], 32);
+  EXPECT_FALSE(p.contains("steps"));  // timed, not trained
+  auto bad = exec("run --preset lra-accuracy --seq 512", true);
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.out.find("--preset lra-accuracy sets --seq itself"), std::string::npos) << bad.out;
 }
 
 }  // namespace

@@ -538,6 +538,35 @@ TEST(TrainPresets, GridsHoldTheComparisonsInOrder) {
   EXPECT_THROW(train_preset_grid("lra-speed", TrainPresetOptions{}), InvalidInput);
 }
 
+// `run --preset lra-accuracy` times the training grid's configurations: each run's point without
+// its recipe (same model, batch, length, data and mechanism parameters), the seeds as one.
+TEST(TrainPresets, TimingPointsAreTheRunsWithoutTheirRecipe) {
+  const auto runs = train_preset_grid("lra-accuracy", TrainPresetOptions{});
+  const auto timed = train_preset_timing_points("lra-accuracy", TrainPresetOptions{});
+  EXPECT_EQ(timed.size(), mechanism_names().size() * 5);  // flash's three seeds are one configuration
+  std::set<std::string> names;
+  for (const auto& t : timed) {
+    EXPECT_FALSE(t.training()) << t.name();
+    EXPECT_TRUE(t.level == Level::model && t.mode == RunMode::train) << t.name();
+    EXPECT_TRUE(names.insert(t.name()).second) << "twice: " << t.name();
+  }
+  for (PointId r : runs) {
+    r.train = TrainSpec{};
+    EXPECT_TRUE(names.count(r.name())) << "no timing point for " << r.name();
+  }
+}
+
+// A preset sets its recipe and shapes: giving one is refused, not ignored.
+TEST(TrainCli, PresetRefusesTheFieldsItSets) {
+  for (const char* field : {"--steps 10", "--dropout 0", "--seq 64"}) {
+    auto e = test::exec(std::string("train --preset copy --out never.json ") + field);
+    EXPECT_EQ(e.code, 2) << field << ": " << e.out;
+    const std::string option = std::string(field).substr(0, std::string(field).find(' '));
+    EXPECT_NE(e.out.find("--preset copy sets " + option + " itself"), std::string::npos) << e.out;
+  }
+  EXPECT_FALSE(fs::exists("never.json"));
+}
+
 TEST(TrainCli, BadRecipesExitTwoAndTrainNothing) {
   for (const auto& [args, msg] : std::vector<std::pair<std::string, std::string>>{
            {"train --steps 0", "--steps must be at least 1"},

@@ -1,0 +1,66 @@
+"""scripts/plot.py bubbles --speed: the speed and memory of each (task, mechanism) come from the
+timed steps of a `run --preset lra-accuracy` file (their medians), not from the training runs'
+wall clock; a training run without a timed step is refused, naming it.
+
+usage: /usr/bin/python3 tests/check_bubbles.py
+"""
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+
+root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+spec = importlib.util.spec_from_file_location("plot", os.path.join(root, "scripts", "plot.py"))
+plot = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(plot)
+plot.matplotlib.rcParams["svg.fonttype"] = "none"  # axis labels as <text>
+plot.mechanism_families = lambda exe: {}  # no attnbench binary needed for the colours
+
+
+def point(mech, task, training):
+    p = {"attn": mech, "level": "model", "mode": "train", "task": task, "seq": 128}
+    if training:
+        p["steps"] = 100
+    return p
+
+
+def write(path, benchmarks):
+    with open(path, "w") as f:
+        json.dump({"context": {"machine_id": "test"}, "benchmarks": benchmarks}, f)
+
+
+with tempfile.TemporaryDirectory() as work:
+    trained, timed = os.path.join(work, "trained.json"), os.path.join(work, "timed.json")
+    # Training runs: wall-clock speeds of a shared core (0.1 steps/s for both).
+    write(trained, [{"name": m, "point": point(m, "listops", True), "accuracy": acc, "steps_per_s": 0.1,
+                     "peak_bytes": 1e8} for m, acc in (("flash", 0.36), ("linear", 0.35))])
+    # Timed steps: flash 500 ms (2 steps/s), linear 100 ms (10 steps/s); a repetition is not the median.
+    write(timed, [{"name": "flash", "point": point("flash", "listops", False), "aggregate_name": "median",
+                   "real_time": 500.0, "time_unit": "ms", "peak_bytes": 4e8},
+                  {"name": "flash", "point": point("flash", "listops", False), "real_time": 900.0, "time_unit": "ms",
+                   "peak_bytes": 4e8},
+                  {"name": "linear", "point": point("linear", "listops", False), "aggregate_name": "median",
+                   "real_time": 100.0, "time_unit": "ms", "peak_bytes": 1e8}])
+    steps = plot.load_timed_steps(timed)
+    if steps != {("listops", "flash"): (2.0, 4e8), ("listops", "linear"): (10.0, 1e8)}:
+        sys.exit(f"FAIL: timed steps read as {steps}")
+    prefix = os.path.join(work, "bubbles")
+    plot.bubbles_main([trained, prefix, "--speed", timed, "--baseline", "flash"])
+    with open(prefix + ".svg") as f:
+        svg = f.read()
+    if "timed steps, timed.json" not in svg:
+        sys.exit("FAIL: the chart does not say its speeds are timed steps")
+    # The overview's bubbles sit at the timed ratio: flash 1x, linear 5x (the wall clock says 1x).
+    xs = sorted(float(c.get_offsets()[0][0]) for c in plot.plt.gcf().axes[0].collections)
+    if [round(x, 9) for x in xs] != [1.0, 5.0]:
+        sys.exit(f"FAIL: the overview's speeds are {xs}, not the timed 1x and 5x")
+    write(timed, [{"name": "flash", "point": point("flash", "listops", False), "aggregate_name": "median",
+                   "real_time": 500.0, "time_unit": "ms", "peak_bytes": 4e8}])
+    try:
+        plot.bubbles_main([trained, prefix, "--speed", timed])
+        sys.exit("FAIL: a training run without a timed step was plotted")
+    except SystemExit as e:
+        if "no timed step of linear on listops" not in str(e):
+            sys.exit(f"FAIL: unexpected refusal: {e}")
+print("bubbles: ok")
