@@ -136,7 +136,10 @@ run_target() {
         $py scripts/plot.py curves "$work"/logs/*.jsonl "$work/copy_curves" --title "copy task, N = 128: learning curves"
       else
         "$exe" table "$file" --metric accuracy --published lra >"$work/lra-accuracy.md"
-        $py scripts/plot.py bubbles "$file" "$work/lra_bubbles" --attnbench "$exe"
+        # The chart's speeds: each configuration's training step timed (the runs' own wall clock
+        # counts evaluation and whatever shared the core).
+        bench lra_speed --preset lra-accuracy --threads 1 --reps 3
+        $py scripts/plot.py bubbles "$file" "$work/lra_bubbles" --speed "$work/lra_speed.json" --attnbench "$exe"
       fi
       [ "$rc" = 0 ] || echo "$name: stopped before the end (exit $rc); run the target again to resume" >&2 ;;
   esac
