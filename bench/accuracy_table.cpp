@@ -167,6 +167,9 @@ std::string accuracy_table(const std::vector<ResultFile>& files, const AccuracyT
       if (const auto v = field->value(r, real_stats(r).median, nullptr)) c.values.push_back(*v * (percent ? 100 : 1));
     }
 
+  // Percentages to two decimals; a loss to four significant digits (a trained copy model's test
+  // loss is 0.0035, which two decimals would print as 0.00).
+  auto number = [&](double v) { return percent ? fmt::format("{:.2f}", v) : fmt::format("{:.4g}", v); };
   // Text of a cell; the average over the row's tasks but Path-X (LRA's "avg").
   std::vector<std::string> notes;
   auto cell_text = [&](const std::string& row, const std::string& task) -> std::string {
@@ -178,8 +181,8 @@ std::string accuracy_table(const std::vector<ResultFile>& files, const AccuracyT
       return "FAIL";
     }
     if (!c.mean()) return "-";
-    if (c.values.size() == 1) return fmt::format("{:.2f}", *c.mean());
-    return fmt::format("{:.2f} ± {:.2f} (n={})", *c.mean(), c.stddev(), c.values.size());
+    if (c.values.size() == 1) return number(*c.mean());
+    return fmt::format("{} ± {} (n={})", number(*c.mean()), number(c.stddev()), c.values.size());
   };
   auto average = [&](const std::string& row) -> std::string {
     double sum = 0;
@@ -194,7 +197,7 @@ std::string accuracy_table(const std::vector<ResultFile>& files, const AccuracyT
       }
     }
     if (n == 0) return "-";
-    return fmt::format("{:.2f}{}", sum / n, n < expected ? fmt::format(" ({} of {})", n, expected) : "");
+    return fmt::format("{}{}", number(sum / n), n < expected ? fmt::format(" ({} of {})", n, expected) : "");
   };
   const std::string unit = percent ? "%, " : "";
   const std::string what = o.metric == "accuracy"         ? "test accuracy with the best-validation parameters"

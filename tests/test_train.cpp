@@ -469,6 +469,13 @@ TEST(TrainCli, AccuracyEntryReadsBackAndTableDrawsTheLraLayout) {
   EXPECT_NE(t.out.find("| mechanism | copy |"), std::string::npos) << t.out;
   EXPECT_NE(t.out.find("| flash | "), std::string::npos) << t.out;
   EXPECT_NE(t.out.find("(n=2)"), std::string::npos) << t.out;  // two seeds, mean and spread
+  // Losses to four significant digits, not two decimals: each cell is the seeds' mean loss.
+  auto loss = test::exec("table " + out + " --metric eval_loss", false);
+  ASSERT_EQ(loss.code, 0) << loss.out;
+  double flash_loss = 0;
+  for (const auto& p : rf.points)
+    if (p.id.mechanism == "flash") flash_loss += p.train->eval_loss / 2;
+  EXPECT_NE(loss.out.find("| flash | " + fmt::format("{:.4g}", flash_loss) + " ± "), std::string::npos) << loss.out;
   // Beside LRA's table, its whole layout: every mechanism, LRA's five tasks, the cells not run
   // said so, and LRA's published rows.
   auto lra = test::exec("table " + out + " --metric accuracy --published lra", false);
