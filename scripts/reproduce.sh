@@ -131,8 +131,10 @@ run_target() {
       mkdir -p "$work/logs"
       cp "$train"/logs/*.jsonl "$work/logs/" 2>/dev/null || true
       if [ "$name" = copy ]; then
-        "$exe" table "$file" --metric accuracy >"$work/copy.md"
-        "$exe" table "$file" --metric eval_loss >>"$work/copy.md"
+        for metric in accuracy token_accuracy eval_loss; do
+          "$exe" table "$file" --metric "$metric"
+          echo
+        done >"$work/copy.md"
         $py scripts/plot.py curves "$work"/logs/*.jsonl "$work/copy_curves" --title "copy task, N = 128: learning curves"
       else
         "$exe" table "$file" --metric accuracy --published lra >"$work/lra-accuracy.md"
