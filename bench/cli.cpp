@@ -77,6 +77,7 @@ std::string join_args(int argc, char** argv) {
   }
   return s;
 }
+
 // What narrows or changes a training preset (train --preset, run --preset): its mechanisms,
 // tasks, seeds, threads and the image task's data. Every other field of its points is the
 // preset's: giving one is an error, not ignored.
