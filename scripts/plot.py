@@ -252,15 +252,20 @@ def plain_log_axis(axis, values=None):
     axis.set_major_formatter(fmt)
 
 
+def read_result_file(path):
+    """The JSON of a result file, or exit naming the file and what is wrong with it."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"plot.py bubbles: cannot read {path}: {e}")
+
+
 def load_training(path):
     """{task: {mechanism: (test accuracy, steps/s, tracked bytes)}} of the successful training
     points of a result file, and its context. With several points per (task, mechanism), e.g.
     seeds, the mean accuracy and the median speed and memory."""
-    try:
-        with open(path) as f:
-            doc = json.load(f)
-    except (OSError, ValueError) as e:
-        raise SystemExit(f"plot.py bubbles: cannot read {path}: {e}")
+    doc = read_result_file(path)
     acc = defaultdict(lambda: defaultdict(list))
     for b in doc.get("benchmarks", []):
         p = b.get("point", {})
@@ -277,11 +282,7 @@ def load_training(path):
 def load_timed_steps(path):
     """{(task, mechanism): (steps/s, tracked bytes)} from the medians of the model-level training
     steps of a `run` result file."""
-    try:
-        with open(path) as f:
-            doc = json.load(f)
-    except (OSError, ValueError) as e:
-        raise SystemExit(f"plot.py bubbles: cannot read {path}: {e}")
+    doc = read_result_file(path)
     timed = {}
     for b in doc.get("benchmarks", []):
         p = b.get("point", {})
