@@ -2,8 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <iostream>
 #include <map>
+#include <set>
 
 #include "bench/result_writer.hpp"
 
@@ -12,7 +14,7 @@ namespace ab {
 nlohmann::json merge_files(const std::vector<ResultFile>& files, bool allow_mixed_cpus, const std::string& command) {
   if (files.empty()) throw InvalidInput("merge needs at least one file");
   const std::string cpu = files.front().context.value("cpu_model", "");
-  std::map<std::string, std::string> where;
+  std::map<std::string, std::pair<std::string, size_t>> where;  // point -> (its file, its index in points)
   std::vector<PointResult> points;
   nlohmann::json sources = nlohmann::json::array();
   for (const auto& f : files) {
@@ -21,9 +23,18 @@ nlohmann::json merge_files(const std::vector<ResultFile>& files, bool allow_mixe
       throw InvalidInput(fmt::format("{} was measured on '{}' but {} on '{}'; pass --allow-mixed-cpus to merge them anyway",
                                      files.front().path, cpu, f.path, c));
     for (const auto& r : f.points) {
-      const auto [it, fresh] = where.emplace(r.id.name(), f.path);
-      if (!fresh) throw InvalidInput(fmt::format("point {} is in both {} and {}", r.id.name(), it->second, f.path));
-      points.push_back(r);
+      const auto [it, fresh] = where.emplace(r.id.name(), std::make_pair(f.path, points.size()));
+      if (fresh) {
+        points.push_back(r);
+        continue;
+      }
+      // The same result carried in two files is one point: a shard resumed from a merged file
+      // (a grid moved to new machines) holds the other shards' finished points too. Two
+      // different results for one point are two measurements: refused.
+      const auto& [first_path, index] = it->second;
+      if (to_json_entries(points[index], 0) != to_json_entries(r, 0))
+        throw InvalidInput(fmt::format("point {} is in both {} and {}, with different results", r.id.name(),
+                                       first_path, f.path));
     }
     sources.push_back({{"path", f.path},
                        {"command", f.context.value("command", "")},
@@ -41,6 +52,9 @@ nlohmann::json merge_files(const std::vector<ResultFile>& files, bool allow_mixe
 
 int cmd_merge(const std::vector<std::string>& paths, const std::string& out, bool allow_mixed_cpus,
               const std::string& command) {
+  std::set<std::filesystem::path> seen;
+  for (const auto& p : paths)
+    if (!seen.insert(std::filesystem::weakly_canonical(p)).second) throw InvalidInput(fmt::format("{} is given twice", p));
   const auto doc = merge_files(read_result_files(paths), allow_mixed_cpus, command);
   write_file_atomic(out, doc.dump(2) + "\n");
   std::cerr << fmt::format("merge: {} files into {}\n", paths.size(), out);

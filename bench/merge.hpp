@@ -8,8 +8,9 @@
 
 namespace ab {
 
-// Joins files; the same point in two files, or files from different CPU models (unless
-// allowed), is refused.
+// Joins files. A point in two files with the same result is kept once; a point with two
+// different results, one file given twice, or files from different CPU models (unless allowed)
+// is refused.
 nlohmann::json merge_files(const std::vector<ResultFile>& files, bool allow_mixed_cpus, const std::string& command);
 int cmd_merge(const std::vector<std::string>& paths, const std::string& out, bool allow_mixed_cpus,
               const std::string& command);

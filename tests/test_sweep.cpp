@@ -506,7 +506,7 @@ TEST(Compare, BadInputExitsTwo) {
   }
 }
 
-TEST(Merge, ShardsTogetherEqualTheWholeGrid) {
+TEST(Merge, ShardsTogetherEqualTheWholeGridAndACarriedPointCountsOnce) {
   const std::string grid = "sweep --attn flash,linear,local --seq 64,128" + std::string(kTiny);
   const std::string whole = test::temp_path("whole.json"), s1 = test::temp_path("s1.json"),
                     s2 = test::temp_path("s2.json"), merged = test::temp_path("merged.json");
@@ -524,10 +524,27 @@ TEST(Merge, ShardsTogetherEqualTheWholeGrid) {
   const auto ctx = nlohmann::json::parse(slurp(merged))["context"];
   EXPECT_EQ(ctx["merged_from"].size(), 2u);
 
-  // The same point twice, or another CPU model, is refused.
-  e = exec("merge " + s1 + " " + s1 + " --out " + test::temp_path("twice.json"));
+  // A shard resumed from the merged file (the grid moved to another machine) carries the other
+  // shard's points: the same result in two files is one point. Two different results for one
+  // point, one file given twice, or another CPU model is refused.
+  const std::string resumed = test::temp_path("s2_resumed.json"), remerged = test::temp_path("remerged.json");
+  std::filesystem::remove(remerged);
+  std::filesystem::copy_file(merged, resumed, std::filesystem::copy_options::overwrite_existing);
+  e = exec("merge " + s1 + " " + resumed + " --out " + remerged);
+  ASSERT_EQ(e.code, 0) << e.out;
+  EXPECT_EQ(nlohmann::json::parse(slurp(remerged))["benchmarks"], nlohmann::json::parse(slurp(merged))["benchmarks"]);
+  auto changed = nlohmann::json::parse(slurp(s1));
+  changed["benchmarks"][0]["real_time"] = changed["benchmarks"][0]["real_time"].get<double>() * 2;
+  const std::string remeasured = test::temp_path("s1_remeasured.json");
+  std::ofstream(remeasured) << changed.dump();
+  e = exec("merge " + s1 + " " + remeasured + " --out " + test::temp_path("twice.json"));
   EXPECT_EQ(e.code, 2) << e.out;
   EXPECT_NE(e.out.find("is in both"), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("different results"), std::string::npos) << e.out;
+  e = exec("merge " + s1 + " " + s1 + " --out " + test::temp_path("twice.json"));
+  EXPECT_EQ(e.code, 2) << e.out;
+  EXPECT_NE(e.out.find("given twice"), std::string::npos) << e.out;
+  EXPECT_FALSE(std::filesystem::exists(test::temp_path("twice.json")));
   auto doc = nlohmann::json::parse(slurp(s2));
   doc["context"]["cpu_model"] = "Some Other CPU";
   const std::string other = test::temp_path("s2_other.json");
