@@ -14,6 +14,7 @@
 #include <thread>
 #include <cstdlib>
 #include <fstream>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "bench/grid.hpp"
@@ -182,25 +183,47 @@ bool all_gone_within(const std::string& marker, double seconds) {
 }
 
 // Starts, in the background, a sweep whose one child hangs (ATTNBENCH_FAULT), its command lines
-// marked by `marker`; returns the sweep's pid once its child is running (0 if it never started).
-long start_hanging_sweep(const fs::path& out, const std::string& marker, const std::string& launcher = "") {
+// marked by `marker`; returns the sweep's pid once its child is running, or 0 with `why` saying
+// what was seen instead (every marked process is then killed).
+long start_hanging_sweep(const fs::path& out, const std::string& marker, std::string* why) {
   const fs::path pidfile = out.string() + ".pid";
   fs::remove(out);
   fs::remove(pidfile);
-  const std::string cmd = "ATTNBENCH_FAULT=hang:N:16 " + launcher + std::string(ATTNBENCH_EXE) +
+  const std::string cmd = "ATTNBENCH_FAULT=hang:N:16 " + std::string(ATTNBENCH_EXE) +
                           " sweep --attn flash --seq 16 --heads 1 --dhead 4 --reps 1 --min-time 0 --time-limit 0 " + marker +
                           " --out " + out.string() + " >/dev/null 2>&1 & echo $! > " + pidfile.string();
-  if (std::system(cmd.c_str()) != 0) return 0;
+  auto fail = [&](const std::string& r) {
+    *why = r;
+    all_gone_within(marker, 0);
+    return 0L;
+  };
+  if (std::system(cmd.c_str()) != 0) return fail("the shell that starts the sweep failed");
   long sweep_pid = 0;
-  for (int i = 0; i < 100 && !sweep_pid; ++i) {
-    std::ifstream(pidfile) >> sweep_pid;
+  std::ifstream(pidfile) >> sweep_pid;  // written before std::system returned
+  fs::remove(pidfile);
+  if (sweep_pid <= 0) return fail("no pid in " + pidfile.string());
+  // The child is the marked process that is not the sweep and runs the `run` verb (a process
+  // the sweep has forked but not yet turned into the child still shows the sweep's command
+  // line). Up to 60 s: under a loaded ctest -j 2 the sweep's start can take seconds.
+  auto child_running = [&] {
+    for (long p : processes_with(marker)) {
+      if (p == sweep_pid) continue;
+      std::ifstream f("/proc/" + std::to_string(p) + "/cmdline");
+      std::string c(std::istreambuf_iterator<char>(f), {});
+      std::replace(c.begin(), c.end(), '\0', ' ');
+      if (c.find(" run ") != std::string::npos) return true;
+    }
+    return false;
+  };
+  for (int i = 0; i < 1200; ++i) {
+    if (child_running()) return sweep_pid;
+    if (::kill(static_cast<pid_t>(sweep_pid), 0) != 0)
+      return fail(fmt::format("the sweep (pid {}) exited before its child was seen; its file: {}", sweep_pid,
+                              fs::exists(out) ? slurp(out.string()) : "none"));
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  fs::remove(pidfile);
-  // The child's command line (`attnbench run ... <marker>`) carries the marker too.
-  for (int i = 0; i < 200 && sweep_pid && processes_with(marker).size() < 2; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  return processes_with(marker).size() >= 2 ? sweep_pid : 0;
+  return fail(fmt::format("no child of the sweep (pid {}) ran within 60 s; its file: {}", sweep_pid,
+                          fs::exists(out) ? slurp(out.string()) : "none"));
 }
 
 // 4. A sweep killed by SIGKILL takes its running child with it (before, the child ran on with no
@@ -208,8 +231,9 @@ long start_hanging_sweep(const fs::path& out, const std::string& marker, const s
 TEST(Hardening, KilledSweepTakesItsChildWithIt) {
   const fs::path out = test::temp_path("orphan_sweep.json");
   const std::string marker = "--seed 918273";
-  const long sweep_pid = start_hanging_sweep(out, marker);
-  ASSERT_GT(sweep_pid, 0) << "the sweep's child never started";
+  std::string why;
+  const long sweep_pid = start_hanging_sweep(out, marker, &why);
+  ASSERT_GT(sweep_pid, 0) << why;
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   kill(static_cast<pid_t>(sweep_pid), SIGKILL);
   EXPECT_TRUE(all_gone_within(marker, 5.0)) << "the child outlived the sweep";
@@ -223,8 +247,9 @@ TEST(Hardening, KilledSweepTakesItsChildWithIt) {
 TEST(Hardening, SweepStoppedWithItsChildLeavesThePointForResume) {
   const fs::path out = test::temp_path("group_stopped_sweep.json");
   const std::string marker = "--seed 736251";
-  const long sweep_pid = start_hanging_sweep(out, marker);
-  ASSERT_GT(sweep_pid, 0) << "the sweep's child never started";
+  std::string why;
+  const long sweep_pid = start_hanging_sweep(out, marker, &why);
+  ASSERT_GT(sweep_pid, 0) << why;
   for (long p : processes_with(marker))
     if (p != sweep_pid) kill(static_cast<pid_t>(p), SIGTERM);  // the child first
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -289,8 +314,9 @@ TEST(Hardening, OverflowingSizesRangesAndLimitsExitTwoAtOnce) {
 TEST(Hardening, SecondWriterOfAResultFileIsRefused) {
   const fs::path out = test::temp_path("locked_sweep.json");
   const std::string marker = "--seed 827364";
-  const long sweep_pid = start_hanging_sweep(out, marker);  // holds the lock while its child hangs
-  ASSERT_GT(sweep_pid, 0);
+  std::string why;
+  const long sweep_pid = start_hanging_sweep(out, marker, &why);  // holds the lock while its child hangs
+  ASSERT_GT(sweep_pid, 0) << why;
   auto e = test::exec("sweep --attn linear --seq 16 --heads 1 --dhead 4 --reps 1 --min-time 0 --resume --out " + out.string());
   EXPECT_EQ(e.code, 2) << e.out;
   EXPECT_NE(e.out.find("pid " + std::to_string(sweep_pid)), std::string::npos) << e.out;
