@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -10,6 +12,30 @@
 #include "bench/result_writer.hpp"
 
 namespace ab {
+
+namespace {
+// Whether two results are the same measurement: equal but for the last digits of their numbers.
+// A result read back and written again can move in its 16th digit (times are kept in seconds and
+// written in their unit), so a point carried through a different number of files differs there.
+bool same_result(const nlohmann::json& a, const nlohmann::json& b) {
+  if (a.is_number() && b.is_number()) {
+    const double x = a.get<double>(), y = b.get<double>();
+    return x == y || std::fabs(x - y) <= 1e-12 * std::max(std::fabs(x), std::fabs(y));
+  }
+  if (a.type() != b.type() || a.size() != b.size()) return false;
+  if (a.is_array()) {
+    for (size_t i = 0; i < a.size(); ++i)
+      if (!same_result(a[i], b[i])) return false;
+    return true;
+  }
+  if (a.is_object()) {
+    for (auto it = a.begin(); it != a.end(); ++it)
+      if (!b.contains(it.key()) || !same_result(it.value(), b.at(it.key()))) return false;
+    return true;
+  }
+  return a == b;
+}
+}  // namespace
 
 nlohmann::json merge_files(const std::vector<ResultFile>& files, bool allow_mixed_cpus, const std::string& command) {
   if (files.empty()) throw InvalidInput("merge needs at least one file");
@@ -32,7 +58,7 @@ nlohmann::json merge_files(const std::vector<ResultFile>& files, bool allow_mixe
       // (a grid moved to new machines) holds the other shards' finished points too. Two
       // different results for one point are two measurements: refused.
       const auto& [first_path, index] = it->second;
-      if (to_json_entries(points[index], 0) != to_json_entries(r, 0))
+      if (!same_result(to_json_entries(points[index], 0), to_json_entries(r, 0)))
         throw InvalidInput(fmt::format("point {} is in both {} and {}, with different results", r.id.name(),
                                        first_path, f.path));
     }
