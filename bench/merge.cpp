@@ -67,7 +67,9 @@ nlohmann::json merge_files(const std::vector<ResultFile>& files, bool allow_mixe
                        {"host_name", f.context.value("host_name", "")},
                        {"cpu_model", c},
                        {"date", f.context.value("date", "")},
-                       {"shard", f.context.value("shard", "")}});
+                       {"shard", f.context.value("shard", "")},
+                       // the points resumptions added, with the machine and commit of each
+                       {"resumed_by", f.context.value("resumed_by", nlohmann::json::array())}});
   }
   nlohmann::json context = files.front().context;
   context["command"] = command;

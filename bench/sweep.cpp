@@ -199,6 +199,7 @@ int run_sweep(const std::vector<PointId>& full_grid, const RunOptions& opts, con
   // One writer at a time: the file is read (for --resume) and saved under the lock.
   std::optional<ResultFileLock> lock;
   if (so.out != "-") lock.emplace(so.out);
+  std::optional<size_t> resumption_index;  // this resumption's entry in context.resumed_by
   std::set<int> thread_counts;
   for (const auto& p : plan) thread_counts.insert(p.id.threads);
   const GemmReference gemm = gemm_reference(opts.gemm_gflops, thread_counts);
@@ -217,7 +218,14 @@ int run_sweep(const std::vector<PointId>& full_grid, const RunOptions& opts, con
       done.insert(r.id.name());
       results.push_back(std::move(r));
     }
-    context["resumed_by"].push_back(so.command);
+    // A resumed file's context describes the machine and binary that began it; the points this
+    // resumption adds may come from another machine or commit, so it names them and where they ran.
+    const nlohmann::json here = run_context(so.command, opts.seed, grid.empty() ? 1 : grid.front().threads, gemm.one_thread);
+    nlohmann::json resumption = {{"command", so.command}, {"points", nlohmann::json::array()}};
+    for (const char* k : {"date", "host_name", "cpu_model", "machine_id", "git_commit"}) resumption[k] = here.value(k, "");
+    resumption["gemm_gflops_per_s_1thread"] = gemm.one_thread;
+    context["resumed_by"].push_back(std::move(resumption));
+    resumption_index = context["resumed_by"].size() - 1;
   } else {
     const int threads = grid.empty() ? 1 : grid.front().threads;
     context = run_context(so.command, opts.seed, threads, gemm.one_thread);
@@ -290,6 +298,7 @@ int run_sweep(const std::vector<PointId>& full_grid, const RunOptions& opts, con
         : r.train ? fmt::format("accuracy {:.4f} (best val {:.4f}), {:.4g} ms/step", r.train->accuracy, r.train->val_accuracy,
                                 real_stats(r).median * 1e3)
                   : fmt::format("{:.4g} ms", real_stats(r).median * 1e3);
+    if (resumption_index) context["resumed_by"][*resumption_index]["points"].push_back(r.id.name());
     results.push_back(std::move(r));
     save();
     progress.show(fmt::format("{} {}", where, outcome), true);

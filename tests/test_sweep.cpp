@@ -298,6 +298,16 @@ TEST(Sweep, InterruptKeepsFinishedPointsAndResumeRunsOnlyTheMissing) {
     EXPECT_EQ(after.points[i].id.name(), before.points[i].id.name());
     EXPECT_DOUBLE_EQ(after.points[i].reps.front().real_s, before.points[i].reps.front().real_s);
   }
+  // The resumption names the points it added and where they ran (the context's machine and
+  // commit are those of the run that began the file, which may be another machine).
+  const auto resumed_by = nlohmann::json::parse(slurp(path))["context"]["resumed_by"];
+  ASSERT_EQ(resumed_by.size(), 1u) << resumed_by.dump();
+  std::vector<std::string> added;
+  for (size_t i = before.points.size(); i < after.points.size(); ++i) added.push_back(after.points[i].id.name());
+  EXPECT_EQ(resumed_by[0]["points"].get<std::vector<std::string>>(), added);
+  EXPECT_EQ(resumed_by[0]["machine_id"], after.context["machine_id"]);
+  EXPECT_FALSE(resumed_by[0]["git_commit"].get<std::string>().empty());
+  EXPECT_NE(resumed_by[0]["command"].get<std::string>().find("--resume"), std::string::npos);
 }
 
 TEST(Sweep, ResumeRefusesACorruptFileAndLeavesIt) {
@@ -535,6 +545,12 @@ TEST(Merge, ShardsTogetherEqualTheWholeGridAndACarriedPointCountsOnce) {
   ASSERT_EQ(e.code, 0) << e.out;
   EXPECT_EQ(point_names(remerged), point_names(whole));
   EXPECT_EQ(nlohmann::json::parse(slurp(remerged))["benchmarks"].size(), nlohmann::json::parse(slurp(merged))["benchmarks"].size());
+  // Each source's resumptions (the points they added and where) stay in merged_from.
+  const auto sources = nlohmann::json::parse(slurp(remerged))["context"]["merged_from"];
+  ASSERT_EQ(sources.size(), 2u);
+  EXPECT_TRUE(sources[0]["resumed_by"].empty());
+  ASSERT_EQ(sources[1]["resumed_by"].size(), 1u);
+  EXPECT_TRUE(sources[1]["resumed_by"][0]["points"].empty()) << "nothing was left to run";
   // A result read and written again may move in its last digit (times are kept in seconds and
   // written in their unit): still the same result.
   auto changed = nlohmann::json::parse(slurp(s1));
