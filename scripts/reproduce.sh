@@ -123,6 +123,9 @@ run_target() {
       # Resumable: the result file and the runs' checkpoints stay where the last attempt left them.
       local file="results/studies/$name/$name.json" train="runs/$name"
       mkdir -p "results/studies/$name" "$train"
+      # The runs a session left unfinished travel with the study (checkpoints and curves so far):
+      # continue them instead of starting again; a run already in $train is left as it is.
+      if [ -d "results/studies/$name/in-progress" ]; then cp -rn "results/studies/$name/in-progress/." "$train/"; fi
       commands+=("attnbench train --preset $name --threads 1 --out $file --train-dir $train --resume")
       echo "== $name: ${commands[-1]}" >&2
       local rc=0
