@@ -203,6 +203,7 @@ int run_sweep(const std::vector<PointId>& full_grid, const RunOptions& opts, con
   std::set<int> thread_counts;
   for (const auto& p : plan) thread_counts.insert(p.id.threads);
   const GemmReference gemm = gemm_reference(opts.gemm_gflops, thread_counts);
+  const int threads = grid.empty() ? 1 : grid.front().threads;  // the context's thread count
   if (fs::exists(so.out)) {
     if (!so.resume)
       throw InvalidInput(fmt::format("{} exists; pass --resume to continue that sweep, or choose another --out", so.out));
@@ -220,14 +221,13 @@ int run_sweep(const std::vector<PointId>& full_grid, const RunOptions& opts, con
     }
     // A resumed file's context describes the machine and binary that began it; the points this
     // resumption adds may come from another machine or commit, so it names them and where they ran.
-    const nlohmann::json here = run_context(so.command, opts.seed, grid.empty() ? 1 : grid.front().threads, gemm.one_thread);
+    const nlohmann::json here = run_context(so.command, opts.seed, threads, gemm.one_thread);
     nlohmann::json resumption = {{"command", so.command}, {"points", nlohmann::json::array()}};
     for (const char* k : {"date", "host_name", "cpu_model", "machine_id", "git_commit"}) resumption[k] = here.value(k, "");
     resumption["gemm_gflops_per_s_1thread"] = gemm.one_thread;
     context["resumed_by"].push_back(std::move(resumption));
     resumption_index = context["resumed_by"].size() - 1;
   } else {
-    const int threads = grid.empty() ? 1 : grid.front().threads;
     context = run_context(so.command, opts.seed, threads, gemm.one_thread);
     gemm.record(context);
     if (so.shard_count > 1) context["shard"] = fmt::format("{}/{}", so.shard_index, so.shard_count);

@@ -148,6 +148,21 @@ TEST(Hardening, UnwritableOutIsRefusedBeforeRunning) {
 }
 
 
+// A process's command line, its arguments joined by spaces ("" once it is gone: a process can
+// exit between a listing and the read, and its cmdline then fails with ESRCH, which libstdc++
+// throws from the stream buffer).
+std::string command_line(long pid) {
+  std::string cmd;
+  try {
+    std::ifstream f("/proc/" + std::to_string(pid) + "/cmdline");
+    cmd.assign(std::istreambuf_iterator<char>(f), {});
+  } catch (const std::exception&) {
+    return "";
+  }
+  std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+  return cmd;
+}
+
 // The processes whose command line contains `marker` (from /proc).
 std::vector<long> processes_with(const std::string& marker) {
   std::vector<long> out;
@@ -155,16 +170,7 @@ std::vector<long> processes_with(const std::string& marker) {
   for (const auto& entry : fs::directory_iterator("/proc", ec)) {
     const std::string name = entry.path().filename().string();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    // A process can exit between the listing and the read; its cmdline then fails with ESRCH
-    // (libstdc++ throws from the stream buffer), which only means it is gone.
-    std::string cmd;
-    try {
-      std::ifstream f(entry.path() / "cmdline");
-      cmd.assign(std::istreambuf_iterator<char>(f), {});
-    } catch (const std::exception&) {
-      continue;
-    }
-    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+    const std::string cmd = command_line(std::stol(name));
     if (cmd.find(marker) != std::string::npos && cmd.find("attnbench") != std::string::npos) out.push_back(std::stol(name));
   }
   return out;
@@ -206,13 +212,8 @@ long start_hanging_sweep(const fs::path& out, const std::string& marker, std::st
   // the sweep has forked but not yet turned into the child still shows the sweep's command
   // line). Up to 60 s: under a loaded ctest -j 2 the sweep's start can take seconds.
   auto child_running = [&] {
-    for (long p : processes_with(marker)) {
-      if (p == sweep_pid) continue;
-      std::ifstream f("/proc/" + std::to_string(p) + "/cmdline");
-      std::string c(std::istreambuf_iterator<char>(f), {});
-      std::replace(c.begin(), c.end(), '\0', ' ');
-      if (c.find(" run ") != std::string::npos) return true;
-    }
+    for (long p : processes_with(marker))
+      if (p != sweep_pid && command_line(p).find(" run ") != std::string::npos) return true;
     return false;
   };
   for (int i = 0; i < 1200; ++i) {
