@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -63,6 +64,21 @@ TEST(AttentionDropout, MaskKeepsTheRateAndIsAFunctionOfPosition) {
   std::vector<float> x(1024, 1.0f);
   d.apply(x.data(), 1024, 5, 0);
   for (int64_t j = 0; j < 1024; ++j) EXPECT_EQ(x[static_cast<size_t>(j)], d.keep(5, j) ? 1.0f / 0.7f : 0.0f) << j;
+  // From an offset, on negative and infinite values: kept ones scaled, dropped ones +0 whatever
+  // they held (a -0 or a NaN from inf * 0 would be a different result).
+  std::vector<float> y(100);
+  for (size_t c = 0; c < y.size(); ++c) y[c] = c % 3 == 0 ? -std::numeric_limits<float>::infinity() : -2.0f;
+  const std::vector<float> y0 = y;
+  d.apply(y.data(), 100, 7, 300);
+  for (int64_t c = 0; c < 100; ++c) {
+    const float got = y[static_cast<size_t>(c)];
+    if (d.keep(7, 300 + c)) {
+      EXPECT_EQ(got, y0[static_cast<size_t>(c)] * (1.0f / 0.7f)) << c;
+    } else {
+      EXPECT_EQ(got, 0.0f) << c;
+      EXPECT_FALSE(std::signbit(got)) << c;
+    }
+  }
   int differ = 0;
   for (int64_t j = 0; j < 64; ++j) differ += d.keep(5, j) != Dropout{0.3f, 98}.keep(5, j) ? 1 : 0;
   EXPECT_GT(differ, 10);  // another key, another mask
