@@ -4,6 +4,8 @@
 //                 softmax (flash), linear, and Reformer LSH with 1 and with 4 rounds
 //   lra-accuracy  LRA Table 1 at CPU scale: every mechanism on ListOps, Text, Retrieval, Image,
 //                 Pathfinder, one configuration per task (the PyTorch LRA ports' small model)
+//   lra-knobs     the Transformer on lra-accuracy's Image and Pathfinder with 3x and 4x the
+//                 steps: whether steps close the targets it misses there
 // A preset is a grid of training runs that `train --preset` runs through the sweep (isolated,
 // resumable, shardable); its configuration table is in docs/reproductions.md.
 #pragma once
@@ -18,12 +20,12 @@ struct TrainPresetOptions {
   std::vector<std::string> mechanisms;  // empty: the preset's
   std::vector<std::string> tasks;       // empty: the preset's
   std::vector<int64_t> seeds;           // empty: the preset's
-  std::string data_dir;                 // lra-accuracy: the image task's real data (Fashion-MNIST)
+  std::string data_dir;                 // lra-accuracy, lra-knobs: the image task's real data (Fashion-MNIST)
   int threads = 2;
 };
 
-const std::vector<std::string>& train_presets();  // copy, lra-accuracy
-std::string train_preset_names();                  // "copy, lra-accuracy"
+const std::vector<std::string>& train_presets();  // copy, lra-accuracy, lra-knobs
+std::string train_preset_names();                  // "copy, lra-accuracy, lra-knobs"
 bool is_train_preset(const std::string& name);
 // The preset's runs, in the order they are worth having: the comparisons' rows first, then the
 // rest of the grid, then the extra seeds. Throws InvalidInput for an unknown preset, mechanism

@@ -545,6 +545,36 @@ TEST(TrainPresets, GridsHoldTheComparisonsInOrder) {
   EXPECT_THROW(train_preset_grid("lra-speed", TrainPresetOptions{}), InvalidInput);
 }
 
+// lra-knobs: the grid's own Transformer runs on Image and Pathfinder with 3x and 4x the steps
+// (warm-up and evaluations scaled with them), nothing else changed.
+TEST(TrainPresets, KnobsAreTheGridsRunsWithMoreSteps) {
+  const auto knobs = train_preset_grid("lra-knobs", TrainPresetOptions{});
+  ASSERT_EQ(knobs.size(), 2u);
+  TrainPresetOptions flash;
+  flash.mechanisms = {"flash"};
+  flash.seeds = {1};
+  for (const auto& k : knobs) {
+    SCOPED_TRACE(k.name());
+    flash.tasks = {k.task};
+    const auto grid = train_preset_grid("lra-accuracy", flash);
+    ASSERT_EQ(grid.size(), 1u);
+    const int64_t times = k.task == "image" ? 3 : 4;
+    EXPECT_TRUE(k.task == "image" || k.task == "pathfinder");
+    EXPECT_EQ(k.mechanism, "flash");
+    EXPECT_EQ(k.train.steps, grid[0].train.steps * times);
+    EXPECT_EQ(k.train.warmup, k.train.steps / 10);
+    EXPECT_EQ(k.train.eval_every, k.train.steps / 10);
+    PointId same = k;
+    same.train.steps = grid[0].train.steps;
+    same.train.warmup = grid[0].train.warmup;
+    same.train.eval_every = grid[0].train.eval_every;
+    EXPECT_EQ(same.name(), grid[0].name());  // the model, data and the rest of the recipe
+  }
+  TrainPresetOptions listops;
+  listops.tasks = {"listops"};
+  EXPECT_THROW(train_preset_grid("lra-knobs", listops), InvalidInput);
+}
+
 // `run --preset lra-accuracy` times the training grid's configurations: each run's point without
 // its recipe (same model, batch, length, data and mechanism parameters), the seeds as one.
 TEST(TrainPresets, TimingPointsAreTheRunsWithoutTheirRecipe) {
