@@ -60,6 +60,7 @@ struct Cell {
   std::vector<double> values;  // one per seed that finished
   std::vector<std::string> failures;
   std::string config;
+  int64_t examples = 0;  // the split an accuracy is measured on (0: a metric without one)
   bool any = false;
   std::optional<double> mean() const {
     if (values.empty()) return std::nullopt;
@@ -160,6 +161,9 @@ std::string accuracy_table(const std::vector<ResultFile>& files, const AccuracyT
                                        row_of(r.id), r.id.task, c.config, config));
       c.any = true;
       c.config = config;
+      c.examples = o.metric == "accuracy" || o.metric == "final_accuracy" ? r.id.train.test_examples
+                   : o.metric == "val_accuracy"                          ? r.id.train.eval_examples
+                                                                         : 0;
       if (r.status != Status::OK) {
         c.failures.push_back(fmt::format("{}: {}", to_string(r.status), r.message));
         continue;
@@ -282,6 +286,7 @@ std::string accuracy_table(const std::vector<ResultFile>& files, const AccuracyT
     std::string corr;
     for (const auto& t : tasks_in_order) {
       std::vector<double> ours, theirs;
+      int64_t fewest = 0;  // examples behind the least-measured cell of the column
       for (const auto& row : rows) {
         const PublishedRow* p = published_row(row);
         const auto it = cells.find({row, t});
@@ -290,8 +295,23 @@ std::string accuracy_table(const std::vector<ResultFile>& files, const AccuracyT
         if (!v || *v < 0) continue;
         ours.push_back(*it->second.mean());
         theirs.push_back(*v);
+        const int64_t n = it->second.examples * static_cast<int64_t>(it->second.values.size());
+        fewest = fewest == 0 ? n : std::min(fewest, n);
       }
-      if (ours.size() >= 3) corr += fmt::format("{}{} {:.2f} ({} mechanisms)", corr.empty() ? "" : "; ", t, spearman(ours, theirs), ours.size());
+      if (ours.size() < 3) continue;
+      corr += fmt::format("{}{} {:.2f} ({} mechanisms", corr.empty() ? "" : "; ", t, spearman(ours, theirs), ours.size());
+      // An order is only as good as the accuracies behind it: when the column's whole spread is
+      // inside twice the binomial standard error of a difference of two accuracies (each on
+      // `fewest` examples, at the column's mean), the correlation ranks noise, and says so.
+      if (fewest > 0) {
+        const double p = std::accumulate(ours.begin(), ours.end(), 0.0) / static_cast<double>(ours.size()) / 100;
+        const double two_se = 2 * 100 * std::sqrt(2 * p * (1 - p) / static_cast<double>(fewest));
+        const double spread = *std::max_element(ours.begin(), ours.end()) - *std::min_element(ours.begin(), ours.end());
+        if (spread < two_se)
+          corr += fmt::format("; spread {:.2f} points, within {:.2f}, twice the standard error of a difference on {} "
+                              "examples: it ranks noise", spread, two_se, fewest);
+      }
+      corr += ")";
     }
     if (!corr.empty()) out += "\nSpearman rank correlation with LRA's order, per column: " + corr + "\n";
   }

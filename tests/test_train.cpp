@@ -491,6 +491,40 @@ TEST(TrainCli, AccuracyEntryReadsBackAndTableDrawsTheLraLayout) {
   fs::remove(log);
 }
 
+// Beside LRA's table, each column's Spearman correlation with LRA's order, and a note when the
+// column's accuracies are too close for their test split to order them.
+TEST(TrainCli, SpearmanSaysWhenAColumnRanksNoise) {
+  const std::string out = test::temp_path("spearman.json"), edited = test::temp_path("spearman_edited.json");
+  fs::remove(out);
+  auto e = test::exec("train --task listops --seq 128 --layers 1 --dmodel 16 --heads 2 --mlp 32 --batch 4 --steps 2 "
+                      "--eval-examples 8 --test-examples 100 --attn flash,linear,performer --out " + out);
+  ASSERT_EQ(e.code, 0) << e.out;
+  auto with_accuracies = [&](std::map<std::string, double> acc) {
+    auto doc = nlohmann::json::parse(std::ifstream(out));
+    for (auto& b : doc["benchmarks"])
+      if (b.contains("accuracy"))
+        for (const auto& [m, a] : acc)
+          if (b["name"].get<std::string>().rfind("attn:" + m + "/", 0) == 0) b["accuracy"] = a;
+    std::ofstream(edited) << doc.dump();
+    auto t = test::exec("table " + edited + " --metric accuracy --published lra", false);
+    EXPECT_EQ(t.code, 0) << t.out;
+    return t.out;
+  };
+  // LRA's ListOps: Transformer 36.37 > Performer 18.01 > Linear 16.13; ours in the order
+  // flash < linear < performer: rank differences 2, 1, 1, so rho = 1 - 6 * 6 / (3 * 8) = -0.5.
+  const std::string apart = with_accuracies({{"flash", 0.10}, {"linear", 0.40}, {"performer", 0.70}});
+  EXPECT_NE(apart.find("listops -0.50 (3 mechanisms)"), std::string::npos) << apart;
+  // Two points apart on 100 test examples each at 31%: twice the standard error of a difference
+  // is 200 sqrt(2 0.31 0.69 / 100) = 13.08 points.
+  const std::string close = with_accuracies({{"flash", 0.30}, {"linear", 0.31}, {"performer", 0.32}});
+  EXPECT_NE(close.find("listops -0.50 (3 mechanisms; spread 2.00 points, within 13.08, twice the standard error of "
+                       "a difference on 100 examples: it ranks noise)"),
+            std::string::npos)
+      << close;
+  fs::remove(out);
+  fs::remove(edited);
+}
+
 // compare --metric accuracy gates a drop in test accuracy (deterministic: a plain threshold).
 TEST(TrainCli, CompareGatesAnAccuracyDrop) {
   const std::string base = test::temp_path("acc_base.json"), next = test::temp_path("acc_next.json");
