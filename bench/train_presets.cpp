@@ -41,6 +41,13 @@ TaskRecipe copy_recipe() {
           {"reformer.bucket_size=32"}};
 }
 
+// The steps of a one-cycle recipe, with its warm-up and its evaluations at a tenth of them.
+void set_steps(TaskRecipe& r, int64_t steps) {
+  r.options["steps"] = std::to_string(steps);
+  r.options["warmup"] = std::to_string(steps / 10);
+  r.options["eval_every"] = std::to_string(steps / 10);
+}
+
 // ---- lra-accuracy: LRA Table 1 at CPU scale ----
 // The PyTorch LRA ports' model for every task (2 layers, d 64, 2 heads of 32, FFN 128, dropout
 // 0.1, learned positions, AdamW, one-cycle linear schedule with 10% warm-up), LRA's lengths
@@ -59,9 +66,7 @@ std::vector<TaskRecipe> lra_recipes() {
   auto recipe = [&](const std::string& task, int64_t seq, int64_t steps, std::vector<std::string> params) {
     TaskRecipe r{task, common, std::move(params)};
     r.options["seq"] = std::to_string(seq);
-    r.options["steps"] = std::to_string(steps);
-    r.options["warmup"] = std::to_string(steps / 10);
-    r.options["eval_every"] = std::to_string(steps / 10);
+    set_steps(r, steps);
     return r;
   };
   return {recipe("listops", 2000, 1500, blocks50), recipe("text", 1000, 4000, blocks50),
@@ -79,10 +84,7 @@ std::vector<TaskRecipe> lra_knob_recipes() {
   for (TaskRecipe r : lra_recipes()) {
     const int64_t times = r.task == "image" ? 3 : r.task == "pathfinder" ? 4 : 0;
     if (times == 0) continue;
-    const int64_t steps = std::stoll(r.options.at("steps")) * times;
-    r.options["steps"] = std::to_string(steps);
-    r.options["warmup"] = std::to_string(steps / 10);
-    r.options["eval_every"] = std::to_string(steps / 10);
+    set_steps(r, std::stoll(r.options.at("steps")) * times);
     out.push_back(std::move(r));
   }
   return out;
