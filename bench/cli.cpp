@@ -396,8 +396,7 @@ int cli_main(int argc, char** argv) {
       if (!(sweep_opts.time_limit_s >= 0) || !std::isfinite(sweep_opts.time_limit_s))
         throw InvalidInput(fmt::format("--time-limit {} is not a finite number of seconds >= 0", sweep_opts.time_limit_s));
       sweep_opts.command = command;
-      if (dry_run) return cmd_dry_run(shard_of(sweep_grid.grid(), sweep_opts.shard_index, sweep_opts.shard_count),
-                                      sweep_measure.run, true, kDefaultTableWidth);
+      if (dry_run) return cmd_sweep_dry_run(sweep_grid.grid(), sweep_measure.run, sweep_opts, kDefaultTableWidth);
       if (status_only) return cmd_sweep_status(sweep_grid.grid(), sweep_opts);
       if (sweep_opts.out == "-") return run_sweep_to_stdout(sweep_grid.grid(), sweep_measure.run, sweep_opts);
       return run_sweep(sweep_grid.grid(), sweep_measure.run, sweep_opts);
@@ -427,7 +426,7 @@ int cli_main(int argc, char** argv) {
       MeasureOptions mo;
       mo.finish(train_grid);
       const auto grid = filter_points(train_preset_grid(train_preset, po), train_grid.filter);
-      if (dry_run) return cmd_dry_run(shard_of(grid, so.shard_index, so.shard_count), mo.run, true, train_wide ? 0 : kDefaultTableWidth);
+      if (dry_run) return cmd_sweep_dry_run(grid, mo.run, so, train_wide ? 0 : kDefaultTableWidth);
       if (train_opts.out.empty()) throw InvalidInput("--preset needs --out FILE (the runs' result file)");
       if (status_only) return cmd_sweep_status(grid, so);
       return run_sweep(grid, mo.run, so);

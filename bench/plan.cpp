@@ -19,7 +19,8 @@ std::string bytes_text(double b) {
 }
 }  // namespace
 
-int cmd_dry_run(const std::vector<PointId>& grid, const RunOptions& opts, bool isolated, int width) {
+int cmd_dry_run(const std::vector<PointId>& grid, const RunOptions& opts, bool isolated, int width,
+                const std::string& totals_note) {
   // A process start (with oneDNN's first primitive) per isolated point, measured on the
   // reference machine; small beside any point worth a sweep.
   constexpr double kProcessStartSeconds = 0.15;
@@ -68,7 +69,7 @@ int cmd_dry_run(const std::vector<PointId>& grid, const RunOptions& opts, bool i
     t.rows.push_back(std::move(row));
   }
   // Identity columns no point has (training, real data, dtype in a plain f32 grid) are left out.
-  const size_t identity = t.header.size() - 4;
+  const size_t identity = header_done ? t.header.size() - 4 : 0;  // no points (all kept by --resume): no table
   for (size_t c = identity; c-- > 0;) {
     const bool empty = std::all_of(t.rows.begin(), t.rows.end(), [c](const auto& r) { return r[c].empty(); });
     if (!empty) continue;
@@ -78,11 +79,11 @@ int cmd_dry_run(const std::vector<PointId>& grid, const RunOptions& opts, bool i
     for (size_t a : t.right_aligned) shifted.insert(a > c ? a - 1 : a);
     t.right_aligned = shifted;
   }
-  std::cout << render_markdown(t, width);
+  if (header_done) std::cout << render_markdown(t, width);
   std::cout << fmt::format(
-      "\ndry run: {} points ({} would run), nothing run. Time at least {} (each call's FLOPs at this machine's GEMM "
-      "rate, {:.0f} GFLOP/s per thread{}); memory at most {} per point.\n",
-      grid.size(), runnable, seconds_text(total_s), gemm / 1e9, isolated ? ", plus a process start per point" : "",
+      "\ndry run: {} points ({} would run{}), nothing run. Time at least {} (each call's FLOPs at this machine's "
+      "GEMM rate, {:.0f} GFLOP/s per thread{}); memory at most {} per point.\n",
+      grid.size(), runnable, totals_note, seconds_text(total_s), gemm / 1e9, isolated ? ", plus a process start per point" : "",
       bytes_text(static_cast<double>(peak)));
   return 0;
 }

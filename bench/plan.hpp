@@ -13,6 +13,8 @@ namespace ab {
 // lower bound on its time: its FLOPs at this machine's GEMM rate times the calls the protocol
 // makes (warm-up and repetitions, each at least --min-time; a training run's steps). Then the
 // totals. `isolated`: each point in its own process (sweep), which adds a start-up per point.
-int cmd_dry_run(const std::vector<PointId>& grid, const RunOptions& opts, bool isolated, int width);
+// `totals_note` is added to the totals' point count (what a resumed sweep leaves out).
+int cmd_dry_run(const std::vector<PointId>& grid, const RunOptions& opts, bool isolated, int width,
+                const std::string& totals_note = "");
 
 }  // namespace ab

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "bench/grid.hpp"
+#include "bench/plan.hpp"
 #include "bench/train.hpp"
 #include "bench/process.hpp"
 #include "bench/result_reader.hpp"
@@ -210,7 +211,7 @@ int run_sweep(const std::vector<PointId>& full_grid, const RunOptions& opts, con
     ResultFile rf = read_result_file(so.out);
     context = rf.context;
     for (auto& r : rf.points) {
-      if (so.retry_failed && r.status != Status::OK && r.status != Status::SKIPPED) {
+      if (!kept_on_resume(r, so)) {
         // Run again; what the earlier attempt said is kept.
         context["retried"].push_back({{"point", r.id.name()}, {"status", to_string(r.status)}, {"message", r.message},
                                       {"by", so.command}});
@@ -317,6 +318,29 @@ int run_sweep(const std::vector<PointId>& full_grid, const RunOptions& opts, con
   progress.message(fmt::format("sweep: {} points in {} ({} run now, {})", results.size(), so.out, finished,
                            duration(since_start())));
   return 0;
+}
+
+bool kept_on_resume(const PointResult& r, const SweepOptions& so) {
+  return !(so.retry_failed && r.status != Status::OK && r.status != Status::SKIPPED);
+}
+
+int cmd_sweep_dry_run(const std::vector<PointId>& full_grid, const RunOptions& opts, const SweepOptions& so,
+                      int width) {
+  if (so.retry_failed && !so.resume)
+    throw InvalidInput("--retry-failed goes with --resume: it runs again the failed points of an existing --out");
+  std::vector<PointId> grid = shard_of(full_grid, so.shard_index, so.shard_count);
+  std::string kept_note;
+  if (so.resume && so.out != "-" && std::filesystem::exists(so.out)) {
+    // What the run would keep, decided by the run's own rule, so the estimate covers what is left.
+    std::set<std::string> kept;
+    for (const auto& r : read_result_file(so.out).points)
+      if (kept_on_resume(r, so)) kept.insert(r.id.name());
+    const size_t before = grid.size();
+    std::erase_if(grid, [&](const PointId& id) { return kept.count(id.name()) > 0; });
+    kept_note = fmt::format("; {} more of this {} already in {}, kept by --resume",
+                            before - grid.size(), so.shard_count > 1 ? "shard" : "grid", so.out);
+  }
+  return cmd_dry_run(grid, opts, true, width, kept_note);
 }
 
 SweepProgress sweep_progress(const std::vector<PointId>& full_grid, const SweepOptions& so) {

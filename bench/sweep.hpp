@@ -44,6 +44,15 @@ int run_sweep(const std::vector<PointId>& grid, const RunOptions& opts, const Sw
 // `--status`: how far the sweep of `so` (its shard of `grid`, its file `so.out`) has come, read
 // from the file alone (it is replaced atomically after every point, so this is safe while the
 // sweep runs, on any host that sees the file). Nothing is run, locked or written.
+// Whether `sweep --resume` keeps a point already in the file: always, but with --retry-failed
+// not one that failed (any status but OK and SKIPPED), which runs again.
+bool kept_on_resume(const PointResult& r, const SweepOptions& so);
+
+// `--dry-run` of a sweep (or a training preset): the shard's points as cmd_dry_run shows them;
+// with --resume and an existing --out, only the points the run would still make (the others
+// are counted in the last line), so the time is what is left.
+int cmd_sweep_dry_run(const std::vector<PointId>& grid, const RunOptions& opts, const SweepOptions& so, int width);
+
 struct SweepProgress {
   size_t points = 0;  // the shard's planned points
   size_t done = 0;    // in the file with status OK

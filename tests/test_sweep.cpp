@@ -199,6 +199,18 @@ TEST(Sweep, RetryFailedRunsTheFailedPointsAgainAndKeepsTheirEarlierStatus) {
   auto e = exec(args, true, "ATTNBENCH_FAULT=exit:" + bad);
   ASSERT_EQ(e.code, 0) << e.out;
   ASSERT_EQ(find_point(read_result_file(path), bad)->status, Status::FAILED);
+  // The dry run counts by the run's own rule what a resumption would still run: nothing for a
+  // plain --resume, the failed point with --retry-failed.
+  e = exec(args + " --resume --dry-run", true);
+  ASSERT_EQ(e.code, 0) << e.out;
+  EXPECT_NE(e.out.find("dry run: 0 points (0 would run; 2 more of this grid already in " + path), std::string::npos)
+      << e.out;
+  e = exec(args + " --resume --retry-failed --dry-run", true);
+  ASSERT_EQ(e.code, 0) << e.out;
+  EXPECT_NE(e.out.find("dry run: 1 points (1 would run; 1 more of this grid already in " + path), std::string::npos)
+      << e.out;
+  EXPECT_EQ(exec(args + " --retry-failed --dry-run", true).code, 2);
+  EXPECT_EQ(find_point(read_result_file(path), bad)->status, Status::FAILED) << "a dry run changes nothing";
   e = exec(args + " --resume", true);
   ASSERT_EQ(e.code, 0) << e.out;
   EXPECT_EQ(find_point(read_result_file(path), bad)->status, Status::FAILED) << "a plain --resume keeps the failure";
