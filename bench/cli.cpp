@@ -171,6 +171,9 @@ int cli_main(int argc, char** argv) {
                   "earlier attempts' statuses stay in the context's 'retried' list");
   sweep->add_option("--time-limit", sweep_opts.time_limit_s, "seconds one point may take before it is stopped as TIMEOUT (0: none)")->capture_default_str();
   sweep->add_option("--shard", shard, "i/n: run only the i-th of n disjoint parts of the grid (merge the files afterwards)")->capture_default_str();
+  const std::string jobs_help =
+      "training runs to make at the same time, each on its own CPUs (e.g. 2 on two cores with --threads 1); one file";
+  sweep->add_option("--jobs", sweep_opts.jobs, jobs_help)->capture_default_str();
   sweep->add_option("--verb", sweep_opts.verb,
                     "run: benchmark points (the default) | train: training runs to accuracy (the train verb's options; "
                     "each run checkpoints in --train-dir and resumes there)")
@@ -208,6 +211,8 @@ int cli_main(int argc, char** argv) {
                         "narrow or change it");
   train->add_option("--shard", train_shard, "--preset: run the i-th of n disjoint parts of the grid")->capture_default_str();
   train->add_option("--train-dir", train_dir, "--preset: the runs' checkpoints and learning curves (default: OUT.train/)");
+  int train_jobs = 1;
+  train->add_option("--jobs", train_jobs, "--preset: " + jobs_help)->capture_default_str();
   bool train_retry_failed = false;
   train->add_flag("--retry-failed", train_retry_failed,
                   "--preset with --resume: run again the runs --out records as failed (a finished run's checkpoint "
@@ -422,6 +427,7 @@ int cli_main(int argc, char** argv) {
       so.checkpoint_every = train_opts.checkpoint_every > 0 ? train_opts.checkpoint_every : 100;
       so.log_every = train_opts.log_every;
       so.command = command;
+      so.jobs = train_jobs;
       parse_shard(train_shard, &so.shard_index, &so.shard_count);
       MeasureOptions mo;
       mo.finish(train_grid);

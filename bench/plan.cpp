@@ -20,7 +20,7 @@ std::string bytes_text(double b) {
 }  // namespace
 
 int cmd_dry_run(const std::vector<PointId>& grid, const RunOptions& opts, bool isolated, int width,
-                const std::string& totals_note) {
+                const std::string& totals_note, int jobs) {
   // A process start (with oneDNN's first primitive) per isolated point, measured on the
   // reference machine; small beside any point worth a sweep.
   constexpr double kProcessStartSeconds = 0.15;
@@ -82,8 +82,9 @@ int cmd_dry_run(const std::vector<PointId>& grid, const RunOptions& opts, bool i
   if (header_done) std::cout << render_markdown(t, width);
   std::cout << fmt::format(
       "\ndry run: {} points ({} would run{}), nothing run. Time at least {} (each call's FLOPs at this machine's "
-      "GEMM rate, {:.0f} GFLOP/s per thread{}); memory at most {} per point.\n",
+      "GEMM rate, {:.0f} GFLOP/s per thread{}){}; memory at most {} per point.\n",
       grid.size(), runnable, totals_note, seconds_text(total_s), gemm / 1e9, isolated ? ", plus a process start per point" : "",
+      jobs > 1 ? fmt::format(", {} with --jobs {}", seconds_text(total_s / jobs), jobs) : "",
       bytes_text(static_cast<double>(peak)));
   return 0;
 }

@@ -1,6 +1,8 @@
 #include "bench/sweep.hpp"
 
 #include <fmt/format.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -9,7 +11,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <cstring>
 #include <iostream>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <thread>
@@ -56,6 +60,43 @@ namespace {
 
 std::atomic<bool> g_interrupted{false};
 void on_interrupt(int) { g_interrupted = true; }
+
+// The CPUs of each of --jobs N jobs: disjoint sets of `threads` CPUs from those this process may
+// use, so that runs at the same time do not share a core. Empty for one job (nothing pinned, as
+// a plain sweep always was). Throws InvalidInput when the jobs would not fit.
+std::vector<std::vector<int>> cpus_of_jobs(const SweepOptions& so, int threads) {
+  if (so.jobs < 1) throw InvalidInput(fmt::format("--jobs {} is not a number of points >= 1 to run at once", so.jobs));
+  if (so.jobs == 1) return {};
+  if (so.verb != "train")
+    throw InvalidInput(fmt::format("--jobs {} runs points at the same time, which would disturb each other's timings; it is "
+                                   "for training runs (sweep --verb train, train --preset), whose accuracy does not depend on it",
+                                   so.jobs));
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0)
+    throw std::runtime_error(fmt::format("sched_getaffinity: {}", std::strerror(errno)));
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+  const size_t need = static_cast<size_t>(so.jobs) * static_cast<size_t>(threads);
+  if (need > cpus.size())
+    throw InvalidInput(fmt::format("--jobs {} of {} thread(s) each need {} CPUs; this process may use {}", so.jobs, threads,
+                                   need, cpus.size()));
+  std::vector<std::vector<int>> out(static_cast<size_t>(so.jobs));
+  for (size_t j = 0; j < out.size(); ++j)
+    out[j].assign(cpus.begin() + static_cast<std::ptrdiff_t>(j * static_cast<size_t>(threads)),
+                  cpus.begin() + static_cast<std::ptrdiff_t>((j + 1) * static_cast<size_t>(threads)));
+  return out;
+}
+
+// Pins the calling thread to `cpus`; a child process it starts inherits the mask.
+void pin_this_thread(const std::vector<int>& cpus) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int c : cpus) CPU_SET(c, &set);
+  const int rc = pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+  if (rc != 0) throw std::runtime_error(fmt::format("pthread_setaffinity_np: {}", std::strerror(rc)));
+}
 
 
 std::string duration(double s) {
@@ -193,6 +234,10 @@ int run_sweep(const std::vector<PointId>& full_grid, const RunOptions& opts, con
     plan.push_back(std::move(p));
   }
 
+  int most_threads = 1;
+  for (const auto& p : plan) most_threads = std::max(most_threads, p.id.threads);
+  const std::vector<std::vector<int>> job_cpus = cpus_of_jobs(so, most_threads);
+
   // The output file: new, or resumed.
   std::vector<PointResult> results;
   std::set<std::string> done;
@@ -258,7 +303,7 @@ int run_sweep(const std::vector<PointId>& full_grid, const RunOptions& opts, con
   size_t left = todo;
   for (const auto& p : plan)
     if (!done.count(p.id.name()) && p.status == Status::OK) flops_left += p.flops;
-  size_t finished = 0;
+  size_t started = 0, finished = 0;
   bool interrupted = false;
   // On a terminal, a point is named by what tells it apart from the rest of the grid (the shared
   // segments are printed once); a log keeps whole names.
@@ -266,43 +311,90 @@ int run_sweep(const std::vector<PointId>& full_grid, const RunOptions& opts, con
   for (const auto& p : plan) names.push_back(p.id.name());
   ShortNames short_names = short_point_names(names);
   if (progress.tty && !short_names.shared.empty()) progress.show("sweep: every point " + short_names.shared, true);
-  for (size_t k = 0; k < plan.size(); ++k) {
-    const Planned& p = plan[k];
-    if (done.count(p.id.name())) continue;
-    if (g_interrupted) {
-      interrupted = true;
-      break;
+  const int jobs = std::max(1, so.jobs);
+  // Each job takes the next point not yet run, runs it (unlocked: the child does the work), and
+  // records it; the lock guards everything else: the plan's cursor, the results, the file, the
+  // progress line and the estimate. With one job this is the plain loop in grid order.
+  std::mutex lock_state;
+  size_t next = 0;
+  auto job = [&](int j) {
+    const fs::path job_dir = jobs > 1 ? dir / fmt::format("job{}", j) : dir;
+    if (jobs > 1) fs::create_directories(job_dir);
+    if (!job_cpus.empty()) pin_this_thread(job_cpus[static_cast<size_t>(j)]);  // the children inherit it
+    while (true) {
+      size_t k = 0;
+      std::string where;
+      {
+        std::lock_guard<std::mutex> g(lock_state);
+        while (next < plan.size() && done.count(plan[next].id.name())) ++next;
+        if (interrupted || next == plan.size()) return;
+        if (g_interrupted) {
+          interrupted = true;
+          return;
+        }
+        k = next++;
+        where = fmt::format("[{}/{}] {}", ++started, todo, progress.tty ? short_names.names[k] : plan[k].id.name());
+        const size_t filled = todo ? 20 * finished / todo : 20;
+        const std::string bar = "[" + std::string(filled, '#') + std::string(20 - filled, '.') + "] ";
+        double rest = 0;  // the points left, shared among the jobs
+        if (eta.n > 0) rest = (eta.predict(flops_left) + eta.predict(0) * static_cast<double>(left - 1)) / jobs;
+        progress.show(fmt::format("{}{} | {} elapsed{}", progress.tty ? bar : "", where, duration(since_start()),
+                                  eta.n > 0 ? ", about " + duration(rest) + " left" : ""),
+                      false);
+      }
+      const Planned& p = plan[k];
+      PointResult r;
+      const double t0 = since_start();
+      bool stopped = false;
+      if (p.status != Status::OK) r = error_result(p.id, opts, p.status, p.message);
+      else r = run_isolated(p.id, opts, so, gemm.per_thread(p.id.threads), job_dir, &stopped);
+      std::lock_guard<std::mutex> g(lock_state);
+      if (stopped) {
+        interrupted = true;
+        return;
+      }
+      if (p.status == Status::OK) {
+        eta.add(p.flops, since_start() - t0);
+        flops_left -= p.flops;
+      }
+      --left;
+      ++finished;
+      const std::string outcome =
+          r.status != Status::OK ? fmt::format("{}: {}", to_string(r.status), r.message)
+          : r.train ? fmt::format("accuracy {:.4f} (best val {:.4f}), {:.4g} ms/step", r.train->accuracy,
+                                  r.train->val_accuracy, real_stats(r).median * 1e3)
+                    : fmt::format("{:.4g} ms", real_stats(r).median * 1e3);
+      if (resumption_index) context["resumed_by"][*resumption_index]["points"].push_back(r.id.name());
+      results.push_back(std::move(r));
+      save();
+      progress.show(fmt::format("{} {}", where, outcome), true);
     }
-    const std::string where =
-        fmt::format("[{}/{}] {}", finished + 1, todo, progress.tty ? short_names.names[k] : p.id.name());
-    const size_t filled = todo ? 20 * finished / todo : 20;
-    const std::string bar = "[" + std::string(filled, '#') + std::string(20 - filled, '.') + "] ";
-    double rest = 0;
-    if (eta.n > 0) rest = eta.predict(flops_left) + eta.predict(0) * static_cast<double>(left - 1);
-    progress.show(fmt::format("{}{} | {} elapsed{}", progress.tty ? bar : "", where, duration(since_start()),
-                              eta.n > 0 ? ", about " + duration(rest) + " left" : ""),
-                  false);
-    PointResult r;
-    const double t0 = since_start();
-    if (p.status != Status::OK) {
-      r = error_result(p.id, opts, p.status, p.message);
-    } else {
-      r = run_isolated(p.id, opts, so, gemm.per_thread(p.id.threads), dir, &interrupted);
-      if (interrupted) break;
-      eta.add(p.flops, since_start() - t0);
-      flops_left -= p.flops;
+  };
+  if (jobs == 1) {
+    job(0);
+  } else {
+    // An error in one job (the file cannot be written, ...) stops the others as an interrupt
+    // does, each run checkpointing first, and is raised once they are all back.
+    std::exception_ptr error;
+    std::vector<std::thread> threads_of_jobs;
+    for (int j = 0; j < jobs; ++j)
+      threads_of_jobs.emplace_back([&, j] {
+        try {
+          job(j);
+        } catch (...) {
+          std::lock_guard<std::mutex> g(lock_state);
+          if (!error) error = std::current_exception();
+          g_interrupted = true;
+        }
+      });
+    for (auto& t : threads_of_jobs) t.join();
+    if (error) {
+      sigaction(SIGINT, &old_int, nullptr);
+      sigaction(SIGTERM, &old_term, nullptr);
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+      std::rethrow_exception(error);
     }
-    --left;
-    ++finished;
-    const std::string outcome =
-        r.status != Status::OK ? fmt::format("{}: {}", to_string(r.status), r.message)
-        : r.train ? fmt::format("accuracy {:.4f} (best val {:.4f}), {:.4g} ms/step", r.train->accuracy, r.train->val_accuracy,
-                                real_stats(r).median * 1e3)
-                  : fmt::format("{:.4g} ms", real_stats(r).median * 1e3);
-    if (resumption_index) context["resumed_by"][*resumption_index]["points"].push_back(r.id.name());
-    results.push_back(std::move(r));
-    save();
-    progress.show(fmt::format("{} {}", where, outcome), true);
   }
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
@@ -329,6 +421,9 @@ int cmd_sweep_dry_run(const std::vector<PointId>& full_grid, const RunOptions& o
   if (so.retry_failed && !so.resume)
     throw InvalidInput("--retry-failed goes with --resume: it runs again the failed points of an existing --out");
   std::vector<PointId> grid = shard_of(full_grid, so.shard_index, so.shard_count);
+  int most_threads = 1;
+  for (const auto& id : grid) most_threads = std::max(most_threads, id.threads);
+  cpus_of_jobs(so, most_threads);  // a --jobs the run would refuse is refused here too
   std::string kept_note;
   if (so.resume && so.out != "-" && std::filesystem::exists(so.out)) {
     // What the run would keep, decided by the run's own rule, so the estimate covers what is left.
@@ -340,7 +435,7 @@ int cmd_sweep_dry_run(const std::vector<PointId>& full_grid, const RunOptions& o
     kept_note = fmt::format("; {} more of this {} already in {}, kept by --resume",
                             before - grid.size(), so.shard_count > 1 ? "shard" : "grid", so.out);
   }
-  return cmd_dry_run(grid, opts, true, width, kept_note);
+  return cmd_dry_run(grid, opts, true, width, kept_note, so.jobs);
 }
 
 SweepProgress sweep_progress(const std::vector<PointId>& full_grid, const SweepOptions& so) {

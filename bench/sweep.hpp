@@ -17,6 +17,9 @@ struct SweepOptions {
   bool retry_failed = false;
   double time_limit_s = 900;  // per point; 0 = none
   int shard_index = 1, shard_count = 1;  // run the shard_index-th of shard_count parts (1-based)
+  // Points run at the same time, each job's children pinned to their own CPUs; more than one
+  // only for training runs (timings would disturb each other). The file is still one.
+  int jobs = 1;
   std::string command;        // the sweep's own command line, for the context block
   // --verb train: training runs, each checkpointing in train_dir/checkpoints/RUN and logging to
   // train_dir/logs/RUN.jsonl, resumed from there by the next `sweep --resume`.

@@ -2,7 +2,9 @@
 // them: isolation of crashing, killed and hanging points; resuming after an interrupt; shards.
 #include <gtest/gtest.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -228,6 +230,111 @@ TEST(Sweep, RetryFailedRunsTheFailedPointsAgainAndKeepsTheirEarlierStatus) {
   EXPECT_EQ(rf.context["retried"][0]["point"].get<std::string>().rfind(bad, 0), 0u);
   EXPECT_NE(rf.context["retried"][0]["message"].get<std::string>().find("exit code 3"), std::string::npos);
   std::filesystem::remove(path);
+}
+
+// --jobs 2: training runs two at a time, each child pinned to its own CPU, into one file with
+// the same results as one at a time (a run's numbers do not depend on what runs beside it); a
+// stop reaches every running child, each checkpoints, and the file stays valid. Timing sweeps
+// and jobs that do not fit the CPUs are refused.
+TEST(Sweep, JobsRunTrainingPointsTogetherWithTheResultsOfOneAtATime) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(allowed), &allowed), 0);
+  if (CPU_COUNT(&allowed) < 2) GTEST_SKIP() << "needs two CPUs";
+  const std::string one = test::temp_path("jobs1.json"), two = test::temp_path("jobs2.json");
+  for (const auto& p : {one, two}) {
+    std::filesystem::remove(p);
+    std::filesystem::remove_all(p + ".train");
+  }
+  const std::string grid =
+      "sweep --verb train --attn flash,linear,local,bigbird --task copy --seq 64 --layers 1 --dmodel 16 --heads 1 "
+      "--mlp 32 --batch 4 --steps 6 --eval-every 3 --eval-examples 8 --test-examples 8 --threads 1 ";
+  auto e = exec(grid + "--out " + one, false);
+  ASSERT_EQ(e.code, 0) << e.out;
+  e = exec(grid + "--jobs 2 --out " + two, false);
+  ASSERT_EQ(e.code, 0) << e.out;
+  const ResultFile a = read_result_file(one), b = read_result_file(two);
+  ASSERT_EQ(a.points.size(), 4u);
+  ASSERT_EQ(b.points.size(), a.points.size());
+  for (const auto& ra : a.points) {
+    const PointResult* rb = find_point(b, ra.id.name());
+    ASSERT_NE(rb, nullptr) << ra.id.name();
+    EXPECT_EQ(rb->status, ra.status) << ra.id.name();
+    ASSERT_EQ(rb->train.has_value(), ra.train.has_value()) << ra.id.name();
+    if (!ra.train) continue;  // bigbird is not causal: SKIPPED in both
+    EXPECT_EQ(rb->train->accuracy, ra.train->accuracy) << ra.id.name();
+    EXPECT_EQ(rb->train->eval_loss, ra.train->eval_loss) << ra.id.name();
+    EXPECT_EQ(rb->train->val_accuracy, ra.train->val_accuracy) << ra.id.name();
+  }
+
+  // Refused, before anything runs: a timing sweep, zero jobs, more jobs than CPUs.
+  e = exec("sweep --attn flash --seq 64" + std::string(kTiny) + "--jobs 2 --out " + test::temp_path("jobs_run.json"));
+  EXPECT_EQ(e.code, 2) << e.out;
+  EXPECT_NE(e.out.find("disturb each other's timings"), std::string::npos) << e.out;
+  EXPECT_FALSE(std::filesystem::exists(test::temp_path("jobs_run.json")));
+  for (const char* jobs : {"0", "100000"}) {
+    e = exec(grid + "--jobs " + jobs + " --out " + test::temp_path("jobs_bad.json"));
+    EXPECT_EQ(e.code, 2) << e.out;
+    EXPECT_NE(e.out.find("--jobs " + std::string(jobs)), std::string::npos) << e.out;
+    EXPECT_FALSE(std::filesystem::exists(test::temp_path("jobs_bad.json")));
+  }
+
+  // A stop while two runs are under way: both checkpoint, the sweep exits 130, nothing is lost.
+  const std::string stopped = test::temp_path("jobs_stop.json"), log = test::temp_path("jobs_stop.log");
+  std::filesystem::remove(stopped);
+  std::filesystem::remove_all(stopped + ".train");
+  const std::string args =
+      "sweep --verb train --attn flash,linear --task copy --seq 128 --layers 1 --dmodel 32 --heads 1 --mlp 64 "
+      "--batch 4 --steps 100000 --eval-every 50000 --eval-examples 8 --test-examples 8 --threads 1 --jobs 2 "
+      "--checkpoint-every 100000 --log-every 10 --out " + stopped;
+  std::vector<std::string> argv = {ATTNBENCH_EXE};
+  std::istringstream ss(args);
+  for (std::string w; ss >> w;) argv.push_back(w);
+  std::vector<char*> cargv;
+  for (auto& w : argv) cargv.push_back(w.data());
+  cargv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 2, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, cargv[0], &fa, nullptr, cargv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&fa);
+  // Both runs have logged a line: both are training.
+  const std::filesystem::path logs = stopped + ".train/logs";
+  auto logging = [&] {
+    size_t n = 0;
+    if (std::filesystem::exists(logs))
+      for (const auto& f : std::filesystem::directory_iterator(logs)) n += std::filesystem::file_size(f.path()) > 0;
+    return n;
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  while (logging() < 2 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120))
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_EQ(logging(), 2u) << slurp(log);
+  // The sweep's children (the two runs) are pinned to different CPUs.
+  std::set<std::string> masks;
+  for (const auto& d : std::filesystem::directory_iterator("/proc")) {
+    std::ifstream st(d.path() / "status");
+    std::string line, ppid, mask;
+    while (std::getline(st, line)) {
+      if (line.rfind("PPid:", 0) == 0) ppid = line.substr(line.find_first_not_of(" \t", 5));
+      if (line.rfind("Cpus_allowed_list:", 0) == 0) mask = line.substr(line.find_first_not_of(" \t", 18));
+    }
+    if (ppid == std::to_string(pid)) masks.insert(mask);
+  }
+  EXPECT_EQ(masks.size(), 2u) << fmt::format("{}", fmt::join(masks, " | "));
+  kill(pid, SIGTERM);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << slurp(log);
+  EXPECT_EQ(WEXITSTATUS(status), 130) << slurp(log);
+  EXPECT_EQ(read_result_file(stopped).points.size(), 0u);
+  size_t checkpoints = 0;
+  for (const auto& d : std::filesystem::directory_iterator(stopped + ".train/checkpoints"))
+    checkpoints += std::filesystem::exists(d.path() / "checkpoint.bin");
+  EXPECT_EQ(checkpoints, 2u) << "each running child checkpoints when stopped";
+  for (const auto& p : {one, two, stopped}) std::filesystem::remove_all(p + ".train");
+  for (const auto& p : {one, two, stopped, log}) std::filesystem::remove(p);
 }
 
 TEST(Sweep, RefusesPointsPredictedAboveTheMemoryLimitWithoutRunningThem) {
