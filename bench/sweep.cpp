@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -223,13 +224,14 @@ int run_sweep(const std::vector<PointId>& full_grid, const RunOptions& opts, con
     Status status = Status::OK;
     std::string message;
     double flops = 0;
+    size_t bytes = 0;  // predicted peak memory
   };
   std::vector<Planned> plan;
   RunOptions plan_opts = opts;
   plan_opts.oom_as_status = true;  // a point over --mem-limit is a row marked OOM, not an abort
   for (const auto& id : grid) {
     PreparedPoint pp = prepare_point(id, plan_opts);
-    Planned p{id, pp.status, pp.message, pp.flops};
+    Planned p{id, pp.status, pp.message, pp.flops, pp.status == Status::OK ? pp.predicted_bytes : 0};
     if (p.status == Status::OOM) p.message += "; not run";
     plan.push_back(std::move(p));
   }
@@ -314,9 +316,12 @@ int run_sweep(const std::vector<PointId>& full_grid, const RunOptions& opts, con
   const int jobs = std::max(1, so.jobs);
   // Each job takes the next point not yet run, runs it (unlocked: the child does the work), and
   // records it; the lock guards everything else: the plan's cursor, the results, the file, the
-  // progress line and the estimate. With one job this is the plain loop in grid order.
+  // progress line and the estimate. With one job this is the plain loop in grid order. A point
+  // starts only while the predicted memory of the points running beside it leaves room for it
+  // under --mem-limit (each alone fits: the plan made the others OOM), else it waits for one.
   std::mutex lock_state;
-  size_t next = 0;
+  std::condition_variable point_finished;
+  size_t next = 0, running_bytes = 0;
   auto job = [&](int j) {
     const fs::path job_dir = jobs > 1 ? dir / fmt::format("job{}", j) : dir;
     if (jobs > 1) fs::create_directories(job_dir);
@@ -325,22 +330,31 @@ int run_sweep(const std::vector<PointId>& full_grid, const RunOptions& opts, con
       size_t k = 0;
       std::string where;
       {
-        std::lock_guard<std::mutex> g(lock_state);
-        while (next < plan.size() && done.count(plan[next].id.name())) ++next;
-        if (interrupted || next == plan.size()) return;
-        if (g_interrupted) {
-          interrupted = true;
-          return;
+        std::unique_lock<std::mutex> g(lock_state);
+        while (true) {
+          while (next < plan.size() && done.count(plan[next].id.name())) ++next;
+          if (interrupted || next == plan.size()) return;
+          if (g_interrupted) {
+            interrupted = true;
+            return;
+          }
+          const size_t need = plan[next].bytes;
+          if (running_bytes == 0 || !opts.mem_limit || running_bytes + need <= opts.mem_limit) break;
+          point_finished.wait_for(g, std::chrono::milliseconds(200));  // and look at g_interrupted again
         }
         k = next++;
+        running_bytes += plan[k].bytes;
         where = fmt::format("[{}/{}] {}", ++started, todo, progress.tty ? short_names.names[k] : plan[k].id.name());
         const size_t filled = todo ? 20 * finished / todo : 20;
         const std::string bar = "[" + std::string(filled, '#') + std::string(20 - filled, '.') + "] ";
         double rest = 0;  // the points left, shared among the jobs
         if (eta.n > 0) rest = (eta.predict(flops_left) + eta.predict(0) * static_cast<double>(left - 1)) / jobs;
-        progress.show(fmt::format("{}{} | {} elapsed{}", progress.tty ? bar : "", where, duration(since_start()),
+        // Several jobs: a log (not a terminal) gets a line as each point starts, to show what runs.
+        const bool log_start = jobs > 1 && !progress.tty;
+        progress.show(fmt::format("{}{}{} | {} elapsed{}", progress.tty ? bar : "", where, log_start ? " started" : "",
+                                  duration(since_start()),
                                   eta.n > 0 ? ", about " + duration(rest) + " left" : ""),
-                      false);
+                      log_start);
       }
       const Planned& p = plan[k];
       PointResult r;
@@ -349,6 +363,8 @@ int run_sweep(const std::vector<PointId>& full_grid, const RunOptions& opts, con
       if (p.status != Status::OK) r = error_result(p.id, opts, p.status, p.message);
       else r = run_isolated(p.id, opts, so, gemm.per_thread(p.id.threads), job_dir, &stopped);
       std::lock_guard<std::mutex> g(lock_state);
+      running_bytes -= p.bytes;
+      point_finished.notify_all();
       if (stopped) {
         interrupted = true;
         return;

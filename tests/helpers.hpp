@@ -9,7 +9,9 @@
 #include <functional>
 #include <tuple>
 #include <memory>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "attention_impls/registry.hpp"
 #include "bench/runner.hpp"
@@ -110,6 +112,14 @@ inline Exec exec(const std::string& args, bool with_stderr = true, const std::st
 
 inline std::string temp_path(const std::string& name) {
   return ::testing::TempDir() + "attnbench_" + std::to_string(getpid()) + "_" + name;
+}
+
+// The lines of a command's output.
+inline std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
 }
 
 }  // namespace ab::test

@@ -267,6 +267,26 @@ TEST(Sweep, JobsRunTrainingPointsTogetherWithTheResultsOfOneAtATime) {
     EXPECT_EQ(rb->train->val_accuracy, ra.train->val_accuracy) << ra.id.name();
   }
 
+  // Under a --mem-limit that holds either run but not both (0.74 and 0.54 MiB predicted), the
+  // second starts only when the first has finished: a log line as each starts and ends shows it.
+  const std::string limited = test::temp_path("jobs_mem.json");
+  std::filesystem::remove(limited);
+  e = exec("sweep --verb train --attn flash,linear --task copy --seq 64 --layers 1 --dmodel 16 --heads 1 --mlp 32 "
+           "--batch 4 --steps 6 --eval-every 3 --eval-examples 8 --test-examples 8 --threads 1 --jobs 2 "
+           "--mem-limit 1M --out " + limited, true);
+  ASSERT_EQ(e.code, 0) << e.out;
+  const auto lines = test::lines_of(e.out);
+  auto line_index = [&](const std::string& prefix, bool started) {
+    for (size_t i = 0; i < lines.size(); ++i)
+      if (lines[i].rfind(prefix, 0) == 0 && (lines[i].find(" started |") != std::string::npos) == started) return i;
+    return lines.size();
+  };
+  EXPECT_LT(line_index("[1/2] ", true), line_index("[1/2] ", false)) << e.out;
+  EXPECT_LT(line_index("[1/2] ", false), line_index("[2/2] ", true)) << e.out;
+  EXPECT_LT(line_index("[2/2] ", false), lines.size()) << e.out;
+  std::filesystem::remove(limited);
+  std::filesystem::remove_all(limited + ".train");
+
   // Refused, before anything runs: a timing sweep, zero jobs, more jobs than CPUs.
   e = exec("sweep --attn flash --seq 64" + std::string(kTiny) + "--jobs 2 --out " + test::temp_path("jobs_run.json"));
   EXPECT_EQ(e.code, 2) << e.out;

@@ -20,6 +20,7 @@ namespace ab {
 namespace {
 
 using test::exec;
+using test::lines_of;
 
 const char* kTiny = " --batch 1 --heads 1 --dhead 8 --reps 1 --min-time 0 --warmup 0 ";
 
@@ -36,13 +37,6 @@ std::set<std::string> point_names(const std::string& path) {
   for (const auto& b : doc["benchmarks"])
     if (b.value("run_type", "") == "iteration") names.insert(b["run_name"].get<std::string>());
   return names;
-}
-
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> out;
-  std::istringstream in(text);
-  for (std::string l; std::getline(in, l);) out.push_back(l);
-  return out;
 }
 
 // The verbs as `attnbench --help` lists them (so a new verb is checked without editing this).
