@@ -37,6 +37,23 @@ using test::exec;
 const std::string kFixture = std::string(ATTNBENCH_SOURCE_DIR) + "/tests/fixtures/sweep_small.json";
 const char* kTiny = " --heads 1 --dhead 16 --reps 3 --min-time 0 --warmup 1 ";
 
+// Starts `attnbench ARGS` in the background, its stderr into `log`; the pid, or -1.
+pid_t start_attnbench(const std::string& args, const std::string& log) {
+  std::vector<std::string> argv = {ATTNBENCH_EXE};
+  std::istringstream ss(args);
+  for (std::string w; ss >> w;) argv.push_back(w);
+  std::vector<char*> cargv;
+  for (auto& w : argv) cargv.push_back(w.data());
+  cargv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 2, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, cargv[0], &fa, nullptr, cargv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  return rc == 0 ? pid : -1;
+}
+
 std::string slurp(const std::string& path) {
   std::ifstream in(path);
   std::stringstream ss;
@@ -307,18 +324,8 @@ TEST(Sweep, JobsRunTrainingPointsTogetherWithTheResultsOfOneAtATime) {
       "sweep --verb train --attn flash,linear --task copy --seq 128 --layers 1 --dmodel 32 --heads 1 --mlp 64 "
       "--batch 4 --steps 100000 --eval-every 50000 --eval-examples 8 --test-examples 8 --threads 1 --jobs 2 "
       "--checkpoint-every 100000 --log-every 10 --out " + stopped;
-  std::vector<std::string> argv = {ATTNBENCH_EXE};
-  std::istringstream ss(args);
-  for (std::string w; ss >> w;) argv.push_back(w);
-  std::vector<char*> cargv;
-  for (auto& w : argv) cargv.push_back(w.data());
-  cargv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 2, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid = 0;
-  ASSERT_EQ(posix_spawn(&pid, cargv[0], &fa, nullptr, cargv.data(), environ), 0);
-  posix_spawn_file_actions_destroy(&fa);
+  const pid_t pid = start_attnbench(args, log);
+  ASSERT_GT(pid, 0);
   // Both runs have logged a line: both are training.
   const std::filesystem::path logs = stopped + ".train/logs";
   auto logging = [&] {
@@ -376,18 +383,8 @@ TEST(Sweep, InterruptKeepsFinishedPointsAndResumeRunsOnlyTheMissing) {
   const std::string path = test::temp_path("resume.json"), log = test::temp_path("resume.log");
   std::filesystem::remove(path);
   const std::string args = "sweep --attn flash,linear --seq 64,128,256 --heads 1 --dhead 16 --reps 3 --min-time 0.15 --warmup 1 --out " + path;
-  std::vector<std::string> argv = {ATTNBENCH_EXE};
-  std::istringstream ss(args);
-  for (std::string a; ss >> a;) argv.push_back(a);
-  std::vector<char*> cargv;
-  for (auto& a : argv) cargv.push_back(a.data());
-  cargv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 2, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid = 0;
-  ASSERT_EQ(posix_spawn(&pid, cargv[0], &fa, nullptr, cargv.data(), environ), 0);
-  posix_spawn_file_actions_destroy(&fa);
+  const pid_t pid = start_attnbench(args, log);
+  ASSERT_GT(pid, 0);
 
   size_t seen_points = 0, versions = 0;
   std::string last;
