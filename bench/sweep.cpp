@@ -10,9 +10,9 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <cstring>
 #include <iostream>
 #include <mutex>
 #include <optional>
@@ -62,10 +62,15 @@ namespace {
 std::atomic<bool> g_interrupted{false};
 void on_interrupt(int) { g_interrupted = true; }
 
-// The CPUs of each of --jobs N jobs: disjoint sets of `threads` CPUs from those this process may
-// use, so that runs at the same time do not share a core. Empty for one job (nothing pinned, as
-// a plain sweep always was). Throws InvalidInput when the jobs would not fit.
-std::vector<std::vector<int>> cpus_of_jobs(const SweepOptions& so, int threads) {
+// Checks the options a sweep's run and its dry run refuse alike, and returns the CPUs of each of
+// --jobs N jobs: disjoint sets of as many CPUs as the grid's points have threads, from those this
+// process may use, so that runs at the same time do not share a core. Empty for one job (nothing
+// pinned, as a plain sweep always was). Throws InvalidInput.
+std::vector<std::vector<int>> check_options_and_place_jobs(const SweepOptions& so, const std::vector<PointId>& grid) {
+  if (so.retry_failed && !so.resume)
+    throw InvalidInput("--retry-failed goes with --resume: it runs again the failed points of an existing --out");
+  int threads = 1;
+  for (const auto& id : grid) threads = std::max(threads, id.threads);
   if (so.jobs < 1) throw InvalidInput(fmt::format("--jobs {} is not a number of points >= 1 to run at once", so.jobs));
   if (so.jobs == 1) return {};
   if (so.verb != "train")
@@ -214,9 +219,8 @@ PointResult run_isolated(const PointId& id, const RunOptions& opts, const SweepO
 
 int run_sweep(const std::vector<PointId>& full_grid, const RunOptions& opts, const SweepOptions& so) {
   namespace fs = std::filesystem;
-  if (so.retry_failed && !so.resume)
-    throw InvalidInput("--retry-failed goes with --resume: it runs again the failed points of an existing --out");
   const std::vector<PointId> grid = shard_of(full_grid, so.shard_index, so.shard_count);
+  const std::vector<std::vector<int>> job_cpus = check_options_and_place_jobs(so, grid);
 
   // Validate every point before running any, and predict each one's memory.
   struct Planned {
@@ -235,10 +239,6 @@ int run_sweep(const std::vector<PointId>& full_grid, const RunOptions& opts, con
     if (p.status == Status::OOM) p.message += "; not run";
     plan.push_back(std::move(p));
   }
-
-  int most_threads = 1;
-  for (const auto& p : plan) most_threads = std::max(most_threads, p.id.threads);
-  const std::vector<std::vector<int>> job_cpus = cpus_of_jobs(so, most_threads);
 
   // The output file: new, or resumed.
   std::vector<PointResult> results;
@@ -434,12 +434,8 @@ bool kept_on_resume(const PointResult& r, const SweepOptions& so) {
 
 int cmd_sweep_dry_run(const std::vector<PointId>& full_grid, const RunOptions& opts, const SweepOptions& so,
                       int width) {
-  if (so.retry_failed && !so.resume)
-    throw InvalidInput("--retry-failed goes with --resume: it runs again the failed points of an existing --out");
   std::vector<PointId> grid = shard_of(full_grid, so.shard_index, so.shard_count);
-  int most_threads = 1;
-  for (const auto& id : grid) most_threads = std::max(most_threads, id.threads);
-  cpus_of_jobs(so, most_threads);  // a --jobs the run would refuse is refused here too
+  check_options_and_place_jobs(so, grid);  // what the run would refuse is refused here too
   std::string kept_note;
   if (so.resume && so.out != "-" && std::filesystem::exists(so.out)) {
     // What the run would keep, decided by the run's own rule, so the estimate covers what is left.
