@@ -410,6 +410,8 @@ int cli_main(int argc, char** argv) {
       train_grid.set_training(true);
       if (train_wide) train_opts.width = 0;
       if (train_preset.empty()) {
+        if (train_jobs != 1)
+          throw InvalidInput("--jobs needs --preset (or sweep --verb train): runs in one train process run one after another");
         if (dry_run) return cmd_dry_run(train_grid.grid(), RunOptions{}, false, train_wide ? 0 : kDefaultTableWidth);
         if (status_only) throw InvalidInput("--status needs --preset (or use sweep --verb train ... --status)");
         if (train_retry_failed) throw InvalidInput("--retry-failed needs --preset (a single run has no failed points to retry)");

@@ -316,6 +316,16 @@ TEST(Sweep, JobsRunTrainingPointsTogetherWithTheResultsOfOneAtATime) {
     EXPECT_FALSE(std::filesystem::exists(test::temp_path("jobs_bad.json")));
   }
 
+  // A preset takes it (its dry run divides the time by it); a plain train, whose runs share one
+  // process, refuses it.
+  e = exec("train --preset lra-accuracy --task listops --threads 1 --jobs 2 --out " + test::temp_path("jobs_preset.json") +
+           " --dry-run");
+  ASSERT_EQ(e.code, 0) << e.out;
+  EXPECT_NE(e.out.find("with --jobs 2"), std::string::npos) << e.out;
+  e = exec("train --task copy --attn flash --steps 2 --jobs 2");
+  EXPECT_EQ(e.code, 2) << e.out;
+  EXPECT_NE(e.out.find("--jobs needs --preset"), std::string::npos) << e.out;
+
   // A stop while two runs are under way: both checkpoint, the sweep exits 130, nothing is lost.
   const std::string stopped = test::temp_path("jobs_stop.json"), log = test::temp_path("jobs_stop.log");
   std::filesystem::remove(stopped);
