@@ -118,9 +118,11 @@ std::string accuracy_table(const std::vector<ResultFile>& files, const AccuracyT
     throw InvalidInput(fmt::format("unknown --published '{}'; published tables: lra", o.published));
   const Field* field = find_field(o.metric);
   const bool percent = o.metric != "eval_loss";
-  // Rows (mechanism and parameters) and columns (tasks) in the registries' orders.
+  // Rows (mechanisms) and columns (tasks) in the registries' orders. A mechanism's parameters
+  // may differ from task to task (a preset's blocks of 50 where 64 does not divide N): still one
+  // row. Only a mechanism run in two configurations on one task gets a row per configuration.
   std::map<std::pair<std::string, std::string>, Cell> cells;  // (row, task)
-  std::map<std::string, std::set<std::string>> variants;
+  std::map<std::pair<std::string, std::string>, std::set<std::string>> variants;  // (mechanism, task)
   std::set<std::string> task_set;
   std::set<std::string> seen;
   for (const auto& f : files)
@@ -128,12 +130,15 @@ std::string accuracy_table(const std::vector<ResultFile>& files, const AccuracyT
       if (!r.id.training()) continue;
       if (!seen.insert(r.id.name()).second)
         throw InvalidInput(fmt::format("point {} is in more than one file; merge them first or pass one", r.id.name()));
-      variants[r.id.mechanism].insert(params_text(r.id.params));
+      variants[{r.id.mechanism, r.id.task}].insert(params_text(r.id.params));
       task_set.insert(r.id.task);
     }
   if (seen.empty()) throw InvalidInput("no training runs in the files (`attnbench train` writes them)");
+  std::set<std::string> split;
+  for (const auto& [mechanism_task, params] : variants)
+    if (params.size() > 1) split.insert(mechanism_task.first);
   auto row_of = [&](const PointId& id) {
-    return variants[id.mechanism].size() > 1 ? id.mechanism + " " + params_text(id.params) : id.mechanism;
+    return split.count(id.mechanism) ? id.mechanism + " " + params_text(id.params) : id.mechanism;
   };
   // Beside LRA's table, its whole layout: every mechanism and LRA's five tasks, so a run not yet
   // made reads "not run" instead of leaving its row or column out.

@@ -525,6 +525,34 @@ TEST(TrainCli, SpearmanSaysWhenAColumnRanksNoise) {
   fs::remove(edited);
 }
 
+// A mechanism whose parameters differ from task to task (a preset's blocks of 50 where 64 does
+// not divide N) is one row of the accuracy table, beside its published row; two configurations
+// on one task make a row per configuration.
+TEST(TrainCli, PerTaskParametersKeepOneRowPerMechanism) {
+  const std::string out = test::temp_path("per_task_params.json");
+  fs::remove(out);
+  const std::string tiny = " --seq 128 --layers 1 --dmodel 16 --heads 2 --mlp 32 --batch 4 --steps 2 --eval-examples 8 "
+                           "--test-examples 8 --attn local --out " + out;
+  ASSERT_EQ(test::exec("train --task listops --param block=32" + tiny).code, 0);
+  ASSERT_EQ(test::exec("train --task text --param block=64" + tiny).code, 0);
+  auto t = test::exec("table " + out + " --metric accuracy --published lra", false);
+  ASSERT_EQ(t.code, 0) << t.out;
+  std::string local_row;
+  for (const auto& l : test::lines_of(t.out))
+    if (l.rfind("| local ", 0) == 0) local_row = l;
+  EXPECT_EQ(local_row.find("block="), std::string::npos) << t.out;
+  size_t not_run = 0;
+  for (size_t at = local_row.find("not run"); at != std::string::npos; at = local_row.find("not run", at + 1)) ++not_run;
+  EXPECT_EQ(not_run, 3u) << "listops and text filled, retrieval, image and pathfinder not run: " << t.out;
+  EXPECT_NE(t.out.find("LRA: Local"), std::string::npos) << t.out;
+  ASSERT_EQ(test::exec("train --task listops --param block=16" + tiny).code, 0);
+  t = test::exec("table " + out + " --metric accuracy --published lra", false);
+  ASSERT_EQ(t.code, 0) << t.out;
+  EXPECT_NE(t.out.find("| local block=16 "), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("| local block=32 "), std::string::npos) << t.out;
+  fs::remove(out);
+}
+
 // compare --metric accuracy gates a drop in test accuracy (deterministic: a plain threshold).
 TEST(TrainCli, CompareGatesAnAccuracyDrop) {
   const std::string base = test::temp_path("acc_base.json"), next = test::temp_path("acc_next.json");
