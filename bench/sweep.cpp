@@ -386,12 +386,12 @@ int run_sweep(const std::vector<PointId>& full_grid, const RunOptions& opts, con
       progress.show(fmt::format("{} {}", where, outcome), true);
     }
   };
+  // An error in one job (the file cannot be written, ...) stops the others as an interrupt does,
+  // each run checkpointing first, and is raised once they are all back and cleaned up after.
+  std::exception_ptr error;
   if (jobs == 1) {
     job(0);
   } else {
-    // An error in one job (the file cannot be written, ...) stops the others as an interrupt
-    // does, each run checkpointing first, and is raised once they are all back.
-    std::exception_ptr error;
     std::vector<std::thread> threads_of_jobs;
     for (int j = 0; j < jobs; ++j)
       threads_of_jobs.emplace_back([&, j] {
@@ -404,18 +404,12 @@ int run_sweep(const std::vector<PointId>& full_grid, const RunOptions& opts, con
         }
       });
     for (auto& t : threads_of_jobs) t.join();
-    if (error) {
-      sigaction(SIGINT, &old_int, nullptr);
-      sigaction(SIGTERM, &old_term, nullptr);
-      std::error_code ec;
-      fs::remove_all(dir, ec);
-      std::rethrow_exception(error);
-    }
   }
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
   std::error_code ec;
-  fs::remove_all(dir, ec);
+  fs::remove_all(dir, ec);  // this sweep's own scratch directory
+  if (error) std::rethrow_exception(error);
   attach_warnings(context, results);
   save();
   if (interrupted || g_interrupted) {

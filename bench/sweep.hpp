@@ -44,9 +44,6 @@ std::vector<PointId> shard_of(const std::vector<PointId>& grid, int index, int c
 // anything runs.
 int run_sweep(const std::vector<PointId>& grid, const RunOptions& opts, const SweepOptions& so);
 
-// `--status`: how far the sweep of `so` (its shard of `grid`, its file `so.out`) has come, read
-// from the file alone (it is replaced atomically after every point, so this is safe while the
-// sweep runs, on any host that sees the file). Nothing is run, locked or written.
 // Whether `sweep --resume` keeps a point already in the file: always, but with --retry-failed
 // not one that failed (any status but OK and SKIPPED), which runs again.
 bool kept_on_resume(const PointResult& r, const SweepOptions& so);
@@ -56,6 +53,9 @@ bool kept_on_resume(const PointResult& r, const SweepOptions& so);
 // are counted in the last line), so the time is what is left.
 int cmd_sweep_dry_run(const std::vector<PointId>& grid, const RunOptions& opts, const SweepOptions& so, int width);
 
+// `--status`: how far the sweep of `so` (its shard of `grid`, its file `so.out`) has come, read
+// from the file alone (it is replaced atomically after every point, so this is safe while the
+// sweep runs, on any host that sees the file). Nothing is run, locked or written.
 struct SweepProgress {
   size_t points = 0;  // the shard's planned points
   size_t done = 0;    // in the file with status OK
