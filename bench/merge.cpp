@@ -66,6 +66,7 @@ nlohmann::json merge_files(const std::vector<ResultFile>& files, bool allow_mixe
                        {"command", f.context.value("command", "")},
                        {"host_name", f.context.value("host_name", "")},
                        {"cpu_model", c},
+                       {"machine_id", f.context.value("machine_id", "")},
                        {"date", f.context.value("date", "")},
                        {"shard", f.context.value("shard", "")},
                        // the points resumptions added, with the machine and commit of each

@@ -32,7 +32,10 @@ its label says how many tasks it has.
 With --speed TIMED.json (`attnbench run --preset lra-accuracy --out`: one training step of each
 configuration, timed on an otherwise idle machine), the steps/s and memory come from those timed
 steps (their medians) instead of the training runs' own wall clock, which counts evaluation and
-whatever else shared the core during hours of training.
+whatever else shared the core during hours of training. The title names where each half came
+from: the machine and command of the timed steps, and every machine whose training runs the result
+file holds (its own, its resumptions' and its merged sources'), since a grid moved between machines
+keeps the first one's context.
 
 usage: /usr/bin/python3 scripts/plot.py bubbles RESULT.json OUT_PREFIX [--speed TIMED.json] [--baseline vanilla]
        [--attnbench build/attnbench]
@@ -242,7 +245,9 @@ def mechanism_styles(mechs, families):
 def plain_log_axis(axis, values=None):
     """A log axis labelled with plain numbers: 512, 1024, 16384 (not 5x10^2); with `values`, a
     tick at each of them (the measured sequence lengths)."""
-    fmt = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:.0f}" if v >= 1 else f"{v:g}")
+    # Whole numbers as integers; others to 3 significant digits: an axis spanning less than a decade
+    # gets linear ticks (2, 2.5, 3, ...) from the LogLocator, which "%.0f" would print as 2 2 3.
+    fmt = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:.0f}" if v == round(v) else f"{v:.3g}")
     if values is not None:
         axis.set_major_locator(matplotlib.ticker.FixedLocator(sorted(values)))
         axis.set_minor_locator(matplotlib.ticker.NullLocator())
@@ -294,6 +299,26 @@ def load_timed_steps(path):
     return timed
 
 
+def machines_that_ran(ctx):
+    """The machines whose runs a result file holds, in order, once each: the file's own (the first
+    invocation's, or a merged file's first source's), then each resumption or merged source that
+    finished a point. Resumptions from before machine_id was recorded are plain strings: unknown."""
+    machines = []
+
+    def add(m):
+        if m and m not in machines:
+            machines.append(m)
+
+    add(ctx.get("machine_id") or ctx.get("cpu_model"))
+    for source in [ctx] + ctx.get("merged_from", []):
+        if source is not ctx:
+            add(source.get("machine_id"))  # a merged source's own first invocation
+        for r in source.get("resumed_by", []):
+            if isinstance(r, dict) and r.get("points"):
+                add(r.get("machine_id") or r.get("cpu_model"))
+    return machines
+
+
 def bubbles_main(argv):
     import os
     ap = argparse.ArgumentParser(description="LRA's speed-accuracy-memory chart of a training result file")
@@ -305,6 +330,8 @@ def bubbles_main(argv):
     ap.add_argument("--speed", help="a `run --preset lra-accuracy` result: steps/s and memory of timed steps")
     a = ap.parse_args(argv)
     data, ctx = load_training(a.result)
+    # Accuracy does not depend on the machine; speed does, so the title names where each came from.
+    provenance = f"accuracy: {os.path.basename(a.result)}, runs on {', '.join(machines_that_ran(ctx))}"
     if not data:
         raise SystemExit(f"{a.result}: no finished training point (mode train, status OK) to plot")
     speed_source = "the training runs' wall clock"
@@ -315,6 +342,11 @@ def bubbles_main(argv):
             raise SystemExit(f"plot.py bubbles: {a.speed} has no timed step of {', '.join(sorted(missing))}")
         data = {t: {m: (acc, *timed[(t, m)]) for m, (acc, _, _) in per.items()} for t, per in data.items()}
         speed_source = "timed steps, " + os.path.basename(a.speed)
+        speed_ctx = read_result_file(a.speed).get("context", {})
+        provenance = (f"speed and memory: {speed_ctx.get('machine_id') or speed_ctx.get('cpu_model', '?')}, "
+                      f"{speed_ctx.get('command', a.speed)}\n{provenance}")
+    else:
+        provenance = f"speed and memory: the training runs' wall clock\n{provenance}: {ctx.get('command', a.result)}"
     tasks = sorted(data)
     mechs = {m for per in data.values() for m in per}
     baseline = a.baseline if a.baseline in mechs else ("flash" if "flash" in mechs else None)
@@ -368,9 +400,8 @@ def bubbles_main(argv):
         plain_log_axis(ax.xaxis)
         ax.set(xlabel="training steps/s" + (" (timed)" if a.speed else ""), ylabel="test accuracy (%)", title=t)
         ax.grid(True, alpha=0.3)
-    machine = ctx.get("machine_id") or ctx.get("cpu_model", "")
-    fig.suptitle(f"{machine}: {ctx.get('command', a.result)}", fontsize=9)
-    fig.tight_layout(rect=(0, 0, 1, 0.97))
+    fig.suptitle(provenance, fontsize=9)
+    fig.tight_layout(rect=(0, 0, 1, 0.96))
     fig.savefig(a.prefix + ".png", dpi=110)
     fig.savefig(a.prefix + ".svg")
 

@@ -1,6 +1,7 @@
 """scripts/plot.py bubbles --speed: the speed and memory of each (task, mechanism) come from the
 timed steps of a `run --preset lra-accuracy` file (their medians), not from the training runs'
-wall clock; a training run without a timed step is refused, naming it.
+wall clock; a training run without a timed step is refused, naming it. The title names the timed
+steps' machine and every machine that finished training runs of the file, not only the first.
 
 usage: /usr/bin/python3 tests/check_bubbles.py
 """
@@ -25,23 +26,32 @@ def point(mech, task, training):
     return p
 
 
-def write(path, benchmarks):
+def write(path, benchmarks, context=None):
     with open(path, "w") as f:
-        json.dump({"context": {"machine_id": "test"}, "benchmarks": benchmarks}, f)
+        json.dump({"context": context or {"machine_id": "test"}, "benchmarks": benchmarks}, f)
 
 
 with tempfile.TemporaryDirectory() as work:
     trained, timed = os.path.join(work, "trained.json"), os.path.join(work, "timed.json")
     # Training runs: wall-clock speeds of a shared core (0.1 steps/s for both).
     write(trained, [{"name": m, "point": point(m, "listops", True), "accuracy": acc, "steps_per_s": 0.1,
-                     "peak_bytes": 1e8} for m, acc in (("flash", 0.36), ("linear", 0.35))])
+                     "peak_bytes": 1e8} for m, acc in (("flash", 0.36), ("linear", 0.35))],
+          # a grid begun on machine A, resumed on B (which finished a run) and C (which did not),
+          # merged with a shard of machine D
+          {"machine_id": "machine-A", "command": "attnbench merge",
+           "resumed_by": ["an old resumption without its machine",
+                          {"machine_id": "machine-B", "points": ["linear"]},
+                          {"machine_id": "machine-C", "points": []}],
+           "merged_from": [{"machine_id": "machine-A", "resumed_by": []},
+                           {"machine_id": "machine-D", "resumed_by": []}]})
     # Timed steps: flash 500 ms (2 steps/s), linear 100 ms (10 steps/s); a repetition is not the median.
     write(timed, [{"name": "flash", "point": point("flash", "listops", False), "aggregate_name": "median",
                    "real_time": 500.0, "time_unit": "ms", "peak_bytes": 4e8},
                   {"name": "flash", "point": point("flash", "listops", False), "real_time": 900.0, "time_unit": "ms",
                    "peak_bytes": 4e8},
                   {"name": "linear", "point": point("linear", "listops", False), "aggregate_name": "median",
-                   "real_time": 100.0, "time_unit": "ms", "peak_bytes": 1e8}])
+                   "real_time": 100.0, "time_unit": "ms", "peak_bytes": 1e8}],
+          {"machine_id": "timing-machine", "command": "attnbench run --preset lra-accuracy"})
     steps = plot.load_timed_steps(timed)
     if steps != {("listops", "flash"): (2.0, 4e8), ("listops", "linear"): (10.0, 1e8)}:
         sys.exit(f"FAIL: timed steps read as {steps}")
@@ -51,6 +61,11 @@ with tempfile.TemporaryDirectory() as work:
         svg = f.read()
     if "timed steps, timed.json" not in svg:
         sys.exit("FAIL: the chart does not say its speeds are timed steps")
+    title = plot.plt.gcf()._suptitle.get_text()
+    for part in ("speed and memory: timing-machine, attnbench run --preset lra-accuracy",
+                 "runs on machine-A, machine-B, machine-D"):
+        if part not in title:
+            sys.exit(f"FAIL: the title {title!r} does not say {part!r}")
     # The overview's bubbles sit at the timed ratio: flash 1x, linear 5x (the wall clock says 1x).
     xs = sorted(float(c.get_offsets()[0][0]) for c in plot.plt.gcf().axes[0].collections)
     if [round(x, 9) for x in xs] != [1.0, 5.0]:

@@ -679,6 +679,12 @@ TEST(Merge, ShardsTogetherEqualTheWholeGridAndACarriedPointCountsOnce) {
   EXPECT_EQ(point_names(merged), point_names(whole));
   const auto ctx = nlohmann::json::parse(slurp(merged))["context"];
   EXPECT_EQ(ctx["merged_from"].size(), 2u);
+  // Each source names its machine: the merged context is the first source's, and a chart of the
+  // file names every machine its runs came from (scripts/plot.py bubbles).
+  for (const auto& source : ctx["merged_from"]) {
+    EXPECT_FALSE(source.value("machine_id", "").empty());
+    EXPECT_EQ(source["machine_id"], ctx["machine_id"]);
+  }
 
   // A shard resumed from the merged file (the grid moved to another machine) carries the other
   // shard's points: the same result in two files is one point. Two different results for one
