@@ -387,22 +387,23 @@ int run_sweep(const std::vector<PointId>& full_grid, const RunOptions& opts, con
     }
   };
   // An error in one job (the file cannot be written, ...) stops the others as an interrupt does,
-  // each run checkpointing first, and is raised once they are all back and cleaned up after.
+  // each run checkpointing first, and is raised once they are all back and cleaned up after
+  // (one job too: the signal handlers and the scratch directory are restored and removed).
   std::exception_ptr error;
+  auto job_or_stop = [&](int j) {
+    try {
+      job(j);
+    } catch (...) {
+      std::lock_guard<std::mutex> g(lock_state);
+      if (!error) error = std::current_exception();
+      g_interrupted = true;
+    }
+  };
   if (jobs == 1) {
-    job(0);
+    job_or_stop(0);
   } else {
     std::vector<std::thread> threads_of_jobs;
-    for (int j = 0; j < jobs; ++j)
-      threads_of_jobs.emplace_back([&, j] {
-        try {
-          job(j);
-        } catch (...) {
-          std::lock_guard<std::mutex> g(lock_state);
-          if (!error) error = std::current_exception();
-          g_interrupted = true;
-        }
-      });
+    for (int j = 0; j < jobs; ++j) threads_of_jobs.emplace_back(job_or_stop, j);
     for (auto& t : threads_of_jobs) t.join();
   }
   sigaction(SIGINT, &old_int, nullptr);

@@ -374,6 +374,77 @@ TEST(Sweep, JobsRunTrainingPointsTogetherWithTheResultsOfOneAtATime) {
   for (const auto& p : {one, two, stopped, log}) std::filesystem::remove(p);
 }
 
+// An error in one job (here: the result file's directory is gone when a run finishes, so the
+// file cannot be written) stops the run beside it as an interrupt would: it checkpoints, the
+// sweep exits 1 naming the error, and its scratch directory is removed.
+TEST(Sweep, AnErrorInOneJobStopsTheOtherWhichCheckpoints) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(allowed), &allowed), 0);
+  if (CPU_COUNT(&allowed) < 2) GTEST_SKIP() << "needs two CPUs";
+  const std::filesystem::path out_dir = test::temp_path("jobs_error_out");
+  const std::string train_dir = test::temp_path("jobs_error.train"), log = test::temp_path("jobs_error.log");
+  std::filesystem::remove_all(out_dir);
+  std::filesystem::remove_all(train_dir);
+  std::filesystem::create_directories(out_dir);
+  // Two runs of one model: 4,000 steps (seconds) and 100,000 (minutes, unless stopped).
+  const std::string args =
+      "sweep --verb train --attn linear --task copy --seq 128 --layers 1 --dmodel 32 --heads 1 --mlp 64 "
+      "--batch 4 --steps 4000,100000 --eval-every 200000 --eval-examples 8 --test-examples 8 --threads 1 --jobs 2 "
+      "--checkpoint-every 200000 --log-every 10 --train-dir " + train_dir + " --out " + (out_dir / "out.json").string();
+  const pid_t pid = start_attnbench(args, log);
+  ASSERT_GT(pid, 0);
+  const std::filesystem::path logs = std::filesystem::path(train_dir) / "logs";
+  auto logging = [&] {
+    size_t n = 0;
+    if (std::filesystem::exists(logs))
+      for (const auto& f : std::filesystem::directory_iterator(logs)) n += std::filesystem::file_size(f.path()) > 0;
+    return n;
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  while (logging() < 2 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120))
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_EQ(logging(), 2u) << slurp(log);
+  std::filesystem::remove_all(out_dir);  // both run; the shorter one's result will have nowhere to go
+  // The longer run alone would take minutes: the sweep must stop it well before.
+  int status = 0;
+  bool exited = false;
+  while (!exited && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(300)) {
+    exited = waitpid(pid, &status, WNOHANG) == pid;
+    if (!exited) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (!exited) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+  }
+  const std::string said = slurp(log);
+  ASSERT_TRUE(exited) << "the run beside the error was not stopped\n" << said;
+  ASSERT_TRUE(WIFEXITED(status)) << said;
+  EXPECT_EQ(WEXITSTATUS(status), 1) << said;
+  EXPECT_NE(said.find("cannot write " + (out_dir / "out.json").string()), std::string::npos) << said;
+  // The longer run stopped short of its 100,000 steps and checkpointed where it stopped.
+  bool long_run_seen = false;
+  for (const auto& f : std::filesystem::directory_iterator(logs)) {
+    const auto lines = test::lines_of(slurp(f.path().string()));
+    ASSERT_FALSE(lines.empty()) << f.path();
+    if (nlohmann::json::parse(lines.front())["point"].get<std::string>().find("/steps:100000/") == std::string::npos)
+      continue;
+    long_run_seen = true;
+    int64_t last_step = 0;
+    for (const auto& line : lines) last_step = std::max<int64_t>(last_step, nlohmann::json::parse(line).value("step", 0));
+    EXPECT_GT(last_step, 0) << f.path();
+    EXPECT_LT(last_step, 100000) << f.path();
+    EXPECT_TRUE(std::filesystem::exists(std::filesystem::path(train_dir) / "checkpoints" / f.path().stem() / "checkpoint.bin"))
+        << "the stopped run checkpoints";
+  }
+  EXPECT_TRUE(long_run_seen);
+  for (const auto& d : std::filesystem::directory_iterator("/tmp"))
+    EXPECT_NE(d.path().filename().string().rfind(fmt::format("attnbench-sweep-{}-", pid), 0), 0u)
+        << d.path() << ": the sweep's scratch directory is left behind";
+  std::filesystem::remove_all(train_dir);
+  std::filesystem::remove(log);
+}
+
 TEST(Sweep, RefusesPointsPredictedAboveTheMemoryLimitWithoutRunningThem) {
   const std::string path = test::temp_path("memlimit.json");
   std::filesystem::remove(path);
