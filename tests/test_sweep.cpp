@@ -253,6 +253,21 @@ TEST(Sweep, RetryFailedRunsTheFailedPointsAgainAndKeepsTheirEarlierStatus) {
 // the same results as one at a time (a run's numbers do not depend on what runs beside it); a
 // stop reaches every running child, each checkpoints, and the file stays valid. Timing sweeps
 // and jobs that do not fit the CPUs are refused.
+// How many training runs of a sweep have logged a line under LOGS (they are training), once N
+// have or after two minutes.
+size_t wait_for_runs_logging(const std::filesystem::path& logs, size_t n) {
+  auto logging = [&] {
+    size_t k = 0;
+    if (std::filesystem::exists(logs))
+      for (const auto& f : std::filesystem::directory_iterator(logs)) k += std::filesystem::file_size(f.path()) > 0;
+    return k;
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  while (logging() < n && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120))
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  return logging();
+}
+
 TEST(Sweep, JobsRunTrainingPointsTogetherWithTheResultsOfOneAtATime) {
   cpu_set_t allowed;
   CPU_ZERO(&allowed);
@@ -337,17 +352,7 @@ TEST(Sweep, JobsRunTrainingPointsTogetherWithTheResultsOfOneAtATime) {
   const pid_t pid = start_attnbench(args, log);
   ASSERT_GT(pid, 0);
   // Both runs have logged a line: both are training.
-  const std::filesystem::path logs = stopped + ".train/logs";
-  auto logging = [&] {
-    size_t n = 0;
-    if (std::filesystem::exists(logs))
-      for (const auto& f : std::filesystem::directory_iterator(logs)) n += std::filesystem::file_size(f.path()) > 0;
-    return n;
-  };
-  const auto t0 = std::chrono::steady_clock::now();
-  while (logging() < 2 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120))
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  ASSERT_EQ(logging(), 2u) << slurp(log);
+  ASSERT_EQ(wait_for_runs_logging(stopped + ".train/logs", 2), 2u) << slurp(log);
   // The sweep's children (the two runs) are pinned to different CPUs.
   std::set<std::string> masks;
   for (const auto& d : std::filesystem::directory_iterator("/proc")) {
@@ -395,16 +400,8 @@ TEST(Sweep, AnErrorInOneJobStopsTheOtherWhichCheckpoints) {
   const pid_t pid = start_attnbench(args, log);
   ASSERT_GT(pid, 0);
   const std::filesystem::path logs = std::filesystem::path(train_dir) / "logs";
-  auto logging = [&] {
-    size_t n = 0;
-    if (std::filesystem::exists(logs))
-      for (const auto& f : std::filesystem::directory_iterator(logs)) n += std::filesystem::file_size(f.path()) > 0;
-    return n;
-  };
   const auto t0 = std::chrono::steady_clock::now();
-  while (logging() < 2 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120))
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  ASSERT_EQ(logging(), 2u) << slurp(log);
+  ASSERT_EQ(wait_for_runs_logging(logs, 2), 2u) << slurp(log);
   std::filesystem::remove_all(out_dir);  // both run; the shorter one's result will have nowhere to go
   // The longer run alone would take minutes: the sweep must stop it well before.
   int status = 0;
