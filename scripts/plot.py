@@ -301,8 +301,9 @@ def load_timed_steps(path):
 
 def machines_that_ran(ctx):
     """The machines whose runs a result file holds, in order, once each: the file's own (the first
-    invocation's, or a merged file's first source's), then each resumption or merged source that
-    finished a point. Resumptions from before machine_id was recorded are plain strings: unknown."""
+    invocation's, or a merged file's first source's), each merged source's own, and each
+    resumption that finished a point. Resumptions from before machine_id was recorded are plain
+    strings: unknown."""
     machines = []
 
     def add(m):
