@@ -249,10 +249,14 @@ TEST(Sweep, RetryFailedRunsTheFailedPointsAgainAndKeepsTheirEarlierStatus) {
   std::filesystem::remove(path);
 }
 
-// --jobs 2: training runs two at a time, each child pinned to its own CPU, into one file with
-// the same results as one at a time (a run's numbers do not depend on what runs beside it); a
-// stop reaches every running child, each checkpoints, and the file stays valid. Timing sweeps
-// and jobs that do not fit the CPUs are refused.
+// The CPUs this process may run on (two jobs need two).
+int allowed_cpus() {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) ADD_FAILURE() << "sched_getaffinity failed";
+  return CPU_COUNT(&allowed);
+}
+
 // How many training runs of a sweep have logged a line under LOGS (they are training), once N
 // have or after two minutes.
 size_t wait_for_runs_logging(const std::filesystem::path& logs, size_t n) {
@@ -268,11 +272,12 @@ size_t wait_for_runs_logging(const std::filesystem::path& logs, size_t n) {
   return logging();
 }
 
+// --jobs 2: training runs two at a time, each child pinned to its own CPU, into one file with
+// the same results as one at a time (a run's numbers do not depend on what runs beside it); a
+// stop reaches every running child, each checkpoints, and the file stays valid. Timing sweeps
+// and jobs that do not fit the CPUs are refused.
 TEST(Sweep, JobsRunTrainingPointsTogetherWithTheResultsOfOneAtATime) {
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  ASSERT_EQ(sched_getaffinity(0, sizeof(allowed), &allowed), 0);
-  if (CPU_COUNT(&allowed) < 2) GTEST_SKIP() << "needs two CPUs";
+  if (allowed_cpus() < 2) GTEST_SKIP() << "needs two CPUs";
   const std::string one = test::temp_path("jobs1.json"), two = test::temp_path("jobs2.json");
   for (const auto& p : {one, two}) {
     std::filesystem::remove(p);
@@ -383,10 +388,7 @@ TEST(Sweep, JobsRunTrainingPointsTogetherWithTheResultsOfOneAtATime) {
 // file cannot be written) stops the run beside it as an interrupt would: it checkpoints, the
 // sweep exits 1 naming the error, and its scratch directory is removed.
 TEST(Sweep, AnErrorInOneJobStopsTheOtherWhichCheckpoints) {
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  ASSERT_EQ(sched_getaffinity(0, sizeof(allowed), &allowed), 0);
-  if (CPU_COUNT(&allowed) < 2) GTEST_SKIP() << "needs two CPUs";
+  if (allowed_cpus() < 2) GTEST_SKIP() << "needs two CPUs";
   const std::filesystem::path out_dir = test::temp_path("jobs_error_out");
   const std::string train_dir = test::temp_path("jobs_error.train"), log = test::temp_path("jobs_error.log");
   std::filesystem::remove_all(out_dir);
