@@ -78,4 +78,14 @@ with tempfile.TemporaryDirectory() as work:
     except SystemExit as e:
         if "no timed step of linear on listops" not in str(e):
             sys.exit(f"FAIL: unexpected refusal: {e}")
+# A log axis spanning less than a decade gets linear ticks (1.5, 2, 2.5, ...): each keeps its own
+# label, not "2 2 2" rounded to integers.
+fig, ax = plot.plt.subplots()
+ax.set_xscale("log")
+ax.set_xlim(1.4, 4.6)
+plot.plain_log_axis(ax.xaxis)
+fig.canvas.draw()
+labels = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+if len(labels) < 3 or len(set(labels)) != len(labels) or "2.5" not in labels:
+    sys.exit(f"FAIL: a log axis from 1.4 to 4.6 is labelled {labels}")
 print("bubbles: ok")
