@@ -34,6 +34,7 @@ CompareOutcome compare_files(const ResultFile& base, const ResultFile& next, con
     Row row{name, "", "", "", "", ""};
     if (it == in_next.end()) {
       row.verdict = "missing in new";
+      ++out.missing;
       rows.push_back(row);
       continue;
     }
@@ -190,6 +191,10 @@ int cmd_compare(const std::string& base, const std::string& next, const CompareO
   std::cerr << fmt::format("compare ({}, max regression {:.0f}%{}): {}\n", o.metric, 100 * o.max_regress,
                            o.metric == "time" ? fmt::format(", alpha {}", o.alpha) : "",
                            c.regressions ? fmt::format("{} regression(s)", c.regressions) : "no regression");
+  // A base point the new file lacks is not gated: a gate must not lose a point silently.
+  if (c.missing)
+    std::cerr << fmt::format("compare: warning: {} point(s) of {} are missing in {} and were not compared (the "
+                             "table's 'missing in new' rows)\n", c.missing, base, next);
   if (c.untestable)
     std::cerr << fmt::format("compare: warning: {} point(s) have too few repetitions for the test to detect anything; "
                              "run them with more --reps (5 against 5 reach p = 0.004)\n", c.untestable);

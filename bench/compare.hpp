@@ -21,6 +21,7 @@ struct CompareOutcome {
   std::string table;
   int regressions = 0;
   int untestable = 0;  // points whose repetitions are too few to ever reach p < alpha
+  int missing = 0;     // points of the base that the new file lacks: not compared
 };
 CompareOutcome compare_files(const ResultFile& base, const ResultFile& next, const CompareOptions& o);
 int cmd_compare(const std::string& base, const std::string& next, const CompareOptions& o);

@@ -8,6 +8,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "attention_impls/registry.hpp"
 #include "model/trainer.hpp"
 #include "tasks/task.hpp"
 
@@ -311,6 +312,24 @@ void write_point(const PointId& id, nlohmann::json& entry) {
   entry["point"] = j;
 }
 
+namespace {
+// A mechanism's parameters in declaration order, each one the file lacks at its default. A
+// parameter added to a mechanism takes the default that computes what the mechanism computed
+// before it existed (docs/results-format.md), so a file written before then names the same point
+// without that segment: with it filled in, the file joins today's points by name (a regression
+// baseline still gates the point, `--resume` does not run it again). A parameter the mechanism
+// no longer declares, or a mechanism it no longer has, is kept as the file names it.
+ParamValues with_declared_defaults(const std::string& mechanism, const ParamValues& from_file) {
+  const std::vector<std::string> known = mechanism_names();
+  if (std::find(known.begin(), known.end(), mechanism) == known.end()) return from_file;
+  // Declaration order, then the file's values over the defaults (set keeps a name's place).
+  ParamValues out;
+  for (const auto& spec : find_mechanism(mechanism).params) out.set(spec.name, format_param_value(spec.def));
+  for (const auto& [k, v] : from_file.items()) out.set(k, v);
+  return out;
+}
+}  // namespace
+
 PointId read_point(const nlohmann::json& entry, const std::string& name, const std::string& where) {
   if (!entry.contains("point")) throw InvalidInput(where + " has no 'point'");
   const nlohmann::json& point = entry.at("point");
@@ -381,6 +400,8 @@ PointId read_point(const nlohmann::json& entry, const std::string& name, const s
   }
   return id;
 }
+
+void fill_declared_defaults(PointId& id) { id.params = with_declared_defaults(id.mechanism, id.params); }
 
 std::vector<std::string> point_identity_args(const PointId& id) {
   std::vector<std::string> a;

@@ -118,6 +118,9 @@ std::string value_text(const PointValue& v);
 // missing or of the wrong type; params are read in the order `name` lists them.
 void write_point(const PointId& id, nlohmann::json& entry);
 PointId read_point(const nlohmann::json& entry, const std::string& name, const std::string& where);
+// Sets each parameter of the point's mechanism that its file lacks to its declared default:
+// today's name of a point written before that parameter existed (point.cpp says why).
+void fill_declared_defaults(PointId& id);
 
 // The `run` arguments that set every identity field of the point (mechanism, params, sizes, ...).
 std::vector<std::string> point_identity_args(const PointId& id);

@@ -115,6 +115,7 @@ ResultFile parse_result_document(const nlohmann::json& doc, const std::string& p
       r.id = read_point(e, name, where);
       if (r.id.name() != name)
         throw InvalidInput(fmt::format("{}: its name '{}' does not match its point fields ('{}')", where, name, r.id.name()));
+      fill_declared_defaults(r.id);
       r.label = e.contains("label") && e.at("label").is_string() ? e.at("label").get<std::string>() : "";
       if (e.contains("error_occurred") && !e.at("error_occurred").is_boolean())
         throw InvalidInput(fmt::format("{}: 'error_occurred' is not true or false", where));

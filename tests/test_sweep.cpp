@@ -732,6 +732,47 @@ TEST(Compare, BadInputExitsTwo) {
   }
 }
 
+// A file written before a mechanism had one of its parameters names the point without it. Read,
+// the point has that parameter at its default, so it joins today's file by name and a gate still
+// compares it (the CI baselines of two machines had lost `performer` this way when it gained
+// `redraw`). A point the new file lacks is reported on stderr, not passed over.
+TEST(Compare, APointNamedBeforeAParameterExistedIsTodaysPointAtItsDefault) {
+  // older: local's points without lookahead (default 1, the fixture's value) or with another value.
+  auto older_file = [&](const std::string& lookahead_segment, const std::string& path) {
+    auto doc = nlohmann::json::parse(slurp(kFixture));
+    for (auto& b : doc["benchmarks"]) {
+      for (const char* key : {"name", "run_name"}) {
+        std::string n = b[key];
+        const size_t at = n.find("/lookahead:1/");
+        if (n.rfind("attn:local/", 0) == 0 && at != std::string::npos)
+          b[key] = n.replace(at, 13, lookahead_segment + "/");
+      }
+      if (b.contains("point") && b["point"]["attn"] == "local") {
+        if (lookahead_segment.empty()) b["point"]["params"].erase("lookahead");
+        else b["point"]["params"]["lookahead"] = lookahead_segment.substr(lookahead_segment.find(':') + 1);
+      }
+    }
+    std::ofstream(path) << doc.dump();
+  };
+  const std::string older = test::temp_path("before_lookahead.json"), other = test::temp_path("lookahead_2.json");
+  older_file("", older);
+  ASSERT_EQ(slurp(older).find("/lookahead:"), std::string::npos);
+  EXPECT_EQ(point_names(older), point_names(kFixture));
+  auto e = exec("compare " + older + " " + kFixture + " --any-machine --format csv");
+  EXPECT_EQ(e.code, 0) << e.out;
+  EXPECT_EQ(e.out.find("missing"), std::string::npos) << e.out;
+  EXPECT_EQ(e.out.find(",new\n"), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("attn:local/block:64/lookback:1/lookahead:1/"), std::string::npos) << e.out;
+
+  // Another value is another point: not compared, and the gate says so.
+  older_file("/lookahead:2", other);
+  e = exec("compare " + other + " " + kFixture + " --any-machine --format csv");
+  EXPECT_EQ(e.code, 0) << e.out;
+  EXPECT_NE(e.out.find("lookahead:2/level:attention/mode:fwd/task:none/B:1/H:1/N:64/D:16/causal:0/threads:1,,,,,missing in new"),
+            std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("compare: warning: 2 point(s) of " + other + " are missing in " + kFixture), std::string::npos) << e.out;
+}
+
 TEST(Merge, ShardsTogetherEqualTheWholeGridAndACarriedPointCountsOnce) {
   const std::string grid = "sweep --attn flash,linear,local --seq 64,128" + std::string(kTiny);
   const std::string whole = test::temp_path("whole.json"), s1 = test::temp_path("s1.json"),
