@@ -6,8 +6,9 @@
 // Optimises: the order of the forward's passes. The whole score tensor is still materialised
 //   (it is what the backward reads), but it is written a block of query rows at a time, and each
 //   block is softmax-normalised and multiplied by V while it is still in cache, instead of three
-//   passes over a tensor far larger than the caches. The backward pass runs each step as one
-//   large oneDNN primitive (batched matmul, softmax backward), which is what a framework does.
+//   passes over a tensor far larger than the caches. The backward pass runs each step over the
+//   whole tensor, as a framework does: oneDNN's batched matmuls, and the softmax backward as one
+//   vectorised pass per row (core's RowSoftmax; oneDNN's own is a reference loop without AVX-512).
 // Decode: a key-value cache of every token; the new token's scores are materialised.
 // Leaves out: fusion and tiling of the key axis (a block holds whole rows of scores, so no
 //   online softmax); that is `flash`. Causal runs the full N^2 products and masks, as a framework
@@ -247,7 +248,7 @@ class Vanilla final : public Attention {
       pl->dq = Matmul(spec(N, s.D, N, sc, rowm, rowm, scale));
       pl->dk = Matmul(spec(N, s.D, N, scT, rowm, rowm, scale));
     }
-    pl->softmax = RowSoftmax(s.B * s.H * N, N, bwd);
+    pl->softmax = RowSoftmax(s.B * s.H * N, N);
     // Row blocks of about 1 MiB of scores (16 to 256 rows): on the Zen 5, blocks of 1 to 8 MiB
     // ran alike and 128-512 KiB ones 5-15% slower at N = 2048 and 4096 (one thread, forward).
     pl->block_rows = std::min(N, std::clamp<int64_t>((1024 * 1024 / 4 / N) / 16 * 16, 16, 256));

@@ -232,7 +232,7 @@ void TransformerModel::create_primitives() {
   }
   ln_ = LayerNorm(T_, d, backward_);
   ff_gelu_ = Gelu(T_ * F, backward_);
-  softmax_ = RowSoftmax(rows_, C_, false);
+  softmax_ = RowSoftmax(rows_, C_);
   scratch_bytes_ = std::max({qkv_lin_.scratchpad_bytes(), o_lin_.scratchpad_bytes(), ff1_lin_.scratchpad_bytes(),
                              ff2_lin_.scratchpad_bytes(), head1_lin_.scratchpad_bytes(),
                              lm ? size_t{0} : head2_lin_.scratchpad_bytes(), lm ? size_t{0} : head_gelu_.scratchpad_bytes(),
