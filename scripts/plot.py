@@ -325,7 +325,7 @@ def bubbles_main(argv):
     ap = argparse.ArgumentParser(description="LRA's speed-accuracy-memory chart of a training result file")
     ap.add_argument("result")
     ap.add_argument("prefix")
-    ap.add_argument("--baseline", default="vanilla", help="the reference of speed and memory (flash when absent)")
+    ap.add_argument("--baseline", default="vanilla", help="the reference of speed and memory (flash instead when flash finished more tasks)")
     ap.add_argument("--attnbench", default=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                                         "build", "attnbench"))
     ap.add_argument("--speed", help="a `run --preset lra-accuracy` result: steps/s and memory of timed steps")
@@ -350,7 +350,11 @@ def bubbles_main(argv):
         provenance = f"speed and memory: the training runs' wall clock\n{provenance}: {ctx.get('command', a.result)}"
     tasks = sorted(data)
     mechs = {m for per in data.values() for m in per}
-    baseline = a.baseline if a.baseline in mechs else ("flash" if "flash" in mechs else None)
+    # The reference must cover the tasks the others finished: a bubble averages only over the tasks
+    # where it and the reference both finished, so a reference with one task would reduce every
+    # bubble to that task. Of the requested one and flash, the one that finished more tasks.
+    finished = {m: sum(m in per for per in data.values()) for m in (a.baseline, "flash")}
+    baseline = max((m for m in (a.baseline, "flash") if finished[m]), key=lambda m: finished[m], default=None)
     if baseline is None:
         raise SystemExit(f"{a.result}: neither {a.baseline} nor flash trained: no reference for speed and memory")
     styles = mechanism_styles(mechs, mechanism_families(a.attnbench))

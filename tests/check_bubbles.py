@@ -2,6 +2,8 @@
 timed steps of a `run --preset lra-accuracy` file (their medians), not from the training runs'
 wall clock; a training run without a timed step is refused, naming it. The title names the timed
 steps' machine and every machine that finished training runs of the file, not only the first.
+The reference of speed and memory is the requested one (vanilla) only when it finished as many
+tasks as flash; otherwise every bubble would average over the reference's few tasks.
 
 usage: /usr/bin/python3 tests/check_bubbles.py
 """
@@ -70,13 +72,30 @@ with tempfile.TemporaryDirectory() as work:
     xs = sorted(float(c.get_offsets()[0][0]) for c in plot.plt.gcf().axes[0].collections)
     if [round(x, 9) for x in xs] != [1.0, 5.0]:
         sys.exit(f"FAIL: the overview's speeds are {xs}, not the timed 1x and 5x")
+    # The default reference, vanilla, finished one task where flash finished two: the reference is
+    # flash, so linear's bubble averages both tasks (35% and 75%: 55%), not listops alone.
+    write(trained, [{"name": m, "point": point(m, t, True), "accuracy": acc, "steps_per_s": 0.1,
+                     "peak_bytes": 1e8}
+                    for m, t, acc in (("vanilla", "listops", 0.36), ("flash", "listops", 0.36),
+                                      ("flash", "image", 0.76), ("linear", "listops", 0.35),
+                                      ("linear", "image", 0.75))])
+    write(timed, [{"name": m, "point": point(m, t, False), "aggregate_name": "median", "real_time": ms,
+                   "time_unit": "ms", "peak_bytes": 4e8}
+                  for m, ms in (("vanilla", 600.0), ("flash", 500.0), ("linear", 100.0))
+                  for t in ("listops", "image")])
+    plot.bubbles_main([trained, prefix, "--speed", timed])
+    ys = {round(float(c.get_offsets()[0][0]), 9): round(float(c.get_offsets()[0][1]), 9)
+          for c in plot.plt.gcf().axes[0].collections}
+    if ys.get(5.0) != 55.0 or ys.get(1.0) != 56.0:
+        sys.exit(f"FAIL: with vanilla on one task of two, the overview's (speed, accuracy) are {ys}, "
+                 "not flash's (1x, 56%) and linear's (5x, 55%)")
     write(timed, [{"name": "flash", "point": point("flash", "listops", False), "aggregate_name": "median",
                    "real_time": 500.0, "time_unit": "ms", "peak_bytes": 4e8}])
     try:
         plot.bubbles_main([trained, prefix, "--speed", timed])
         sys.exit("FAIL: a training run without a timed step was plotted")
     except SystemExit as e:
-        if "no timed step of linear on listops" not in str(e):
+        if "no timed step of" not in str(e) or "linear on listops" not in str(e):
             sys.exit(f"FAIL: unexpected refusal: {e}")
 # A log axis spanning less than a decade gets linear ticks (1.5, 2, 2.5, ...): each keeps its own
 # label, not "2 2 2" rounded to integers.
