@@ -44,6 +44,7 @@ usage: /usr/bin/python3 scripts/plot.py bubbles RESULT.json OUT_PREFIX [--speed 
 import argparse
 import json
 import math
+import sys
 from collections import defaultdict
 
 import matplotlib
@@ -413,7 +414,6 @@ def bubbles_main(argv):
 
 def main():
     import os
-    import sys
     if len(sys.argv) > 1 and sys.argv[1] == "curves":
         return curves_main(sys.argv[2:])
     if len(sys.argv) > 1 and sys.argv[1] == "bubbles":
@@ -526,4 +526,12 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except SystemExit as refusal:
+        # Every refusal above is SystemExit("one line naming the problem"), which Python would end with
+        # status 1; bad input ends with 2, as argparse's own errors and attnbench's do.
+        if isinstance(refusal.code, str):
+            print(refusal.code, file=sys.stderr)
+            sys.exit(2)
+        raise

@@ -4,12 +4,14 @@ wall clock; a training run without a timed step is refused, naming it. The title
 steps' machine and every machine that finished training runs of the file, not only the first.
 The reference of speed and memory is the requested one (vanilla) only when it finished as many
 tasks as flash; otherwise every bubble would average over the reference's few tasks.
+A refusal on the command line is one line on stderr and exit status 2.
 
 usage: /usr/bin/python3 tests/check_bubbles.py
 """
 import importlib.util
 import json
 import os
+import subprocess
 import sys
 import tempfile
 
@@ -107,4 +109,11 @@ fig.canvas.draw()
 labels = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
 if len(labels) < 3 or len(set(labels)) != len(labels) or "2.5" not in labels:
     sys.exit(f"FAIL: a log axis from 1.4 to 4.6 is labelled {labels}")
+# From the command line a refusal is one line on stderr naming the problem, and status 2.
+with tempfile.TemporaryDirectory() as work:
+    missing = os.path.join(work, "no-such-result.json")
+    run = subprocess.run([sys.executable, os.path.join(root, "scripts", "plot.py"), "bubbles", missing,
+                          os.path.join(work, "chart")], capture_output=True, text=True)
+    if run.returncode != 2 or "no-such-result.json" not in run.stderr or run.stderr.count("\n") != 1:
+        sys.exit(f"FAIL: a missing result file ended with status {run.returncode} and stderr {run.stderr!r}")
 print("bubbles: ok")
