@@ -28,6 +28,7 @@
 #include "bench/terminal.hpp"
 #include "bench/warnings.hpp"
 #include "core/matmul.hpp"
+#include "core/stop_signals.hpp"
 
 namespace ab {
 
@@ -291,11 +292,8 @@ int run_sweep(const std::vector<PointId>& full_grid, const RunOptions& opts, con
   save();  // the file exists and is valid from the start
 
   const fs::path dir = make_scratch_dir("sweep");
-  struct sigaction sa {}, old_int {}, old_term {};
-  sa.sa_handler = on_interrupt;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, &old_int);
-  sigaction(SIGTERM, &sa, &old_term);
+  std::optional<StopSignalHandler> stop_signals;
+  stop_signals.emplace(on_interrupt);
   g_interrupted = false;
 
   Eta eta;
@@ -406,8 +404,7 @@ int run_sweep(const std::vector<PointId>& full_grid, const RunOptions& opts, con
     for (int j = 0; j < jobs; ++j) threads_of_jobs.emplace_back(job_or_stop, j);
     for (auto& t : threads_of_jobs) t.join();
   }
-  sigaction(SIGINT, &old_int, nullptr);
-  sigaction(SIGTERM, &old_term, nullptr);
+  stop_signals.reset();
   std::error_code ec;
   fs::remove_all(dir, ec);  // this sweep's own scratch directory
   if (error) std::rethrow_exception(error);

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <optional>
-#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -21,6 +20,7 @@
 #include "bench/runner.hpp"
 #include "bench/terminal.hpp"
 #include "core/dropout.hpp"
+#include "core/stop_signals.hpp"
 #include "core/sysinfo.hpp"
 
 namespace ab {
@@ -262,11 +262,8 @@ int cmd_train(const std::vector<PointId>& grid, const TrainCliOptions& o, const 
     throw InvalidInput(fmt::format("--log {} exists; choose another, or --resume the run that wrote it", o.log_path));
   // Validate every point before training any (a bad recipe or shape exits 2 with nothing run).
   for (const auto& id : grid) Trainer(train_config(id));
-  struct sigaction sa {}, old_int {}, old_term {};
-  sa.sa_handler = on_stop;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, &old_int);
-  sigaction(SIGTERM, &sa, &old_term);
+  std::optional<StopSignalHandler> stop_signals;
+  stop_signals.emplace(on_stop);
   g_stop = false;
   std::vector<PointResult> results;
   bool interrupted = false;
@@ -287,8 +284,7 @@ int cmd_train(const std::vector<PointId>& grid, const TrainCliOptions& o, const 
       break;
     }
   }
-  sigaction(SIGINT, &old_int, nullptr);
-  sigaction(SIGTERM, &old_term, nullptr);
+  stop_signals.reset();
   if (o.format == "json") {
     const nlohmann::json doc = results_document(run_context(command, 0, grid.empty() ? 1 : grid.front().threads, 0.0), results);
     std::cout << doc.dump(2) << "\n";

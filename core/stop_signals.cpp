@@ -1,0 +1,44 @@
+#include "core/stop_signals.hpp"
+
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <memory>
+#include <stdexcept>
+
+namespace ab {
+
+bool ensure_alternate_signal_stack() {
+  thread_local std::unique_ptr<char[]> stack;
+  stack_t current{};
+  if (sigaltstack(nullptr, &current) == 0 && !(current.ss_flags & SS_DISABLE)) return true;
+  // Room for the frame with the widest register state (AVX-512 xsave is about 2.7 KiB) and the
+  // handler; SIGSTKSZ is no longer a constant since glibc 2.34.
+  const size_t size = static_cast<size_t>(std::max<long>(sysconf(_SC_SIGSTKSZ), 64 * 1024));
+  stack = std::make_unique<char[]>(size);
+  stack_t s{};
+  s.ss_sp = stack.get();
+  s.ss_size = size;
+  return sigaltstack(&s, nullptr) == 0;
+}
+
+StopSignalHandler::StopSignalHandler(void (*on_signal)(int)) {
+  bool ok = ensure_alternate_signal_stack();
+#pragma omp parallel reduction(&& : ok)
+  ok = ensure_alternate_signal_stack();
+  if (!ok) throw std::runtime_error("sigaltstack failed: a stop signal could corrupt the heap");
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sa.sa_flags = SA_ONSTACK;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, &old_int_);
+  sigaction(SIGTERM, &sa, &old_term_);
+}
+
+StopSignalHandler::~StopSignalHandler() {
+  sigaction(SIGINT, &old_int_, nullptr);
+  sigaction(SIGTERM, &old_term_, nullptr);
+}
+
+}  // namespace ab
