@@ -292,8 +292,7 @@ int run_sweep(const std::vector<PointId>& full_grid, const RunOptions& opts, con
   save();  // the file exists and is valid from the start
 
   const fs::path dir = make_scratch_dir("sweep");
-  std::optional<StopSignalHandler> stop_signals;
-  stop_signals.emplace(on_interrupt);
+  std::optional<StopSignalHandler> stop_signals(std::in_place, on_interrupt);  // the old handlers are back at reset() below
   g_interrupted = false;
 
   Eta eta;

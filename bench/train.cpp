@@ -262,8 +262,7 @@ int cmd_train(const std::vector<PointId>& grid, const TrainCliOptions& o, const 
     throw InvalidInput(fmt::format("--log {} exists; choose another, or --resume the run that wrote it", o.log_path));
   // Validate every point before training any (a bad recipe or shape exits 2 with nothing run).
   for (const auto& id : grid) Trainer(train_config(id));
-  std::optional<StopSignalHandler> stop_signals;
-  stop_signals.emplace(on_stop);
+  std::optional<StopSignalHandler> stop_signals(std::in_place, on_stop);  // the old handlers are back at reset() below
   g_stop = false;
   std::vector<PointResult> results;
   bool interrupted = false;

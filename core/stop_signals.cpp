@@ -8,7 +8,10 @@
 #include <stdexcept>
 
 namespace ab {
+namespace {
 
+// Gives the calling thread an alternate signal stack unless it has one (a sanitizer's, say).
+// The stack lives as long as the thread. False when the kernel refuses it.
 bool ensure_alternate_signal_stack() {
   thread_local std::unique_ptr<char[]> stack;
   stack_t current{};
@@ -22,6 +25,8 @@ bool ensure_alternate_signal_stack() {
   s.ss_size = size;
   return sigaltstack(&s, nullptr) == 0;
 }
+
+}  // namespace
 
 StopSignalHandler::StopSignalHandler(void (*on_signal)(int)) {
   bool ok = ensure_alternate_signal_stack();

@@ -1,7 +1,8 @@
 // Catching SIGINT and SIGTERM in a process that runs oneDNN.
 //
 // oneDNN 2.x's generated f32 GEMM kernels (the "gemm:jit" matmul, which small tiles such as
-// flash attention's 128 x 128 x 32 get) point rsp into a heap buffer while they run (oneDNN issue
+// flash attention's backward products over 128 keys get) point rsp into a heap buffer while they
+// run, when the product's inner dimension exceeds what they keep on the stack (oneDNN issue
 // #4845, fixed upstream in March 2026 by pull request #4855; Debian's libdnnl 2.6 has it). A handler that runs
 // on the interrupted thread's stack then has its signal frame, several KiB with AVX-512 state,
 // written into the heap below that buffer: glibc aborts at a later free ("corrupted size vs.
@@ -15,10 +16,6 @@
 #include <signal.h>
 
 namespace ab {
-
-// Gives the calling thread an alternate signal stack unless it has one (a sanitizer's, say).
-// The stack lives as long as the thread. False when the kernel refuses it.
-bool ensure_alternate_signal_stack();
 
 // While alive: SIGINT and SIGTERM call `on_signal` (which should only set a flag) on an
 // alternate stack. Destruction restores the handlers that were there before.

@@ -259,7 +259,7 @@ TEST(Matmul, IntegerElementTypesGiveExactProducts) {
 
 // Stop signals that arrive while oneDNN's generated GEMM runs (it points rsp into the heap; see
 // core/stop_signals.hpp) are handled on the alternate stack: thousands of them sent to this thread
-// during flash's 128 x 128 x 32 logits tile leave the heap intact (glibc checks the chunks beside
+// during flash's dV tile product leave the heap intact (glibc checks the chunks beside
 // each freed one: a corrupted heap aborts the test) and every product equal to the first. A
 // handler on the thread's own stack corrupts the heap here within a few hundred signals.
 TEST(StopSignals, SignalsDuringAGeneratedGemmLeaveTheHeapIntact) {
