@@ -300,12 +300,13 @@ int cli_main(int argc, char** argv) {
     sub->add_option("--seq", task_opts.task_opts.seq, "sequence length (0: the task's default)")->capture_default_str();
     sub->add_option("--data-dir", task_opts.task_opts.data_dir, "read the task's real data from here");
     sub->add_option("--difficulty", task_opts.task_opts.difficulty, "pathfinder, pathx: easy | intermediate | hard")->capture_default_str();
+    sub->add_option("--split", task_opts.split, "train | val | test: the examples `train` draws that split from")->capture_default_str();
   };
   auto* task_sample = task->add_subcommand("sample", "print examples a person can read, or JSON lines");
   add_task_options(task_sample);
   task_sample->add_option("--count", task_opts.count, "examples")->capture_default_str();
   task_sample->add_option("--first", task_opts.first, "index of the first example")->capture_default_str();
-  task_sample->add_option("--format", task_opts.format, "md (readable) | jsonl (one JSON object per example)")->capture_default_str();
+  task_sample->add_option("--format", task_opts.format, "md (readable) | jsonl (one JSON object per example) | labels (how many examples have each class)")->capture_default_str();
   task_sample->add_option("--png", task_opts.png_dir, "image tasks: also write each example as a PNG here");
   task_sample->add_option("--scale", task_opts.scale, "--png: each pixel as scale x scale pixels")->capture_default_str();
   auto* task_rate = task->add_subcommand("rate", "time batch generation (samples/s)");
@@ -338,7 +339,8 @@ int cli_main(int argc, char** argv) {
                   "attnbench export a.json b.json --format jsonl --filter 'attn:flash/'"}},
       {dump, {"attnbench dump --attn performer --seq 128 --out perf_dump/", "attnbench dump --attn bigbird --param block=16 --seq 64 --causal --out bb/"}},
       {task, {"attnbench task sample --task listops --count 2", "attnbench task rate --task pathfinder"}},
-      {task_sample, {"attnbench task sample --task listops --count 2", "attnbench task sample --task image --png samples/ --scale 4"}},
+      {task_sample, {"attnbench task sample --task listops --count 2", "attnbench task sample --task image --png samples/ --scale 4",
+                      "attnbench task sample --task text --seq 1000 --split test --count 2000 --format labels"}},
       {task_rate, {"attnbench task rate --task pathfinder", "attnbench task rate --task text --batch 32 --threads 2"}},
   };
   for (const auto& [verb, lines] : examples) {

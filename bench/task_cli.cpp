@@ -52,14 +52,52 @@ int cmd_list_tasks(const TaskOptions& opts, int width) {
   return 0;
 }
 
+namespace {
+
+// The task options with --split applied (an unknown split is an InvalidInput naming the three).
+TaskOptions with_split(const TaskCliOptions& o) {
+  TaskOptions t = o.task_opts;
+  t.split = parse_split(o.split);
+  return t;
+}
+
+// --format labels: how many of the examples have each class, and the share of the commonest, which
+// is the accuracy of a model that answers that class for every input. The examples are the ones
+// `train` evaluates a split on (the first --count, or all of a smaller real split).
+int print_label_counts(const TaskCliOptions& o, const Task& task, const TaskInfo& info) {
+  if (info.classes == 0) throw InvalidInput(fmt::format("--format labels: {} predicts next tokens, it has no classes", o.task));
+  const int64_t n = task.size() > 0 ? std::min(o.count, task.size() - std::min(o.first, task.size())) : o.count;
+  if (n < 1) throw InvalidInput(fmt::format("--first {}: the {} split has only {} examples", o.first, o.split, task.size()));
+  std::vector<int64_t> counts(static_cast<size_t>(info.classes), 0);
+  for (int64_t first = o.first; first < o.first + n; first += 256) {
+    const Batch b = task.batch(first, std::min<int64_t>(256, o.first + n - first));
+    for (const int32_t label : b.labels) {
+      if (label < 0 || label >= info.classes) throw std::logic_error(fmt::format("{}: label {} out of range", o.task, label));
+      ++counts[static_cast<size_t>(label)];
+    }
+  }
+  std::cout << fmt::format("# {} {} split: examples {} to {}, N = {}, source: {}\n\n| label | examples | share |\n|---:|---:|---:|\n",
+                           o.task, o.split, o.first, o.first + n - 1, task.seq(), task.source());
+  for (size_t c = 0; c < counts.size(); ++c)
+    std::cout << fmt::format("| {} | {} | {:.2f}% |\n", c, counts[c], 100.0 * static_cast<double>(counts[c]) / static_cast<double>(n));
+  const auto top = std::max_element(counts.begin(), counts.end());
+  std::cout << fmt::format("\nanswering label {} for every example scores {:.2f}%\n", top - counts.begin(),
+                           100.0 * static_cast<double>(*top) / static_cast<double>(n));
+  return 0;
+}
+
+}  // namespace
+
 int cmd_task_sample(const TaskCliOptions& o) {
-  if (o.format != "md" && o.format != "jsonl") throw unknown_name("format", o.format, {"md", "jsonl"}, "formats");
+  if (o.format != "md" && o.format != "jsonl" && o.format != "labels")
+    throw unknown_name("format", o.format, {"md", "jsonl", "labels"}, "formats");
   if (o.scale < 1 || o.scale > 64) throw InvalidInput(fmt::format("--scale must be 1 to 64, got {}", o.scale));
   if (o.count < 1 || o.count > 100000) throw InvalidInput(fmt::format("--count must be 1 to 100000, got {}", o.count));
   // An example index is an int64 the generators multiply (by the length, by strides): bounded.
   if (o.first < 0 || o.first > (int64_t{1} << 40))
     throw InvalidInput(fmt::format("--first must be 0 to 2^40, got {}", o.first));
-  const auto task = make_task(o.task, o.task_opts);
+  const auto task = make_task(o.task, with_split(o));
+  if (o.format == "labels") return print_label_counts(o, *task, find_task(o.task));
   if (!o.png_dir.empty()) {
     if (task->image_side() == 0) throw InvalidInput(fmt::format("--png: {} is not an image task", o.task));
     std::error_code ec;
@@ -68,7 +106,7 @@ int cmd_task_sample(const TaskCliOptions& o) {
     std::filesystem::create_directories(o.png_dir, ec);
     if (ec) throw InvalidInput(fmt::format("--png {}: cannot create the directory: {}", o.png_dir, ec.message()));
   }
-  if (o.format == "md") std::cout << fmt::format("# {}: N = {}, source: {}\n", o.task, task->seq(), task->source());
+  if (o.format == "md") std::cout << fmt::format("# {} ({} split): N = {}, source: {}\n", o.task, o.split, task->seq(), task->source());
   for (int64_t i = o.first; i < o.first + o.count; ++i) {
     const Example e = task->example(i);
     const std::string readable = task->readable(e);
@@ -84,7 +122,7 @@ int cmd_task_sample(const TaskCliOptions& o) {
       write_png_grey(png, pixels, big, big);
     }
     if (o.format == "jsonl") {
-      nlohmann::json j = {{"task", o.task}, {"index", i}, {"seed", o.task_opts.seed}, {"label", e.label},
+      nlohmann::json j = {{"task", o.task}, {"index", i}, {"seed", o.task_opts.seed}, {"split", o.split}, {"label", e.label},
                           {"tokens", e.tokens}, {"readable", readable}, {"source", task->source()}};
       if (!e.tokens2.empty()) j["tokens2"] = e.tokens2;
       if (!e.loss_mask.empty()) j["loss_mask"] = e.loss_mask;
@@ -103,7 +141,7 @@ int cmd_task_rate(const TaskCliOptions& o) {
   if (o.reps < 1) throw InvalidInput("--reps must be at least 1");
   if (o.threads < 1 || o.threads > 1024) throw InvalidInput(fmt::format("--threads must be 1 to 1024, got {}", o.threads));
   const auto& info = find_task(o.task);
-  const auto task = make_task(o.task, o.task_opts);
+  const auto task = make_task(o.task, with_split(o));
   const int64_t batch = o.batch > 0 ? o.batch : info.model.batch;
   omp_set_num_threads(o.threads);
   std::vector<double> ms;

@@ -1,5 +1,6 @@
-// The task verbs: `list tasks`, `task sample` (examples a person can read, or JSON lines with the
-// token ids) and `task rate` (how fast a task generates its batches).
+// The task verbs: `list tasks`, `task sample` (examples a person can read, JSON lines with the
+// token ids, or the class counts of a split: the accuracy of always answering its commonest class)
+// and `task rate` (how fast a task generates its batches).
 #pragma once
 #include <string>
 
@@ -12,7 +13,8 @@ struct TaskCliOptions {
   TaskOptions task_opts;
   int64_t count = 3;
   int64_t first = 0;
-  std::string format = "md";  // md (readable) | jsonl (one object per example)
+  std::string split = "train";  // train | val | test: the stream the trainer draws that split from
+  std::string format = "md";  // md (readable) | jsonl (one object per example) | labels (class counts)
   int64_t scale = 1;          // --png: pixels per image pixel
   std::string png_dir;
   int64_t batch = 0;  // rate: 0 = the task's LRA batch

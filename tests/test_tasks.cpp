@@ -1,6 +1,7 @@
 // Tasks: determinism, the ListOps labels and windows, the copy layout, Pathfinder's balance and
 // connectivity (by flood fill over the generator's contour map), the real-data readers on
 // fixture files written here, and the task verbs of the binary.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -358,6 +359,42 @@ TEST(TaskCli, ListSampleJsonPngAndBadInput) {
   e = exec("task rate --task copy --reps 2");
   EXPECT_EQ(e.code, 0) << e.out;
   EXPECT_NE(e.out.find("samples/s"), std::string::npos) << e.out;
+}
+
+// --split shows the examples `train` draws that split from; --format labels counts their classes
+// and names the accuracy of answering the commonest one (what a model that learned nothing scores).
+TEST(TaskCli, SplitAndLabelCounts) {
+  TaskOptions o = opts(1, 64);
+  o.split = Split::val;
+  const auto val = make_task("text", o);
+  auto e = exec("task sample --task text --seq 64 --split val --count 1 --format jsonl", false);
+  ASSERT_EQ(e.code, 0) << e.out;
+  const auto j = nlohmann::json::parse(e.out);
+  EXPECT_EQ(j.at("split"), "val");
+  EXPECT_EQ(j.at("tokens").get<std::vector<int32_t>>(), val->example(0).tokens);
+  EXPECT_NE(j.at("tokens").get<std::vector<int32_t>>(), make_task("text", opts(1, 64))->example(0).tokens);
+
+  o.split = Split::test;
+  const auto test = make_task("text", o);
+  int64_t counts[2] = {0, 0};
+  for (int64_t i = 5; i < 205; ++i) ++counts[test->example(i).label];
+  e = exec("task sample --task text --seq 64 --split test --first 5 --count 200 --format labels", false);
+  ASSERT_EQ(e.code, 0) << e.out;
+  EXPECT_NE(e.out.find("examples 5 to 204"), std::string::npos) << e.out;
+  for (int c : {0, 1})
+    EXPECT_NE(e.out.find(fmt::format("| {} | {} | {:.2f}% |", c, counts[c], counts[c] / 2.0)), std::string::npos) << e.out;
+  const int top = counts[1] > counts[0] ? 1 : 0;
+  EXPECT_NE(e.out.find(fmt::format("answering label {} for every example scores {:.2f}%", top, counts[top] / 2.0)), std::string::npos)
+      << e.out;
+
+  for (const auto& [args, msg] : std::vector<std::pair<std::string, std::string>>{
+           {"task sample --task text --split dev", "unknown split 'dev'"},
+           {"task rate --task text --split dev", "unknown split 'dev'"},
+           {"task sample --task copy --format labels", "copy predicts next tokens"}}) {
+    e = exec(args);
+    EXPECT_EQ(e.code, 2) << args << ": " << e.out;
+    EXPECT_NE(e.out.find(msg), std::string::npos) << e.out;
+  }
 }
 
 }  // namespace
