@@ -7,6 +7,7 @@
 #include <map>
 #include <numeric>
 #include <set>
+#include <tuple>
 
 #include "attention_impls/registry.hpp"
 #include "tasks/task.hpp"
@@ -100,6 +101,57 @@ double spearman(const std::vector<double>& a, const std::vector<double>& b) {
     sbb += (rb[i] - mb) * (rb[i] - mb);
   }
   return saa > 0 && sbb > 0 ? sab / std::sqrt(saa * sbb) : 0;
+}
+
+// The floor each column is read against: the accuracy of a model that answers one class for every
+// input, the share of the commonest label among the examples the metric was measured on (the test
+// set for `accuracy`, the validation set for `val_accuracy`), per distinct data the column's runs
+// saw. Not 1/classes: a test set of 2,000 generated binary examples has 49-52% of one class.
+std::string one_class_note(const std::vector<ResultFile>& files, const std::vector<std::string>& tasks_in_order, const std::string& metric) {
+  const bool test = metric == "accuracy" || metric == "final_accuracy";
+  if (!test && metric != "val_accuracy") return "";
+  std::string note;
+  for (const auto& t : tasks_in_order) {
+    const TaskInfo& info = find_task(t);
+    if (info.classes == 0) continue;
+    // The data a column's runs were measured on: (seed, N, data directory, examples).
+    std::set<std::tuple<int64_t, int64_t, std::string, int64_t>> data;
+    for (const auto& f : files)
+      for (const auto& r : f.points)
+        if (r.id.training() && r.id.task == t)
+          data.insert({r.id.train.seed, r.id.shape.N, r.id.data_dir, test ? r.id.train.test_examples : r.id.train.eval_examples});
+    if (data.empty()) continue;
+    std::set<int64_t> seeds, lengths;
+    std::set<std::string> dirs;
+    for (const auto& [seed, n, dir, examples] : data) seeds.insert(seed), lengths.insert(n), dirs.insert(dir);
+    std::vector<std::string> parts;
+    for (const auto& [seed, n, dir, examples] : data) {
+      std::vector<std::string> which;
+      if (seeds.size() > 1) which.push_back(fmt::format("seed {}", seed));
+      if (lengths.size() > 1) which.push_back(fmt::format("N {}", n));
+      if (dirs.size() > 1) which.push_back(dir.empty() ? "generated" : dir);
+      std::string value;
+      try {
+        TaskOptions o;
+        o.seq = n;
+        o.seed = static_cast<uint64_t>(seed);
+        o.data_dir = dir;
+        o.split = test ? Split::test : Split::val;
+        value = fmt::format("{:.2f}", 100 * label_counts(*make_task(t, o), info.classes, 0, examples).commonest_share());
+      } catch (const InvalidInput& e) {
+        value = fmt::format("not known here ({})", e.what());
+      }
+      std::string label;
+      for (const auto& w : which) label += (label.empty() ? "" : ", ") + w;
+      parts.push_back(label.empty() ? value : fmt::format("{} ({})", value, label));
+    }
+    std::string column;
+    for (const auto& p : parts) column += (column.empty() ? "" : ", ") + p;
+    note += fmt::format("{}{} {}", note.empty() ? "" : "; ", t, column);
+  }
+  if (note.empty()) return "";
+  return fmt::format("\nAnswering one class for every input (the commonest label of the {} set) scores: {}\n",
+                     test ? "test" : "validation", note);
 }
 
 }  // namespace
@@ -320,6 +372,7 @@ std::string accuracy_table(const std::vector<ResultFile>& files, const AccuracyT
     }
     if (!corr.empty()) out += "\nSpearman rank correlation with LRA's order, per column: " + corr + "\n";
   }
+  out += one_class_note(files, tasks_in_order, o.metric);
   if (any_synthetic) out += "\n\\* synthetic data: the task's in-process generator, not LRA's data (pass --data-dir)\n";
   if (!notes.empty()) {
     out += "\n";

@@ -61,28 +61,16 @@ TaskOptions with_split(const TaskCliOptions& o) {
   return t;
 }
 
-// --format labels: how many of the examples have each class, and the share of the commonest, which
-// is the accuracy of a model that answers that class for every input. The examples are the ones
-// `train` evaluates a split on (the first --count, or all of a smaller real split).
+// --format labels: how many of the examples `train` evaluates on have each class, and the share of
+// the commonest, the accuracy of a model that answers that class for every input.
 int print_label_counts(const TaskCliOptions& o, const Task& task, const TaskInfo& info) {
   if (info.classes == 0) throw InvalidInput(fmt::format("--format labels: {} predicts next tokens, it has no classes", o.task));
-  const int64_t n = task.size() > 0 ? std::min(o.count, task.size() - std::min(o.first, task.size())) : o.count;
-  if (n < 1) throw InvalidInput(fmt::format("--first {}: the {} split has only {} examples", o.first, o.split, task.size()));
-  std::vector<int64_t> counts(static_cast<size_t>(info.classes), 0);
-  for (int64_t first = o.first; first < o.first + n; first += 256) {
-    const Batch b = task.batch(first, std::min<int64_t>(256, o.first + n - first));
-    for (const int32_t label : b.labels) {
-      if (label < 0 || label >= info.classes) throw std::logic_error(fmt::format("{}: label {} out of range", o.task, label));
-      ++counts[static_cast<size_t>(label)];
-    }
-  }
+  const LabelCounts l = label_counts(task, info.classes, o.first, o.count);
   std::cout << fmt::format("# {} {} split: examples {} to {}, N = {}, source: {}\n\n| label | examples | share |\n|---:|---:|---:|\n",
-                           o.task, o.split, o.first, o.first + n - 1, task.seq(), task.source());
-  for (size_t c = 0; c < counts.size(); ++c)
-    std::cout << fmt::format("| {} | {} | {:.2f}% |\n", c, counts[c], 100.0 * static_cast<double>(counts[c]) / static_cast<double>(n));
-  const auto top = std::max_element(counts.begin(), counts.end());
-  std::cout << fmt::format("\nanswering label {} for every example scores {:.2f}%\n", top - counts.begin(),
-                           100.0 * static_cast<double>(*top) / static_cast<double>(n));
+                           o.task, o.split, l.first, l.first + l.examples - 1, task.seq(), task.source());
+  for (size_t c = 0; c < l.counts.size(); ++c)
+    std::cout << fmt::format("| {} | {} | {:.2f}% |\n", c, l.counts[c], 100.0 * static_cast<double>(l.counts[c]) / static_cast<double>(l.examples));
+  std::cout << fmt::format("\nanswering label {} for every example scores {:.2f}%\n", l.commonest(), 100 * l.commonest_share());
   return 0;
 }
 

@@ -174,7 +174,7 @@ Batch Trainer::training_batch(int64_t step) {
 // the model's size; the last batch padded with the first examples, which do not count.
 EvalResult Trainer::evaluate(Task& task, int64_t count) {
   const int64_t B = c_.model.batch;
-  const int64_t n = task.size() > 0 ? std::min(count, task.size()) : count;
+  const int64_t n = evaluated_examples(task, count);
   TransformerModel::Evaluation total;
   for (int64_t first = 0; first < n; first += B) {
     const int64_t valid = std::min(B, n - first);

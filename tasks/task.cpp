@@ -93,6 +93,32 @@ std::unique_ptr<Task> make_task(const std::string& name, const TaskOptions& opts
 
 uint64_t example_stream(int64_t index) { return 0x7a5c0000ull + static_cast<uint64_t>(index); }
 
+int64_t evaluated_examples(const Task& task, int64_t count) { return task.size() > 0 ? std::min(count, task.size()) : count; }
+
+int32_t LabelCounts::commonest() const {
+  return static_cast<int32_t>(std::max_element(counts.begin(), counts.end()) - counts.begin());
+}
+double LabelCounts::commonest_share() const {
+  return examples > 0 ? static_cast<double>(counts[static_cast<size_t>(commonest())]) / static_cast<double>(examples) : 0;
+}
+
+LabelCounts label_counts(const Task& task, int64_t classes, int64_t first, int64_t count) {
+  if (classes < 1) throw std::logic_error("label_counts: a task without classes");
+  if (task.size() > 0 && first >= task.size())
+    throw InvalidInput(fmt::format("example {} is past the split's {} examples", first, task.size()));
+  LabelCounts r;
+  r.first = first;
+  r.examples = evaluated_examples(task, task.size() > 0 ? std::min(count, task.size() - first) : count);
+  r.counts.assign(static_cast<size_t>(classes), 0);
+  constexpr int64_t kBatch = 256;  // examples generated at a time (in parallel)
+  for (int64_t at = first; at < first + r.examples; at += kBatch)
+    for (const int32_t label : task.batch(at, std::min(kBatch, first + r.examples - at)).labels) {
+      if (label < 0 || label >= classes) throw std::logic_error(fmt::format("label {} out of range 0..{}", label, classes - 1));
+      ++r.counts[static_cast<size_t>(label)];
+    }
+  return r;
+}
+
 Batch Task::batch(int64_t first, int64_t size) const {
   std::vector<int64_t> indices(static_cast<size_t>(size));
   for (int64_t i = 0; i < size; ++i) indices[static_cast<size_t>(i)] = first + i;

@@ -125,6 +125,19 @@ uint64_t split_seed(uint64_t seed, Split split);
 std::pair<size_t, size_t> split_range(size_t n, Split split);
 // The generator of example `index`: a stream of its own, so examples are independent.
 uint64_t example_stream(int64_t index);
+// How many of a split's examples an evaluation over `count` of them sees: `count`, or all of a
+// real split that has fewer (its examples would otherwise repeat).
+int64_t evaluated_examples(const Task& task, int64_t count);
+// The classes of examples [first, first + evaluated_examples(count)) of a task with `classes`
+// classes; `commonest` and its share are what a model answering one class for every input scores.
+// Throws InvalidInput when `first` is past the end of a real split.
+struct LabelCounts {
+  int64_t first = 0, examples = 0;
+  std::vector<int64_t> counts;  // (classes)
+  int32_t commonest() const;
+  double commonest_share() const;  // 0..1
+};
+LabelCounts label_counts(const Task& task, int64_t classes, int64_t first, int64_t count);
 // ListOps: the value of a token sequence (pads ignored); throws InvalidInput when malformed.
 int32_t listops_evaluate(const std::vector<int32_t>& tokens);
 // ListOps in LRA's spelling, e.g. "[MAX 2 9 [MIN 4 7 ] 0 ]".

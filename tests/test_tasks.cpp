@@ -256,6 +256,12 @@ TEST(Readers, TextTsvLoadsAndRejectsBadFiles) {
   EXPECT_EQ(b.tokens[11], '.' + 1);
   EXPECT_EQ(b.tokens[12], 0);
   EXPECT_EQ(text_of_tokens(std::vector<int32_t>(b.tokens.begin() + 64, b.tokens.begin() + 128), 100), "Dull.");
+  // Counting the classes of a real split stops at its end instead of counting records again.
+  EXPECT_EQ(label_counts(*task, 2, 0, 100).counts, (std::vector<int64_t>{1, 1}));
+  EXPECT_EQ(label_counts(*task, 2, 1, 100).counts, (std::vector<int64_t>{1, 0}));
+  EXPECT_EQ(label_counts(*task, 2, 1, 100).commonest(), 0);
+  EXPECT_EQ(label_counts(*task, 2, 1, 100).commonest_share(), 1.0);
+  EXPECT_NE(message_of([&] { label_counts(*task, 2, 2, 1); }).find("example 2 is past the split's 2 examples"), std::string::npos);
   d.write("text.tsv", "1\tA fine film.\n0\tDu");  // cut short
   EXPECT_NE(message_of([&] { make_task("text", opts(1, 64, d.path.string())); }).find("text.tsv: record 2 is truncated"), std::string::npos);
   d.write("text.tsv", "1\tA fine film.\n7\tDull.\n");

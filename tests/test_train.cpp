@@ -19,6 +19,7 @@
 #include "bench/train.hpp"
 #include "bench/train_presets.hpp"
 #include "model/trainer.hpp"
+#include "tasks/task.hpp"
 #include "tests/helpers.hpp"
 
 namespace ab {
@@ -521,6 +522,27 @@ TEST(TrainCli, SpearmanSaysWhenAColumnRanksNoise) {
                        "a difference on 100 examples: it ranks noise)"),
             std::string::npos)
       << close;
+  // Below the table, the floor of each column: the accuracy of answering the commonest label of
+  // the examples the metric was measured on (100 test examples, 8 validation ones, `train`'s
+  // default seed 0).
+  auto floor_of = [](Split split, int64_t examples) {
+    TaskOptions o;
+    o.seed = 0;
+    o.seq = 128;
+    o.split = split;
+    const auto l = label_counts(*make_task("listops", o), 10, 0, examples);
+    EXPECT_EQ(l.examples, examples);
+    return fmt::format("{:.2f}", 100 * l.commonest_share());
+  };
+  EXPECT_NE(close.find("Answering one class for every input (the commonest label of the test set) scores: listops " +
+                       floor_of(Split::test, 100) + "\n"),
+            std::string::npos)
+      << close;
+  auto val = test::exec("table " + out + " --metric val_accuracy", false);
+  ASSERT_EQ(val.code, 0) << val.out;
+  EXPECT_NE(val.out.find("(the commonest label of the validation set) scores: listops " + floor_of(Split::val, 8) + "\n"),
+            std::string::npos)
+      << val.out;
   fs::remove(out);
   fs::remove(edited);
 }
