@@ -57,6 +57,17 @@ std::string configuration(const PointId& id) {
   return c.name();
 }
 
+// A configuration as words "key=value": the mechanism's parameters, then every identity field but
+// the mechanism and the seed (a row names the words its configuration does not share).
+std::vector<std::string> configuration_words(const PointId& id) {
+  std::vector<std::string> words;
+  for (const auto& [k, v] : id.params.items()) words.push_back(k + "=" + format_param_value(v));
+  for (const auto& f : point_fields())
+    if (has_field(f, id) && f.type != PointFieldType::Mechanism && f.type != PointFieldType::Params && std::string(f.key) != "seed")
+      words.push_back(std::string(f.segment) + "=" + value_text(f.get(id)));
+  return words;
+}
+
 struct Cell {
   std::vector<double> values;  // one per seed that finished
   std::vector<std::string> failures;
@@ -172,9 +183,11 @@ std::string accuracy_table(const std::vector<ResultFile>& files, const AccuracyT
   const bool percent = o.metric != "eval_loss";
   // Rows (mechanisms) and columns (tasks) in the registries' orders. A mechanism's parameters
   // may differ from task to task (a preset's blocks of 50 where 64 does not divide N): still one
-  // row. Only a mechanism run in two configurations on one task gets a row per configuration.
+  // row. A mechanism run in several configurations on one task (other parameters, model sizes or
+  // steps) gets a row per configuration there, named by what tells them apart.
   std::map<std::pair<std::string, std::string>, Cell> cells;  // (row, task)
-  std::map<std::pair<std::string, std::string>, std::set<std::string>> variants;  // (mechanism, task)
+  // (mechanism, task) -> each configuration's name -> its words
+  std::map<std::pair<std::string, std::string>, std::map<std::string, std::vector<std::string>>> configs;
   std::set<std::string> task_set;
   std::set<std::string> seen;
   for (const auto& f : files)
@@ -182,15 +195,18 @@ std::string accuracy_table(const std::vector<ResultFile>& files, const AccuracyT
       if (!r.id.training()) continue;
       if (!seen.insert(r.id.name()).second)
         throw InvalidInput(fmt::format("point {} is in more than one file; merge them first or pass one", r.id.name()));
-      variants[{r.id.mechanism, r.id.task}].insert(params_text(r.id.params));
+      configs[{r.id.mechanism, r.id.task}][configuration(r.id)] = configuration_words(r.id);
       task_set.insert(r.id.task);
     }
   if (seen.empty()) throw InvalidInput("no training runs in the files (`attnbench train` writes them)");
-  std::set<std::string> split;
-  for (const auto& [mechanism_task, params] : variants)
-    if (params.size() > 1) split.insert(mechanism_task.first);
   auto row_of = [&](const PointId& id) {
-    return split.count(id.mechanism) ? id.mechanism + " " + params_text(id.params) : id.mechanism;
+    const auto& of_cell = configs.at({id.mechanism, id.task});
+    if (of_cell.size() < 2) return id.mechanism;
+    std::string row = id.mechanism;
+    for (const auto& w : of_cell.at(configuration(id)))
+      if (std::any_of(of_cell.begin(), of_cell.end(), [&](const auto& c) { return std::find(c.second.begin(), c.second.end(), w) == c.second.end(); }))
+        row += " " + w;
+    return row;
   };
   // Beside LRA's table, its whole layout: every mechanism and LRA's five tasks, so a run not yet
   // made reads "not run" instead of leaving its row or column out.
@@ -214,8 +230,8 @@ std::string accuracy_table(const std::vector<ResultFile>& files, const AccuracyT
       Cell& c = cells[{row_of(r.id), r.id.task}];
       const std::string config = configuration(r.id);
       if (c.any && c.config != config)
-        throw InvalidInput(fmt::format("two configurations of {} on {} in the files ({} and {}); a cell holds the seeds of one",
-                                       row_of(r.id), r.id.task, c.config, config));
+        throw std::logic_error(fmt::format("two configurations of {} on {} in one cell ({} and {})", row_of(r.id), r.id.task,
+                                           c.config, config));
       c.any = true;
       c.config = config;
       c.examples = o.metric == "accuracy" || o.metric == "final_accuracy" ? r.id.train.test_examples

@@ -5,7 +5,8 @@
 //   lra-accuracy  LRA Table 1 at CPU scale: every mechanism on ListOps, Text, Retrieval, Image,
 //                 Pathfinder, one configuration per task (the PyTorch LRA ports' small model)
 //   lra-knobs     the Transformer on lra-accuracy's Image and Pathfinder with 3x and 4x the
-//                 steps: whether steps close the targets it misses there
+//                 steps, and on Image at twice the width: whether steps or model size close
+//                 the targets it misses there
 // A preset is a grid of training runs that `train --preset` runs through the sweep (isolated,
 // resumable, shardable); its configuration table is in docs/reproductions.md.
 #pragma once

@@ -28,7 +28,7 @@ targets=(
   "task-rates|1 min|how fast each task generates a batch of its LRA size"
   "copy|2 h of one core|the copy task of \"Transformers are RNNs\": softmax, linear, LSH-1, LSH-4 (train --preset copy)"
   "lra-accuracy|44 h of one core|LRA Table 1 at CPU scale: every mechanism on five tasks (train --preset lra-accuracy)"
-  "lra-knobs|8 h of one core|the Transformer of lra-accuracy on Image and Pathfinder with 3x and 4x the steps (train --preset lra-knobs)"
+  "lra-knobs|11 h of one core|the Transformer of lra-accuracy on Image and Pathfinder with 3x and 4x the steps, and on Image at twice the width (train --preset lra-knobs)"
 )
 
 list() {
@@ -147,7 +147,7 @@ run_target() {
         $py scripts/plot.py curves "$work"/logs/*.jsonl "$work/copy_curves" --title "copy task, N = 128: learning curves"
       elif [ "$name" = lra-knobs ]; then
         "$exe" table "$file" --metric accuracy >"$work/lra-knobs.md"
-        $py scripts/plot.py curves "$work"/logs/*.jsonl "$work/lra_knobs_curves" --title "LRA at CPU scale, more steps: learning curves"
+        $py scripts/plot.py curves "$work"/logs/*.jsonl "$work/lra_knobs_curves" --title "LRA at CPU scale, more steps or width: learning curves"
       else
         "$exe" table "$file" --metric accuracy --published lra >"$work/lra-accuracy.md"
         # The chart's speeds: each configuration's training step timed (the runs' own wall clock

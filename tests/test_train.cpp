@@ -11,6 +11,7 @@
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <set>
 
 #include "attention_impls/registry.hpp"
@@ -570,8 +571,19 @@ TEST(TrainCli, PerTaskParametersKeepOneRowPerMechanism) {
   ASSERT_EQ(test::exec("train --task listops --param block=16" + tiny).code, 0);
   t = test::exec("table " + out + " --metric accuracy --published lra", false);
   ASSERT_EQ(t.code, 0) << t.out;
-  EXPECT_NE(t.out.find("| local block=16 "), std::string::npos) << t.out;
-  EXPECT_NE(t.out.find("| local block=32 "), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("| local block=16 | "), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("| local block=32 | "), std::string::npos) << t.out;
+  // Another model size or number of steps on one task is another row too, named by what differs
+  // (lra-knobs: the Transformer with more steps and at twice the width on one task).
+  ASSERT_EQ(test::exec("train --task text --param block=64 --dmodel 32 --heads 4" +
+                       std::regex_replace(tiny, std::regex(" --dmodel 16 --heads 2"), ""))
+                .code,
+            0);
+  ASSERT_EQ(test::exec("train --task text --param block=64 --steps 3" + std::regex_replace(tiny, std::regex(" --steps 2"), "")).code, 0);
+  t = test::exec("table " + out + " --metric accuracy", false);
+  ASSERT_EQ(t.code, 0) << t.out;
+  for (const char* row : {"| local dmodel=16 H=2 steps=2 | ", "| local dmodel=32 H=4 steps=2 | ", "| local dmodel=16 H=2 steps=3 | "})
+    EXPECT_NE(t.out.find(row), std::string::npos) << row << "\n" << t.out;
   fs::remove(out);
 }
 
@@ -630,29 +642,40 @@ TEST(TrainPresets, GridsHoldTheComparisonsInOrder) {
 }
 
 // lra-knobs: the grid's own Transformer runs on Image and Pathfinder with 3x and 4x the steps
-// (warm-up and evaluations scaled with them), nothing else changed.
-TEST(TrainPresets, KnobsAreTheGridsRunsWithMoreSteps) {
+// (warm-up and evaluations scaled with them), and on Image at twice the width (d 128, 4 heads of
+// the grid's 32, FFN 256) with the grid's steps; nothing else changed.
+TEST(TrainPresets, KnobsAreTheGridsRunsWithMoreStepsOrWidth) {
   const auto knobs = train_preset_grid("lra-knobs", TrainPresetOptions{});
-  ASSERT_EQ(knobs.size(), 2u);
+  ASSERT_EQ(knobs.size(), 3u);
   TrainPresetOptions flash;
   flash.mechanisms = {"flash"};
   flash.seeds = {1};
-  for (const auto& k : knobs) {
+  for (size_t i = 0; i < knobs.size(); ++i) {
+    const PointId& k = knobs[i];
     SCOPED_TRACE(k.name());
     flash.tasks = {k.task};
     const auto grid = train_preset_grid("lra-accuracy", flash);
     ASSERT_EQ(grid.size(), 1u);
-    const int64_t times = k.task == "image" ? 3 : 4;
-    EXPECT_TRUE(k.task == "image" || k.task == "pathfinder");
     EXPECT_EQ(k.mechanism, "flash");
-    EXPECT_EQ(k.train.steps, grid[0].train.steps * times);
-    EXPECT_EQ(k.train.warmup, k.train.steps / 10);
-    EXPECT_EQ(k.train.eval_every, k.train.steps / 10);
+    EXPECT_EQ(k.task, i == 1 ? "pathfinder" : "image");
     PointId same = k;
-    same.train.steps = grid[0].train.steps;
-    same.train.warmup = grid[0].train.warmup;
-    same.train.eval_every = grid[0].train.eval_every;
-    EXPECT_EQ(same.name(), grid[0].name());  // the model, data and the rest of the recipe
+    if (i < 2) {  // steps
+      const int64_t times = i == 0 ? 3 : 4;
+      EXPECT_EQ(k.train.steps, grid[0].train.steps * times);
+      EXPECT_EQ(k.train.warmup, k.train.steps / 10);
+      EXPECT_EQ(k.train.eval_every, k.train.steps / 10);
+      same.train.steps = grid[0].train.steps;
+      same.train.warmup = grid[0].train.warmup;
+      same.train.eval_every = grid[0].train.eval_every;
+    } else {  // width
+      EXPECT_EQ(k.model.dmodel, 2 * grid[0].model.dmodel);
+      EXPECT_EQ(k.model.mlp, 2 * grid[0].model.mlp);
+      EXPECT_EQ(k.shape.H, 2 * grid[0].shape.H);
+      EXPECT_EQ(k.shape.D, grid[0].shape.D);
+      same.model = grid[0].model;
+      same.shape = grid[0].shape;
+    }
+    EXPECT_EQ(same.name(), grid[0].name());  // the data and the rest of the recipe
   }
   TrainPresetOptions listops;
   listops.tasks = {"listops"};
