@@ -109,9 +109,21 @@ def crossover(ns_a, t_a, ns_b, t_b):
     return math.exp(math.log(n0) + f * (math.log(n1) - math.log(n0)))
 
 
+def config_words(point):
+    """A run's configuration as "key=value" words: its name's fields but the mechanism and the seed
+    (a value holding '/', a data directory, stays one word)."""
+    fields = []
+    for piece in point.split("/"):
+        if ":" in piece or not fields:
+            fields.append(piece)
+        else:
+            fields[-1] += "/" + piece
+    return [f.replace(":", "=", 1) for f in fields[1:] if not f.startswith("seed:")]
+
+
 def load_curves(paths):
     """Per run (its point name): the loss lines and the validation lines, in step order."""
-    runs = defaultdict(lambda: {"loss": [], "val": [], "mechanism": "", "seed": 0, "task": "", "params": ""})
+    runs = defaultdict(lambda: {"loss": [], "val": [], "mechanism": "", "seed": 0, "task": "", "config": []})
     for path in paths:
         with open(path) as f:
             for line in f:
@@ -121,9 +133,7 @@ def load_curves(paths):
                 j = json.loads(line)
                 r = runs[j["point"]]
                 r["mechanism"], r["seed"], r["task"] = j.get("mechanism", "?"), j.get("seed", 0), j.get("task", "")
-                # The mechanism's parameters: the name's fields between attn: and level:.
-                fields = j["point"].split("/level:")[0].split("/")[1:]
-                r["params"] = " ".join(f.replace(":", "=") for f in fields)
+                r["config"] = config_words(j["point"])
                 if "val_accuracy" in j:
                     r["val"].append((j["step"], j["elapsed_s"], j["val_accuracy"], j.get("val_token_accuracy")))
                 else:
@@ -142,17 +152,20 @@ def curves_main(argv):
     runs = load_curves(logs)
     if not runs:
         raise SystemExit("plot.py curves: the logs hold no runs")
-    # A line's identity: the mechanism, with its parameters where the logs hold several settings
-    # of it (reformer with 1 and 4 hashing rounds), and its seed where there are several.
-    seeds, settings = defaultdict(set), defaultdict(set)
+    # A line's identity, as a row of `attnbench table`: the mechanism, with what tells its
+    # configurations apart where the logs hold several of it on one task (reformer with 1 and 4
+    # hashing rounds; the Transformer with more steps and at twice the width), and its seed where
+    # there are several.
+    seeds, configs = defaultdict(set), defaultdict(set)
     for r in runs.values():
         seeds[r["mechanism"]].add(r["seed"])
-        settings[r["mechanism"]].add(r["params"])
+        configs[(r["mechanism"], r["task"])].add(tuple(r["config"]))
 
     def series(r):
-        if len(settings[r["mechanism"]]) <= 1:
+        others = configs[(r["mechanism"], r["task"])]
+        if len(others) <= 1:
             return r["mechanism"]
-        differing = [p for p in r["params"].split() if not all(p in o.split() for o in settings[r["mechanism"]])]
+        differing = [w for w in r["config"] if not all(w in o for o in others)]
         return r["mechanism"] + " " + " ".join(differing)
     # Logs of several tasks (the LRA grid): a line also names its task, drawn in a style of its own.
     tasks = sorted({r["task"] for r in runs.values()})

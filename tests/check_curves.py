@@ -1,5 +1,6 @@
-"""scripts/plot.py curves: one line per run, named by mechanism, and by task when the logs hold
-several tasks (the LRA grid: five `flash` runs were five lines with the same name); the legend is
+"""scripts/plot.py curves: one line per run, named by mechanism, by task when the logs hold
+several tasks (the LRA grid: five `flash` runs were five lines with the same name), and by what
+differs when a mechanism has several configurations on one task (lra-knobs); the legend is
 read back from the SVG, its text kept as text.
 
 usage: /usr/bin/python3 tests/check_curves.py
@@ -17,8 +18,8 @@ spec.loader.exec_module(plot)
 plot.matplotlib.rcParams["svg.fonttype"] = "none"  # the legend as <text>, not glyph paths
 
 
-def write_log(path, mechanism, task):
-    point = f"attn:{mechanism}/level:model/mode:train/task:{task}/L:2/seed:1"
+def write_log(path, mechanism, task, config="L:2"):
+    point = f"attn:{mechanism}/level:model/mode:train/task:{task}/{config}/seed:1"
     with open(path, "w") as f:
         for step in (10, 20):
             f.write(json.dumps({"point": point, "mechanism": mechanism, "task": task, "seed": 1, "step": step,
@@ -45,4 +46,17 @@ with tempfile.TemporaryDirectory() as work:
     svg = legend(logs[:1], os.path.join(work, "one"))
     if "flash listops" in svg or "flash" not in svg:
         sys.exit("FAIL: logs of one task should be labelled by mechanism alone")
+    # Several configurations of a mechanism on one task are lines named by what differs (as the
+    # rows of `attnbench table`), a data directory's '/' not splitting its field.
+    data = "data:/usr/share/datasets/fashion-mnist"
+    knobs = []
+    for i, config in enumerate((f"dmodel:64/{data}/H:2/steps:12000", f"dmodel:128/{data}/H:4/steps:4000")):
+        knobs.append(os.path.join(work, f"knob{i}.jsonl"))
+        write_log(knobs[-1], "flash", "image", config)
+    svg = legend(knobs, os.path.join(work, "knobs"))
+    for label in ("flash dmodel=64 H=2 steps=12000", "flash dmodel=128 H=4 steps=4000"):
+        if label not in svg:
+            sys.exit(f"FAIL: no legend entry '{label}' for two configurations on one task")
+    if "fashion" in svg:
+        sys.exit("FAIL: a field both configurations share named in the legend")
 print("curves: ok")
