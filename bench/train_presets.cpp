@@ -80,7 +80,7 @@ std::vector<TaskRecipe> lra_recipes() {
 // against the target of 85%); Pathfinder 4x, 16,000 steps (at chance all through 4,000; the
 // ports train 125 times our examples). 2. Model size, on Image (where 3x the steps flattened at
 // 81.65%): the grid's steps with twice the width, d 128, 4 heads (of 32, the grid's head
-// dimension), FFN 256. About 8 hours of one core of the reference machine for the three.
+// dimension), FFN 256. About 11 hours of one core of the reference machine for the three.
 std::vector<TaskRecipe> lra_knob_recipes() {
   std::vector<TaskRecipe> out;
   for (TaskRecipe r : lra_recipes()) {
