@@ -28,7 +28,7 @@ targets=(
   "task-rates|1 min|how fast each task generates a batch of its LRA size"
   "copy|2 h of one core|the copy task of \"Transformers are RNNs\": softmax, linear, LSH-1, LSH-4 (train --preset copy)"
   "lra-accuracy|44 h of one core|LRA Table 1 at CPU scale: every mechanism on five tasks (train --preset lra-accuracy)"
-  "lra-knobs|11 h of one core|the Transformer of lra-accuracy on Image and Pathfinder with 3x and 4x the steps, and on Image at twice the width (train --preset lra-knobs)"
+  "lra-knobs|10 h of one core|the Transformer of lra-accuracy on Image and Pathfinder with 3x and 4x the steps, and on Image at twice the width (train --preset lra-knobs)"
 )
 
 list() {
