@@ -77,3 +77,42 @@ echo "PASS bad input exits 2 with one line, the user's files untouched"
 grep -q "^shard 2/5: 1 points, 1 done, 0 failed, 0 left" "$work/status" || fail "shard 2 in: $(cat "$work/status")"
 grep -q "^all: 4 points, 1 done, 0 failed, 3 left" "$work/status" || fail "the totals in: $(cat "$work/status")"
 echo "PASS --status from the shard files"
+
+# Hostile values of every option (issue 55): a newline once made a --partition value a line of
+# its own in the job scripts, which bash ran. A value is refused (exit 2) or written so that the
+# scripts, run by hand as Slurm would, execute nothing but attnbench.
+marker="$work/INJECTED"  # the values say `touch INJECTED`, run from $work
+small=(sweep --attn flash --seq 16 --heads 1 --dhead 4 --reps 1 --min-time 0)
+hostile=($'p\ntouch INJECTED' "p;touch INJECTED" "\$(touch INJECTED)" "\`touch INJECTED\`" "p' ; touch INJECTED; '" \
+         "p\" ; touch INJECTED; \"" $'p\rx' $'p\tx' "p x")
+k=0
+for opt in --shards --dir --out --partition --time --cpus --exe --sbatch grid; do
+  for v in "${hostile[@]}"; do
+    k=$((k + 1))
+    d="$work/h$k"
+    args=(--shards 1 --dir "$d" --exe "$exe" --no-submit)
+    case "$opt" in
+      --dir) args=(--shards 1 --dir "$work/$v" --exe "$exe" --no-submit) ;;
+      --out) args+=(--out "$work/$v.json") ;;
+      --exe) args=(--shards 1 --dir "$d" --exe "$v" --no-submit) ;;
+      --shards | --cpus) args+=("$opt" "$v") ;;
+      --partition | --time | --sbatch) args+=("$opt" "--$v") ;;
+    esac
+    grid_args=("${small[@]}")
+    [ "$opt" = grid ] && grid_args+=(--context "note=$v")
+    rc=0
+    (cd "$work" && "$submit" "${args[@]}" -- "${grid_args[@]}") >"$work/h.out" 2>&1 || rc=$?
+    if [ $rc = 0 ]; then
+      # Accepted: the scripts run as Slurm runs them (task 1, then the merge) and do only their job.
+      dd=$(sed -n 's/^submit.sh: wrote \(.*\)\/shard.sbatch and .*/\1/p' "$work/h.out")
+      [ -f "$dd/shard.sbatch" ] || fail "$opt '$v' accepted but no scripts: $(cat "$work/h.out")"
+      (cd "$work" && SLURM_ARRAY_TASK_ID=1 bash "$dd/shard.sbatch") >/dev/null 2>&1 || fail "$opt '$v': shard.sbatch failed"
+      (cd "$work" && bash "$dd/merge.sbatch") >/dev/null 2>&1 || fail "$opt '$v': merge.sbatch failed"
+      ! grep -q '^ *touch' "$dd/shard.sbatch" "$dd/merge.sbatch" || fail "$opt '$v': a line of its own in a job script"
+    elif [ $rc != 2 ]; then
+      fail "$opt '$v': exit $rc, not 0 or 2: $(cat "$work/h.out")"
+    fi
+    [ ! -e "$marker" ] || fail "$opt '$v' ran a command of its own (exit $rc)"
+  done
+done
+echo "PASS hostile values of every option are refused or quoted ($k cases)"

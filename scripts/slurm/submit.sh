@@ -193,6 +193,25 @@ if [ -n "$requeue_dir" ]; then
 fi
 
 # --- validate ---
+# Every value ends up in a job script: a control character (a newline above all) would start a
+# line of its own there, which bash runs. The #SBATCH values are also read by sbatch, which splits
+# them at white space and quotes, so they are single words of the characters Slurm's names use.
+printable() {  # OPTION VALUE
+  [[ "$2" != *[[:cntrl:]]* ]] || die "$1 holds a control character (a newline, tab, ...); refused"
+}
+printable --shards "$shards"; printable --dir "$dir"; printable --out "$out"; printable --exe "$exe"
+printable --partition "$partition"; printable --time "$time_limit"; printable --cpus "$cpus"
+for a in "${grid[@]+"${grid[@]}"}"; do printable "the grid argument '${a%%[[:cntrl:]]*}...'" "$a"; done
+sbatch_word='^[A-Za-z0-9_.,:=/@%+-]+$'
+[ -z "$partition" ] || [[ "$partition" =~ ^[A-Za-z0-9_.,-]+$ ]] ||
+  die "--partition '$partition' is not a partition name (letters, digits, _ . , -)"
+[ -z "$time_limit" ] || [[ "$time_limit" =~ ^([0-9]+(-[0-9]+)?(:[0-9]+){0,2}|UNLIMITED|INFINITE)$ ]] ||
+  die "--time '$time_limit' is not a Slurm time (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S)"
+for a in "${extra_sbatch[@]+"${extra_sbatch[@]}"}"; do
+  printable --sbatch "$a"
+  [[ "$a" == -* && "$a" =~ $sbatch_word ]] ||
+    die "--sbatch '$a' is not one sbatch option word (e.g. --account=proj; no spaces, quotes or shell characters)"
+done
 [ -n "$shards" ] || die "--shards N is required"
 [[ "$shards" =~ ^[1-9][0-9]*$ ]] && [ "$shards" -le 10000 ] || die "--shards $shards is not a count from 1 to 10000"
 [[ "$cpus" =~ ^[1-9][0-9]*$ ]] || die "--cpus $cpus is not a positive count"
@@ -220,7 +239,7 @@ if [ -z "$exe" ]; then
 fi
 [ -x "$exe" ] || die "--exe $exe is not an executable"
 exe=$(cd "$(dirname "$exe")" && pwd)/$(basename "$exe")
-[[ "$dir" =~ [[:space:]] ]] && die "--dir '$dir' holds white space, which Slurm's #SBATCH --output cannot take"
+[[ "$dir" =~ [[:space:]\"\'\\] ]] && die "--dir '$dir' holds white space, a quote or a backslash, which Slurm's #SBATCH --output cannot take"
 dir=$(realpath -m -- "$dir")
 [ ! -e "$dir" ] || [ -d "$dir" ] || die "--dir $dir exists and is not a directory"
 [ -n "$out" ] || out="$dir/merged.json"
