@@ -78,6 +78,25 @@ std::string join_args(int argc, char** argv) {
   return s;
 }
 
+// An option given an empty value (`--out ''`, `--preset ''`, `--data-dir ''`) names nothing: it
+// was a mistake (an unset shell variable), not a request for the default, and the verbs used to
+// run for hours before noticing or ignore it. Refused for every option of the verbs parsed;
+// --filter '' is a regular expression that matches every point, so it stays.
+void refuse_empty_values(CLI::App& app) {
+  std::vector<CLI::App*> parsed = {&app};
+  for (size_t i = 0; i < parsed.size(); ++i)
+    for (auto* sub : parsed[i]->get_subcommands([](CLI::App* s) { return s->parsed(); })) parsed.push_back(sub);
+  for (auto* verb : parsed)
+    for (const auto* opt : verb->get_options()) {
+      if (opt->count() == 0 || opt->get_expected_min() == 0 || opt->get_name() == "--filter") continue;
+      for (const auto& value : opt->results())
+        if (value.empty())
+          throw InvalidInput(opt->get_lnames().empty()
+                                 ? fmt::format("an empty {} argument ('')", opt->get_name())
+                                 : fmt::format("{} is given an empty value; leave it out or give one", opt->get_name()));
+    }
+}
+
 // What narrows or changes a training preset (train --preset, run --preset): its mechanisms,
 // tasks, seeds, threads and the image task's data. Every other field of its points is the
 // preset's: giving one is an error, not ignored.
@@ -371,6 +390,7 @@ int cli_main(int argc, char** argv) {
 
   const std::string command = join_args(argc, argv);
   try {
+    refuse_empty_values(app);
     set_user_context(user_context);
     if (list->parsed())
       return cmd_list(list_what, list_what == "tasks" ? list_data_dir : list_name, list_wide ? 0 : kDefaultTableWidth);
@@ -414,6 +434,10 @@ int cli_main(int argc, char** argv) {
       if (train_preset.empty()) {
         if (train_jobs != 1)
           throw InvalidInput("--jobs needs --preset (or sweep --verb train): runs in one train process run one after another");
+        for (const char* preset_only : {"--shard", "--train-dir"})
+          if (train->get_option(preset_only)->count())
+            throw InvalidInput(fmt::format("{} needs --preset (or sweep --verb train); a plain train run takes --checkpoint DIR",
+                                           preset_only));
         if (dry_run) return cmd_dry_run(train_grid.grid(), RunOptions{}, false, train_wide ? 0 : kDefaultTableWidth);
         if (status_only) throw InvalidInput("--status needs --preset (or use sweep --verb train ... --status)");
         if (train_retry_failed) throw InvalidInput("--retry-failed needs --preset (a single run has no failed points to retry)");
@@ -447,8 +471,11 @@ int cli_main(int argc, char** argv) {
       return cmd_compare(base_file, new_file, copts);
     }
     if (exporter->parsed()) return cmd_export(export_paths, eopts);
-    if (merge->parsed()) prepare_output_path(merge_out, merge_force);
-    if (merge->parsed()) return cmd_merge(merge_files, merge_out, mixed_cpus, command);
+    if (merge->parsed()) {
+      refuse_overwriting_inputs(merge_out, merge_files);
+      prepare_output_path(merge_out, merge_force);
+      return cmd_merge(merge_files, merge_out, mixed_cpus, command);
+    }
     if (dump->parsed()) {
       if (dump_grid.mechanism_list().size() != 1) throw InvalidInput("dump takes exactly one mechanism");
       const auto grid = dump_grid.grid();

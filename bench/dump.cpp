@@ -14,6 +14,7 @@
 
 #include "bench/runner.hpp"
 #include "core/npy.hpp"
+#include "core/sysinfo.hpp"
 
 namespace ab {
 
@@ -32,6 +33,11 @@ fs::path dump_target(const std::string& dir, std::vector<fs::path>* earlier, boo
     throw InvalidInput(fmt::format("dump --out '{}': the root directory is not a dump directory", dir));
   std::error_code ec;
   const fs::file_status st = fs::symlink_status(target, ec);
+  if (ec && st.type() != fs::file_type::not_found) throw InvalidInput(fmt::format("dump --out '{}': {}", dir, ec.message()));
+  // The dump is made in .NAME.tmp.XXXXXX beside it first.
+  if (target.filename().string().size() + 12 > 255)
+    throw InvalidInput(fmt::format("dump --out '{}': the directory name is {} characters; at most 243", dir,
+                                   target.filename().string().size()));
   *exists = fs::exists(st);
   if (!*exists) return target;
   if (fs::is_symlink(st))
@@ -73,6 +79,7 @@ void dump_point(const PointId& id, uint64_t seed, const std::string& dir) {
   const fs::path target = dump_target(dir, &earlier, &exists);
   RunOptions opts;
   opts.seed = seed;
+  opts.mem_limit = default_memory_limit();  // a shape no machine holds is refused as `run` refuses it
   PointId pid = id;
   const MechanismInfo& info = find_mechanism(id.mechanism);
   pid.mode = info.caps.backward ? RunMode::fwdbwd : RunMode::fwd;

@@ -48,10 +48,17 @@ std::string csv_quote(const std::string& s) {
   return q + "\"";
 }
 
-std::string sql_quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("''") : std::string(1, c);
-  return q + "'";
+// SQL text literals ('...', quotes doubled) and identifiers ("...", double quotes doubled) hold
+// every byte but NUL, which ends a string for sqlite3 and is refused by other databases: a field
+// holding one is refused, naming it, rather than written as SQL that does not load.
+std::string sql_quoted(const std::string& s, char quote, const std::string& what) {
+  if (s.find('\0') != std::string::npos)
+    throw InvalidInput(fmt::format("export --format sql: {} holds a NUL byte, which SQL text cannot hold; export it as "
+                                   "csv or jsonl",
+                                   what));
+  std::string q(1, quote);
+  for (char c : s) q += c == quote ? std::string(2, c) : std::string(1, c);
+  return q + quote;
 }
 }  // namespace
 
@@ -65,7 +72,8 @@ std::string export_files(const std::vector<std::string>& paths, const ExportOpti
     read_result_file(path);  // a file that is not a result file is refused (exit 2) before anything is written
     std::ifstream in(path, std::ios::binary);
     const nlohmann::json doc = nlohmann::json::parse(in);
-    const nlohmann::json& ctx = doc.at("context");
+    // A file without a context (table and compare read it too) has no context columns.
+    const nlohmann::json ctx = doc.contains("context") ? doc.at("context") : nlohmann::json::object();
     for (const auto& entry : doc.at("benchmarks")) {
       // Aggregate entries are not checked by the reader (it derives them): read their name warily.
       std::string name;
@@ -121,7 +129,8 @@ std::string export_files(const std::vector<std::string>& paths, const ExportOpti
     }
     out += "CREATE TABLE IF NOT EXISTS results (";
     for (size_t i = 0; i < columns.size(); ++i)
-      out += fmt::format("{}\"{}\" {}", i ? ", " : "", columns[i], numeric[columns[i]] ? "REAL" : "TEXT");
+      out += fmt::format("{}{} {}", i ? ", " : "", sql_quoted(columns[i], '"', fmt::format("the field name '{}'", columns[i])),
+                         numeric[columns[i]] ? "REAL" : "TEXT");
     out += ");\nBEGIN TRANSACTION;\n";
     for (const auto& row : rows) {
       out += "INSERT INTO results VALUES (";
@@ -131,7 +140,8 @@ std::string export_files(const std::vector<std::string>& paths, const ExportOpti
         if (it != row.end()) {
           if (it->second.is_boolean()) v = it->second.get<bool>() ? "1" : "0";
           else if (numeric[columns[i]]) v = cell_text(it->second);
-          else v = sql_quote(cell_text(it->second));
+          else v = sql_quoted(cell_text(it->second), '\'', fmt::format("field '{}' of a row of {}", columns[i],
+                                                                           row.at("file").get<std::string>()));
         }
         out += (i ? ", " : "") + v;
       }
@@ -144,8 +154,10 @@ std::string export_files(const std::vector<std::string>& paths, const ExportOpti
 
 int cmd_export(const std::vector<std::string>& paths, const ExportOptions& o) {
   const bool to_stdout = o.out.empty() || o.out == "-";
-  if (!to_stdout && std::filesystem::exists(o.out) && !o.force)
-    throw InvalidInput(fmt::format("--out {} exists; choose another name or pass --force to overwrite it", o.out));
+  if (!to_stdout) {
+    refuse_overwriting_inputs(o.out, paths);
+    prepare_output_path(o.out, o.force);
+  }
   const std::string text = export_files(paths, o);
   if (to_stdout) std::cout << text;
   else write_file_atomic(o.out, text);

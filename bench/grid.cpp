@@ -340,6 +340,10 @@ std::vector<PointId> GridOptions::grid() const {
   for (const auto& l : values["level"]) model_level |= std::get<std::string>(l) == to_string(Level::model);
   if (model_level && !ti) throw InvalidInput("--level model needs --task (attnbench list tasks)");
   if (model_level && given("dhead")) throw InvalidInput("--level model takes --dmodel and --heads; the head size is dmodel / heads");
+  // --data-dir is a task's real data: at the attention level there is no task to read it
+  // (a generated task refuses it itself, tasks/task.cpp), and it is never ignored.
+  if (given("data_dir") && !model_level)
+    throw InvalidInput("--data-dir is read by a task's model: it needs --level model --task T (or train --task T)");
 
   // 2. The product, in grid order. A field whose values depend on the fields before it: the
   // mechanism's parameters, the model's sizes (model level only), and the head size (the

@@ -1,5 +1,7 @@
 #include "bench/process.hpp"
 
+#include "core/files.hpp"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -157,10 +159,6 @@ std::string last_line_of(const std::string& path, size_t max_chars) {
   return last;
 }
 
-namespace {
-bool process_gone(long pid) { return pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH; }
-}  // namespace
-
 std::string make_scratch_dir(const std::string& kind) {
   namespace fs = std::filesystem;
   // 1. Those of earlier processes that are gone (a killed run leaves its scratch behind).
@@ -181,24 +179,6 @@ std::string make_scratch_dir(const std::string& kind) {
   std::string tmpl = fmt::format("/tmp/{}{}-XXXXXX", prefix, static_cast<long>(getpid()));
   if (!mkdtemp(tmpl.data())) throw std::runtime_error(fmt::format("cannot create a scratch directory in /tmp: {}", std::strerror(errno)));
   return tmpl;
-}
-
-void remove_stale_temporaries(const std::string& file) {
-  namespace fs = std::filesystem;
-  const fs::path target(file);
-  const std::string prefix = target.filename().string() + ".tmp.";
-  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind(prefix, 0) != 0) continue;
-    const std::string pid = name.substr(prefix.size());
-    if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos || !process_gone(std::atol(pid.c_str())))
-      continue;
-    std::error_code rm;
-    if (fs::remove(entry.path(), rm) && !rm)
-      std::cerr << "attnbench: removed " << entry.path().string() << ", left by a write that was stopped\n";
-  }
 }
 
 }  // namespace ab

@@ -38,8 +38,5 @@ std::string self_executable();
 // message: the suite made them and their owner no longer exists.
 std::string make_scratch_dir(const std::string& kind);
 
-// Removes FILE.tmp.PID files beside FILE whose writing process is gone (an atomic write killed
-// between its write and its rename).
-void remove_stale_temporaries(const std::string& file);
 
 }  // namespace ab

@@ -77,6 +77,41 @@ int json_depth(const std::string& text) {
   }
   return deepest;
 }
+// The context fields attnbench reads, or adds to when it resumes, merges or re-judges a file, with
+// their types: a file whose field has another type is refused when read, before anything is
+// written to it (a sweep once added its resumption to a file, then failed on a wrongly typed
+// 'warnings' with the JSON library's raw message).
+void check_context_types(const nlohmann::json& context, const std::string& path) {
+  enum class T { string, number, integer, strings, numbers, objects };
+  static const std::vector<std::pair<const char*, T>> kTypes = {
+      {"machine_id", T::string},   {"cpu_model", T::string},   {"git_commit", T::string},
+      {"command", T::string},      {"host_name", T::string},   {"date", T::string},
+      {"shard", T::string},        {"num_cpus", T::integer},   {"threads", T::integer},
+      {"gemm_other_runnable", T::integer}, {"gemm_gflops_per_s_1thread", T::number},
+      {"load_avg", T::numbers},    {"warnings", T::strings},   {"retried", T::objects},
+      {"resumed_by", T::objects},  {"merged_from", T::objects}};
+  auto all_of = [](const nlohmann::json& v, auto&& pred) {
+    if (!v.is_array()) return false;
+    for (const auto& x : v)
+      if (!pred(x)) return false;
+    return true;
+  };
+  for (const auto& [key, type] : kTypes) {
+    if (!context.contains(key)) continue;
+    const auto& v = context.at(key);
+    bool ok = false;
+    const char* expected = "";
+    switch (type) {
+      case T::string: ok = v.is_string(), expected = "a string"; break;
+      case T::number: ok = v.is_number(), expected = "a number"; break;
+      case T::integer: ok = v.is_number_integer(), expected = "an integer"; break;
+      case T::strings: ok = all_of(v, [](const auto& x) { return x.is_string(); }), expected = "a list of strings"; break;
+      case T::numbers: ok = all_of(v, [](const auto& x) { return x.is_number(); }), expected = "a list of numbers"; break;
+      case T::objects: ok = all_of(v, [](const auto& x) { return x.is_object(); }), expected = "a list of objects"; break;
+    }
+    if (!ok) throw InvalidInput(fmt::format("{}: context '{}' is not {}", path, key, expected));
+  }
+}
 }  // namespace
 
 ResultFile parse_result_document(const nlohmann::json& doc, const std::string& path) {
@@ -86,11 +121,7 @@ ResultFile parse_result_document(const nlohmann::json& doc, const std::string& p
     throw InvalidInput(fmt::format("{} is not a result file: no 'benchmarks' array", path));
   rf.context = doc.contains("context") ? doc.at("context") : nlohmann::json::object();
   if (!rf.context.is_object()) throw InvalidInput(fmt::format("{}: 'context' is not an object", path));
-  for (const char* key : {"machine_id", "cpu_model", "git_commit", "command"})
-    if (rf.context.contains(key) && !rf.context.at(key).is_string())
-      throw InvalidInput(fmt::format("{}: context '{}' is not a string", path, key));
-  if (rf.context.contains("gemm_gflops_per_s_1thread") && !rf.context.at("gemm_gflops_per_s_1thread").is_number())
-    throw InvalidInput(fmt::format("{}: context 'gemm_gflops_per_s_1thread' is not a number", path));
+  check_context_types(rf.context, path);
   if (rf.context.contains("json_schema_version")) {
     const auto& v = rf.context.at("json_schema_version");
     if (!v.is_number_integer() || v.get<int64_t>() < 1)

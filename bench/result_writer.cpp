@@ -1,6 +1,7 @@
 #include "bench/result_writer.hpp"
 
 #include "bench/process.hpp"
+#include "core/files.hpp"
 #include "bench/terminal.hpp"
 #include "bench/text_table.hpp"
 
@@ -218,39 +219,24 @@ std::string to_csv(const std::vector<PointResult>& rs) {
   return out;
 }
 
-namespace {
-// The file a path names: a symbolic link's target (relative to the link's directory), so a write
-// replaces the file and keeps the link; any other path as it is.
-std::filesystem::path link_target(const std::string& path) {
-  namespace fs = std::filesystem;
-  fs::path p(path);
-  std::error_code ec;
-  for (int hops = 0; hops < 40 && fs::is_symlink(fs::symlink_status(p, ec)); ++hops) {
-    const fs::path to = fs::read_symlink(p, ec);
-    if (ec) break;
-    p = to.is_absolute() ? to : p.parent_path() / to;
-  }
-  return p;
-}
-}  // namespace
-
 std::string prepare_output_path(const std::string& path, bool force) {
   namespace fs = std::filesystem;
   if (path.empty() || path == "-") return path;
-  const fs::path target = link_target(path);
+  const std::string target = link_target(path);
   std::error_code ec;
-  const fs::file_status st = fs::status(target, ec);
-  if (fs::exists(st)) {
-    if (!fs::is_regular_file(st))
-      throw InvalidInput(fmt::format("--out {} exists and is not a regular file", path));
-    if (!force) throw InvalidInput(fmt::format("--out {} exists; choose another name or pass --force to overwrite it", path));
-  }
-  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  if (!fs::is_directory(dir, ec))
-    throw InvalidInput(fmt::format("--out {}: the directory {} does not exist", path, dir.string()));
-  if (access(dir.c_str(), W_OK) != 0)
-    throw InvalidInput(fmt::format("--out {}: the directory {} is not writable", path, dir.string()));
-  return target.string();
+  if (fs::exists(fs::status(target, ec)) && fs::is_regular_file(fs::status(target, ec)) && !force)
+    throw InvalidInput(fmt::format("--out {} exists; choose another name or pass --force to overwrite it", path));
+  require_writable_file("--out", path);  // not a regular file, an unwritable directory, a name too long
+  return target;
+}
+
+void refuse_overwriting_inputs(const std::string& out, const std::vector<std::string>& inputs) {
+  if (out.empty() || out == "-") return;
+  for (const auto& in : inputs)
+    if (same_file(out, in))
+      throw InvalidInput(fmt::format("--out {} is also an input of this command ({}); --force never replaces an input: "
+                                     "choose another --out",
+                                     out, in));
 }
 
 void write_file_atomic(const std::string& path, const std::string& content) {
@@ -278,7 +264,7 @@ void write_file_atomic(const std::string& path, const std::string& content) {
 }
 
 ResultFileLock::ResultFileLock(const std::string& path) {
-  lock_path_ = link_target(path).string() + ".lock";
+  lock_path_ = link_target(path) + ".lock";
   // Open, lock, and check the lock file is still the one at the path (a holder that finished
   // removes it; a lock on a removed file would guard nothing): the usual lock-file loop.
   for (int attempt = 0; attempt < 100; ++attempt) {

@@ -21,6 +21,10 @@ std::string to_csv(const std::vector<PointResult>& rs);
 // Returns the file it names (a symbolic link's target).
 std::string prepare_output_path(const std::string& path, bool force);
 
+// Refuses (InvalidInput) an --out that names one of the command's input files, through links and
+// hard links: --force lets an output replace an earlier output, never what the command reads.
+void refuse_overwriting_inputs(const std::string& out, const std::vector<std::string>& inputs);
+
 // Writes through a temporary file and a rename, so the destination is never partial; through a
 // symbolic link, the file it points to is written and the link kept.
 void write_file_atomic(const std::string& path, const std::string& content);

@@ -38,7 +38,7 @@ void MeasureOptions::add_to(CLI::App* app) {
 
 void MeasureOptions::finish(const GridOptions& grid) {
   run.seed = grid.training ? 0 : grid.seed();  // a training run carries its seeds in its points
-  run.mem_limit = mem_limit.empty() ? physical_memory_bytes() / 5 * 4 : parse_bytes(mem_limit);
+  run.mem_limit = mem_limit.empty() ? default_memory_limit() : parse_bytes(mem_limit);
   if (run.reps < 1) throw InvalidInput("--reps must be at least 1");
   if (run.rounds < 1) throw InvalidInput("--rounds must be at least 1");
   if (!(run.min_time >= 0) || !(run.min_time <= 3600))
@@ -75,23 +75,6 @@ void check_format(const std::string& format, std::initializer_list<const char*> 
   throw unknown_name("format", format, std::vector<std::string>(allowed.begin(), allowed.end()), "formats");
 }
 
-// A test hook (documented in the README): ATTNBENCH_FAULT=KIND:TEXT makes `run` misbehave on
-// the points whose name contains TEXT, so the sweep's isolation can be tested. KIND: crash
-// (SIGSEGV), kill (SIGKILL, as the out-of-memory killer does), hang, exit (exit code 3).
-void inject_fault(const PointId& id) {
-  const char* env = std::getenv("ATTNBENCH_FAULT");
-  if (!env) return;
-  const std::string spec = env;
-  const auto colon = spec.find(':');
-  if (colon == std::string::npos || id.name().find(spec.substr(colon + 1)) == std::string::npos) return;
-  const std::string kind = spec.substr(0, colon);
-  std::cerr << "ATTNBENCH_FAULT: " << kind << " on " << id.name() << "\n" << std::flush;
-  if (kind == "crash") std::raise(SIGSEGV);
-  if (kind == "kill") std::raise(SIGKILL);
-  if (kind == "exit") std::_Exit(3);
-  if (kind == "hang")
-    while (true) std::this_thread::sleep_for(std::chrono::seconds(1));
-}
 }  // namespace
 
 int cmd_run(const std::vector<PointId>& grid, const RunOptions& opts, const std::string& out_path,

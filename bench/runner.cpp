@@ -6,9 +6,14 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
+#include <csignal>
+#include <iostream>
+#include <thread>
 #include <fstream>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <cstdlib>
 #include <new>
@@ -259,7 +264,8 @@ template <class Call>
 // --min-time, each kept with its wall and process CPU time and its mean loss, and the RSS
 // high-water mark over them. Returns false when the check failed (res says why).
 template <class Call, class Check>
-bool measure_calls(Call&& call, Check&& check, const RunOptions& opts, size_t rss_before, PointResult& res) {
+bool measure_calls(Call&& call, Check&& check, const RunOptions& opts, size_t rss_before, PointResult& res,
+                   const std::function<void()>& before_timed_reps = nullptr) {
   double t_call = 0, loss = 0;
   for (int w = 0; w < std::max(1, opts.warmup); ++w) {
     const double t0 = wall_seconds();
@@ -295,6 +301,7 @@ bool measure_calls(Call&& call, Check&& check, const RunOptions& opts, size_t rs
     iterations = static_cast<int64_t>(std::ceil(static_cast<double>(iterations) * std::max(grow, 1.1)));
   }
   const bool rss_reset = reset_peak_rss();
+  if (before_timed_reps) before_timed_reps();
   for (int r = 0; r < opts.reps; ++r) {
     const double w0 = wall_seconds(), c0 = process_cpu_seconds();
     const double loss_sum = run_calls(call, iterations);
@@ -323,15 +330,12 @@ PointResult run_model_point(PreparedPoint& pp, const RunOptions& opts, PointResu
   MemoryMeter::reset_peak();
   model.setup(opts.seed);
   size_t next = 0;
-  // The model's timers cover the measured steps only: they restart at the first call after the
-  // warm-up.
-  const size_t warmup_calls = static_cast<size_t>(std::max(1, opts.warmup));
-  auto call = [&]() {
-    if (next == warmup_calls) model.reset_timers();
-    return model.step(batches[next++ % batches.size()]);
-  };
+  auto call = [&]() { return model.step(batches[next++ % batches.size()]); };
   auto check = [](double loss) { return std::isfinite(loss) ? std::string() : std::string("non-finite loss"); };
-  if (!measure_calls(call, check, opts, rss_before, res) || opts.callgrind_child) return res;
+  // The model's timers cover the timed repetitions only: they restart after the warm-up and the
+  // untimed rounds that size a repetition to --min-time (counting those inflated the per-layer
+  // figures by (reps + 1) / reps against the divisor below).
+  if (!measure_calls(call, check, opts, rss_before, res, [&] { model.reset_timers(); }) || opts.callgrind_child) return res;
   double calls = 0;
   for (const auto& r : res.reps) calls += static_cast<double>(r.iterations);
   for (double s : model.layer_seconds()) res.layer_ms.push_back(s / calls * 1e3);
@@ -609,6 +613,21 @@ nlohmann::json run_context(const std::string& command, uint64_t seed, int thread
   if (m.cpu_scaling_enabled) ctx["cpu_scaling_enabled"] = *m.cpu_scaling_enabled;
   for (const auto& [k, v] : user_context()) ctx[k] = v;
   return ctx;
+}
+
+void inject_fault(const PointId& id) {
+  const char* env = std::getenv("ATTNBENCH_FAULT");
+  if (!env) return;
+  const std::string spec = env;
+  const auto colon = spec.find(':');
+  if (colon == std::string::npos || id.name().find(spec.substr(colon + 1)) == std::string::npos) return;
+  const std::string kind = spec.substr(0, colon);
+  std::cerr << "ATTNBENCH_FAULT: " << kind << " on " << id.name() << "\n" << std::flush;
+  if (kind == "crash") std::raise(SIGSEGV);
+  if (kind == "kill") std::raise(SIGKILL);
+  if (kind == "exit") std::_Exit(3);
+  if (kind == "hang")
+    while (true) std::this_thread::sleep_for(std::chrono::seconds(1));
 }
 
 }  // namespace ab

@@ -117,4 +117,10 @@ nlohmann::json run_context(const std::string& command, uint64_t seed, int thread
 // a key attnbench writes itself.
 void set_user_context(const std::vector<std::string>& pairs);
 
+// A test hook (docs/cli.md): ATTNBENCH_FAULT=KIND:TEXT makes `run` and `train` misbehave on the
+// points whose name contains TEXT, so the sweep's isolation and its --retry-failed can be
+// tested. KIND: crash (SIGSEGV), kill (SIGKILL, as the out-of-memory killer does), hang, exit
+// (exit code 3).
+void inject_fault(const PointId& id);
+
 }  // namespace ab

@@ -27,6 +27,7 @@
 #include "bench/result_writer.hpp"
 #include "bench/terminal.hpp"
 #include "bench/warnings.hpp"
+#include "core/files.hpp"
 #include "core/matmul.hpp"
 #include "core/stop_signals.hpp"
 
@@ -157,7 +158,6 @@ PointResult run_isolated(const PointId& id, const RunOptions& opts, const SweepO
     // Its own checkpoint and learning curve under the sweep's training directory, resumed from
     // there when an earlier sweep was stopped in the middle of it.
     const fs::path run = fs::path(so.train_dir) / "checkpoints" / run_directory_name(id);
-    fs::create_directories(fs::path(so.train_dir) / "logs");
     for (const auto& a : {std::string("--checkpoint"), run.string(), std::string("--resume"), std::string("--log"),
                           (fs::path(so.train_dir) / "logs" / (run_directory_name(id) + ".jsonl")).string(),
                           std::string("--checkpoint-every"), std::to_string(so.checkpoint_every), std::string("--log-every"),
@@ -206,7 +206,15 @@ PointResult run_isolated(const PointId& id, const RunOptions& opts, const SweepO
     case ChildOutcome::Exited:
       break;
   }
-  if (o.exit_code != 0) return error_result(id, opts, Status::FAILED, with_last(o.describe()));
+  if (o.exit_code != 0) {
+    // A training run that failed records why in its entry, then exits 1: its words are better.
+    if (o.exit_code == 1 && fs::exists(json)) try {
+        ResultFile rf = read_result_file(json);
+        if (rf.points.size() == 1 && rf.points.front().status != Status::OK) return rf.points.front();
+      } catch (const InvalidInput&) {
+      }
+    return error_result(id, opts, Status::FAILED, with_last(o.describe()));
+  }
   try {
     ResultFile rf = read_result_file(json);
     if (rf.points.size() != 1) throw InvalidInput(fmt::format("{} points in the child's file", rf.points.size()));
@@ -247,7 +255,15 @@ int run_sweep(const std::vector<PointId>& full_grid, const RunOptions& opts, con
   nlohmann::json context;
   // One writer at a time: the file is read (for --resume) and saved under the lock.
   std::optional<ResultFileLock> lock;
-  if (so.out != "-") lock.emplace(so.out);
+  if (so.out != "-") {
+    require_writable_file("--out", so.out);  // before any point runs
+    lock.emplace(so.out);
+  }
+  if (so.verb == "train") {  // the runs' checkpoints and logs go here: a file, a loop or a read-only disk is refused now
+    make_directory("--train-dir", so.train_dir);
+    make_directory("--train-dir", (fs::path(so.train_dir) / "logs").string());
+    make_directory("--train-dir", (fs::path(so.train_dir) / "checkpoints").string());
+  }
   std::optional<size_t> resumption_index;  // this resumption's entry in context.resumed_by
   std::set<int> thread_counts;
   for (const auto& p : plan) thread_counts.insert(p.id.threads);

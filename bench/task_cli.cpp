@@ -11,6 +11,7 @@
 #include "attention_impls/attention.hpp"
 #include "bench/terminal.hpp"
 #include "bench/text_table.hpp"
+#include "core/sysinfo.hpp"
 
 namespace ab {
 
@@ -31,7 +32,7 @@ int cmd_list_tasks(const TaskOptions& opts, int width) {
         try {
           TaskOptions o = opts;
           o.seq = 0;
-          data = t.make(o)->source();
+          data = make_task(t.name, o)->source();
         } catch (const InvalidInput& e) {
           data = std::string("--data-dir unusable: ") + e.what();
         }
@@ -130,7 +131,13 @@ int cmd_task_rate(const TaskCliOptions& o) {
   if (o.threads < 1 || o.threads > 1024) throw InvalidInput(fmt::format("--threads must be 1 to 1024, got {}", o.threads));
   const auto& info = find_task(o.task);
   const auto task = make_task(o.task, with_split(o));
+  if (o.batch < 0) throw InvalidInput(fmt::format("--batch must be positive (0: the task's LRA batch), got {}", o.batch));
   const int64_t batch = o.batch > 0 ? o.batch : info.model.batch;
+  // A batch's token ids (two documents for a pair task), as `run` bounds its shapes up front.
+  const double bytes = static_cast<double>(batch) * static_cast<double>(task->seq()) * sizeof(int32_t) * (info.two_tower ? 2 : 1);
+  if (bytes > static_cast<double>(default_memory_limit()))
+    throw InvalidInput(fmt::format("--batch {} x --seq {}: {:.1f} GiB of token ids, above 80% of this machine's memory", batch,
+                                   task->seq(), bytes / (1u << 30)));
   omp_set_num_threads(o.threads);
   std::vector<double> ms;
   task->batch(0, batch);  // warm-up

@@ -20,6 +20,7 @@
 #include "bench/runner.hpp"
 #include "bench/terminal.hpp"
 #include "core/dropout.hpp"
+#include "core/files.hpp"
 #include "core/stop_signals.hpp"
 #include "core/sysinfo.hpp"
 
@@ -118,12 +119,12 @@ class TrainProgress {
   std::chrono::steady_clock::time_point last_{};
 };
 
-// The result file `out`: a new file, or a result file attnbench wrote (the run is added to it);
-// anything else is refused before training starts.
+// The result file `out`: a new file in a writable directory, or a result file attnbench wrote
+// (the run is added to it); anything else is refused before training starts.
 void check_out(const std::string& out) {
-  if (out.empty() || !fs::exists(out)) return;
-  if (!fs::is_regular_file(out)) throw InvalidInput(fmt::format("--out {} exists and is not a file", out));
-  read_result_file(out);  // InvalidInput when it is not a result file
+  if (out == "-") throw InvalidInput("train --out -: the result goes to stdout with --format json; --out takes a file");
+  require_writable_file("--out", out);
+  if (fs::exists(out)) read_result_file(out);  // InvalidInput when it is not a result file
 }
 
 void add_to_out(const std::string& out, const PointResult& r, const std::string& command, uint64_t seed, int threads) {
@@ -183,8 +184,9 @@ std::optional<PointResult> train_point(const PointId& id, const TrainCliOptions&
   c.checkpoint_every = o.checkpoint_every;
   c.log_every = o.log_every;
   Trainer trainer(c);  // bad input throws InvalidInput before anything runs
+  inject_fault(id);
+  if (!checkpoint_dir.empty()) check_checkpoint_directory(checkpoint_dir);
   const bool resume = o.resume && !checkpoint_dir.empty() && fs::exists(checkpoint_path(checkpoint_dir));
-  if (!checkpoint_dir.empty()) fs::create_directories(checkpoint_dir);
   CurveLog log(o.log_path, id);
   if (o.resume && !resume) log.rewind(0);  // nothing to resume: an earlier attempt's lines go
   TrainProgress progress(id, c.steps);
@@ -210,7 +212,12 @@ std::optional<PointResult> train_point(const PointId& id, const TrainCliOptions&
   } catch (const std::exception& e) {
     res.status = Status::FAILED;
     res.message = e.what();
-    progress.finish(fmt::format("train {} {}: FAILED: {}", id.mechanism, id.task, e.what()));
+    // The last checkpoint written is whole (writes are atomic): say where the run can continue.
+    const bool can_resume = !checkpoint_dir.empty() && fs::exists(checkpoint_path(checkpoint_dir));
+    progress.finish(fmt::format("train {} {}: FAILED: {}{}", id.mechanism, id.task, e.what(),
+                                can_resume ? fmt::format("; --resume --checkpoint {} continues from the last checkpoint",
+                                                         checkpoint_dir)
+                                           : ""));
     return res;
   }
   if (out.interrupted) {
@@ -254,29 +261,54 @@ int cmd_train(const std::vector<PointId>& grid, const TrainCliOptions& o, const 
   if (o.checkpoint_every < 0) throw InvalidInput("--checkpoint-every must not be negative");
   if (o.log_every < 1) throw InvalidInput("--log-every must be at least 1");
   if (o.resume && o.checkpoint_dir.empty()) throw InvalidInput("--resume needs --checkpoint DIR (where the run left off)");
-  check_out(o.out);
+  // Every file the runs will read or write is checked before any training: a run must not train
+  // for hours and then find it cannot write its log or its result, or block on a FIFO.
+  if (!o.out.empty()) check_out(o.out);
   // One writer of the result file at a time (runs are added to it as they finish).
   std::optional<ResultFileLock> lock;
-  if (!o.out.empty() && o.out != "-") lock.emplace(o.out);
-  if (!o.log_path.empty() && fs::exists(o.log_path) && !o.resume)
-    throw InvalidInput(fmt::format("--log {} exists; choose another, or --resume the run that wrote it", o.log_path));
+  if (!o.out.empty()) lock.emplace(o.out);
+  if (!o.log_path.empty()) {
+    require_writable_file("--log", o.log_path);
+    if (fs::exists(o.log_path) && !o.resume)
+      throw InvalidInput(fmt::format("--log {} exists; choose another, or --resume the run that wrote it", o.log_path));
+  }
   // Validate every point before training any (a bad recipe or shape exits 2 with nothing run).
   for (const auto& id : grid) Trainer(train_config(id));
+  // Several runs: a checkpoint directory each, named after the run.
+  auto checkpoint_dir_of = [&](const PointId& id) {
+    return o.checkpoint_dir.empty() || grid.size() == 1 ? o.checkpoint_dir
+                                                        : (fs::path(o.checkpoint_dir) / run_directory_name(id)).string();
+  };
+  for (const auto& id : grid)
+    if (!o.checkpoint_dir.empty()) check_checkpoint_directory(checkpoint_dir_of(id));
   std::optional<StopSignalHandler> stop_signals(std::in_place, on_stop);  // the old handlers are back at reset() below
   g_stop = false;
   std::vector<PointResult> results;
-  bool interrupted = false;
+  bool interrupted = false, not_ok = false;
+  std::string unsaved;  // results that could not be added to --out: they go to stdout
   for (const auto& id : grid) {
-    // Several runs: a checkpoint directory each, named after the run.
-    const std::string dir = o.checkpoint_dir.empty() || grid.size() == 1
-                                ? o.checkpoint_dir
-                                : (fs::path(o.checkpoint_dir) / run_directory_name(id)).string();
+    const std::string dir = checkpoint_dir_of(id);
     auto r = train_point(id, o, dir, &g_stop);
     if (!r) {
       interrupted = true;
       break;
     }
-    if (!o.out.empty()) add_to_out(o.out, *r, command, static_cast<uint64_t>(id.train.seed), id.threads);
+    not_ok = not_ok || r->status != Status::OK;
+    if (!o.out.empty()) {
+      try {
+        add_to_out(o.out, *r, command, static_cast<uint64_t>(id.train.seed), id.threads);
+      } catch (const std::exception& e) {
+        // Nothing trained is lost: the entry goes to stdout, and the finished checkpoint can
+        // make it again (a resumed finished run only evaluates).
+        std::cerr << fmt::format("attnbench: error: {}; the result of {} is on stdout (JSON){}\n", e.what(), id.mechanism,
+                                 dir.empty() ? ""
+                                             : fmt::format(", and `--resume --checkpoint {}` with the same options writes it "
+                                                           "again without training",
+                                                           dir));
+        unsaved += results_document(run_context(command, static_cast<uint64_t>(id.train.seed), id.threads, 0.0), {*r}).dump(2) + "\n";
+        not_ok = true;
+      }
+    }
     results.push_back(std::move(*r));
     if (g_stop) {
       interrupted = true;
@@ -284,13 +316,15 @@ int cmd_train(const std::vector<PointId>& grid, const TrainCliOptions& o, const 
     }
   }
   stop_signals.reset();
+  std::cout << unsaved;
   if (o.format == "json") {
     const nlohmann::json doc = results_document(run_context(command, 0, grid.empty() ? 1 : grid.front().threads, 0.0), results);
     std::cout << doc.dump(2) << "\n";
   } else if (!results.empty()) {
     std::cout << to_markdown(results, o.width);
   }
-  return interrupted ? 130 : 0;
+  // A run that is not OK (FAILED, OOM) or whose result could not be saved is an error.
+  return interrupted ? 130 : not_ok ? 1 : 0;
 }
 
 }  // namespace ab

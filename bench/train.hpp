@@ -34,7 +34,8 @@ TrainConfig train_config(const PointId& id);
 std::optional<PointResult> train_point(const PointId& id, const TrainCliOptions& o, const std::string& checkpoint_dir,
                                        const std::atomic<bool>* interrupt);
 
-// Returns the exit code: 0, 130 when interrupted (Ctrl-C: a checkpoint is written first).
+// Returns the exit code: 0; 1 when a run is not OK or its result could not be added to --out
+// (then it is on stdout); 130 when interrupted (Ctrl-C: a checkpoint is written first).
 int cmd_train(const std::vector<PointId>& grid, const TrainCliOptions& o, const std::string& command);
 
 }  // namespace ab

@@ -65,6 +65,8 @@ std::string cpuinfo_field(const std::string& key) {
 size_t current_rss_bytes() { return status_kib("VmRSS") * 1024; }
 size_t peak_rss_bytes() { return status_kib("VmHWM") * 1024; }
 
+size_t default_memory_limit() { return physical_memory_bytes() / 5 * 4; }
+
 size_t physical_memory_bytes() {
   return static_cast<size_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
 }

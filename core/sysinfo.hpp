@@ -18,6 +18,9 @@ bool reset_peak_rss();
 size_t current_rss_bytes();
 size_t peak_rss_bytes();
 size_t physical_memory_bytes();
+// The memory a point or a batch may be predicted to need before it is refused: 80% of RAM (run's
+// --mem-limit default; dump and task rate use it too).
+size_t default_memory_limit();
 
 struct CacheInfo {
   std::string type;

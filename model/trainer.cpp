@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cerrno>
 #include <cstring>
 #include <limits>
 #include <filesystem>
@@ -17,6 +18,7 @@
 #include <sstream>
 
 #include "core/dropout.hpp"
+#include "core/files.hpp"
 #include "core/memory.hpp"
 #include "core/rng.hpp"
 
@@ -83,14 +85,6 @@ double now() { return std::chrono::duration<double>(std::chrono::steady_clock::n
 
 nlohmann::json eval_json(const EvalResult& e) {
   return {{"loss", e.loss}, {"accuracy", e.accuracy}, {"token_accuracy", e.token_accuracy}, {"examples", e.examples}};
-}
-EvalResult eval_from(const nlohmann::json& j) {
-  EvalResult e;
-  e.loss = j.at("loss").get<double>();
-  e.accuracy = j.at("accuracy").get<double>();
-  e.token_accuracy = j.at("token_accuracy").get<double>();
-  e.examples = j.at("examples").get<int64_t>();
-  return e;
 }
 
 // Copies between the trained tensors and one flat buffer.
@@ -198,24 +192,24 @@ EvalResult Trainer::evaluate(Task& task, int64_t count) {
 
 std::string checkpoint_path(const std::string& dir) { return (std::filesystem::path(dir) / "checkpoint.bin").string(); }
 
-// The file: the magic line, the header's length in decimal and a newline, the JSON header
-// (identity, step, bookkeeping, the tensors' names and sizes, the payload's CRC-32), then the
-// payload: every state tensor, then the best-validation copy. Written to a temporary file,
-// synced and renamed over the last checkpoint, which stays whole until the new one is complete.
+// The file: the magic line; the header's length in decimal, a space and the CRC-32 of the header
+// and the payload together, and a newline; the JSON header (identity, step, bookkeeping, the
+// tensors' names and sizes); then the payload: every state tensor, then the best-validation
+// copy. The checksum covers the header too, and every header field is also checked against the
+// run on loading, so an edited step or time is refused, not trusted. Written to a temporary
+// file, synced and renamed over the last checkpoint, which stays whole until the new one is
+// complete; a temporary left by a run killed in the middle of a write is removed by the next.
 void Trainer::save_checkpoint(const State& st, TrainOutcome& out) {
   namespace fs = std::filesystem;
   const double t0 = now();
   const auto state = model_->state();
   nlohmann::json tensors = nlohmann::json::array();
-  uLong crc = crc32(0L, Z_NULL, 0);
   int64_t floats = 0;
   for (const auto& t : state) {
     tensors.push_back({{"name", t.name}, {"count", t.count}});
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(t.data), static_cast<uInt>(t.count * sizeof(float)));
     floats += t.count;
   }
   const int64_t best_floats = st.has_best ? static_cast<int64_t>(st.best.size()) : 0;
-  if (best_floats) crc = crc32(crc, reinterpret_cast<const Bytef*>(st.best.data()), static_cast<uInt>(best_floats * sizeof(float)));
   nlohmann::json header = {{"version", kCheckpointVersion},
                            {"identity", c_.identity},
                            {"step", st.step},
@@ -228,38 +222,59 @@ void Trainer::save_checkpoint(const State& st, TrainOutcome& out) {
                            {"tensors", tensors},
                            {"best_floats", best_floats},
                            {"payload_bytes", (floats + best_floats) * static_cast<int64_t>(sizeof(float))},
-                           {"crc32", crc},
                            {"rng", "none stored: data, permutations, dropout masks and redraws derive from (seed, step)"}};
   // JSON has no infinity (nlohmann writes null): before the first evaluation the field is left out.
   if (std::isfinite(st.best_val_loss)) header["best_val_loss"] = st.best_val_loss;
   const std::string head = header.dump();
+  uLong crc = crc32_z(0L, reinterpret_cast<const Bytef*>(head.data()), head.size());
+  for (const auto& t : state)
+    crc = crc32_z(crc, reinterpret_cast<const Bytef*>(t.data), static_cast<size_t>(t.count) * sizeof(float));
+  if (best_floats)
+    crc = crc32_z(crc, reinterpret_cast<const Bytef*>(st.best.data()), static_cast<size_t>(best_floats) * sizeof(float));
   const std::string path = checkpoint_path(c_.checkpoint_dir);
+  remove_stale_temporaries(path);
   const std::string tmp = fmt::format("{}.tmp.{}", path, static_cast<long>(getpid()));
   FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) throw std::runtime_error(fmt::format("cannot write the checkpoint {}", tmp));
-  bool ok = std::fputs(kMagic, f) >= 0 && std::fprintf(f, "%zu\n", head.size()) > 0 &&
+  if (!f) throw std::runtime_error(fmt::format("cannot write the checkpoint {}: {}", tmp, std::strerror(errno)));
+  bool ok = std::fputs(kMagic, f) >= 0 && std::fprintf(f, "%zu %lu\n", head.size(), static_cast<unsigned long>(crc)) > 0 &&
             std::fwrite(head.data(), 1, head.size(), f) == head.size();
   for (const auto& t : state) ok = ok && std::fwrite(t.data, sizeof(float), static_cast<size_t>(t.count), f) == static_cast<size_t>(t.count);
   if (best_floats) ok = ok && std::fwrite(st.best.data(), sizeof(float), static_cast<size_t>(best_floats), f) == static_cast<size_t>(best_floats);
   ok = std::fflush(f) == 0 && ok;
   ok = fsync(fileno(f)) == 0 && ok;
+  const int write_errno = errno;
   const long bytes = std::ftell(f);
   ok = std::fclose(f) == 0 && ok;
   std::error_code ec;
   if (ok) fs::rename(tmp, path, ec);
   if (!ok || ec) {
-    fs::remove(tmp, ec);
-    throw std::runtime_error(fmt::format("writing the checkpoint {} failed (disk full?); the previous one is intact", path));
+    std::error_code rm;
+    fs::remove(tmp, rm);
+    throw std::runtime_error(fmt::format("writing the checkpoint {} failed ({}); the previous one is intact", path,
+                                         ec ? ec.message() : std::strerror(write_errno)));
   }
   out.checkpoints += 1;
   out.checkpoint_bytes = bytes;
   out.checkpoint_seconds += now() - t0;
 }
 
+void check_checkpoint_directory(const std::string& dir) {
+  make_directory("--checkpoint", dir);
+  const std::string path = checkpoint_path(dir);
+  std::error_code ec;
+  const auto st = std::filesystem::symlink_status(path, ec);
+  if (std::filesystem::exists(st) && !std::filesystem::is_regular_file(std::filesystem::status(path, ec)))
+    throw InvalidInput(fmt::format("{} exists and is not a regular file (a directory, FIFO or device): not a checkpoint; "
+                                   "move it away",
+                                   path));
+}
+
 void Trainer::load_checkpoint(State& st) {
   const std::string path = checkpoint_path(c_.checkpoint_dir);
+  if (!std::filesystem::exists(path)) throw InvalidInput(fmt::format("--resume: no checkpoint {} to resume from", path));
+  require_regular_file(path);  // a FIFO would block the read forever
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw InvalidInput(fmt::format("--resume: no checkpoint {} to resume from", path));
+  if (!in) throw InvalidInput(fmt::format("--resume: cannot read the checkpoint {}", path));
   std::stringstream ss;
   ss << in.rdbuf();
   const std::string all = ss.str();
@@ -270,56 +285,114 @@ void Trainer::load_checkpoint(State& st) {
   if (all.compare(0, magic, kMagic) != 0) throw corrupt("no checkpoint header");
   const size_t nl = all.find('\n', magic);
   if (nl == std::string::npos) throw corrupt("truncated header");
+  // Line 2: the header's length, and (version 2 on) the checksum of the header and the payload.
+  const std::string line = all.substr(magic, nl - magic);
+  if (line.empty() || line.find_first_not_of("0123456789 ") != std::string::npos) throw corrupt("truncated header");
   char* end = nullptr;
-  const unsigned long long head_len = std::strtoull(all.c_str() + magic, &end, 10);
-  if (end != all.c_str() + nl || head_len > all.size() - nl - 1) throw corrupt("truncated header");
+  const unsigned long long head_len = std::strtoull(line.c_str(), &end, 10);
+  const bool has_file_crc = *end == ' ';
+  const unsigned long long file_crc = has_file_crc ? std::strtoull(end + 1, &end, 10) : 0;
+  if (*end != '\0' || head_len > all.size() - nl - 1) throw corrupt("truncated header");
+  const size_t at = nl + 1 + head_len;
+  // Version 2: the checksum covers everything after its line, so damage anywhere, the header's
+  // fields included, is found before any of it is interpreted.
+  if (has_file_crc && crc32_z(0L, reinterpret_cast<const Bytef*>(all.data() + nl + 1), all.size() - nl - 1) != file_crc)
+    throw corrupt("checksum mismatch");
   nlohmann::json h;
   try {
     h = nlohmann::json::parse(all.substr(nl + 1, head_len));
-    if (h.at("version").get<int>() != kCheckpointVersion)
-      throw corrupt(fmt::format("format version {}, this attnbench writes {}", h.at("version").get<int>(), kCheckpointVersion));
-    const std::string identity = h.at("identity").get<std::string>();
-    if (identity != c_.identity)
-      throw InvalidInput(fmt::format("{} belongs to another run:\n  it holds  {}\n  this run  {}\n(refused; nothing was loaded)",
-                                     path, identity, c_.identity));
-    const auto state = model_->state();
-    const auto& tensors = h.at("tensors");
-    if (tensors.size() != state.size()) throw corrupt("its tensors do not match this model's");
-    for (size_t i = 0; i < state.size(); ++i)
-      if (tensors[i].at("name").get<std::string>() != state[i].name || tensors[i].at("count").get<int64_t>() != state[i].count)
-        throw corrupt(fmt::format("tensor {} is {} x {}, this model has {} x {}", i, tensors[i].at("name").get<std::string>(),
-                                  tensors[i].at("count").get<int64_t>(), state[i].name, state[i].count));
-    const int64_t floats = floats_of(state), best_floats = h.at("best_floats").get<int64_t>();
-    const size_t payload = static_cast<size_t>(floats + best_floats) * sizeof(float);
-    const size_t at = nl + 1 + head_len;
-    if (all.size() - at != payload) throw corrupt(fmt::format("{} bytes of tensors, {} expected: truncated", all.size() - at, payload));
-    uLong crc = crc32(0L, Z_NULL, 0);
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(all.data() + at), static_cast<uInt>(payload));
-    if (crc != h.at("crc32").get<uLong>()) throw corrupt("checksum mismatch");
-    if (best_floats && best_floats != floats_of(model_->trained_tensors())) throw corrupt("the best copy's size");
-    // Everything checked: load.
-    const float* p = reinterpret_cast<const float*>(all.data() + at);
-    for (const auto& t : state) {
-      std::memcpy(t.data, p, static_cast<size_t>(t.count) * sizeof(float));
-      p += t.count;
-    }
-    st.has_best = h.at("has_best").get<bool>();
-    if (best_floats) std::memcpy(st.best.data(), p, static_cast<size_t>(best_floats) * sizeof(float));
-    st.step = h.at("step").get<int64_t>();
-    st.best_val = h.at("best_val_accuracy").get<double>();
-    // Absent: no evaluation yet (+inf), or a checkpoint from before the field (-inf: ties keep
-    // the earliest, as that binary did).
-    st.best_val_loss = h.contains("best_val_loss") ? h.at("best_val_loss").get<double>()
-                       : st.best_val < 0           ? std::numeric_limits<double>::infinity()
-                                                   : -std::numeric_limits<double>::infinity();
-    st.best_step = h.at("best_step").get<int64_t>();
-    st.elapsed = h.at("elapsed_seconds").get<double>();
-    st.train_seconds = h.at("train_seconds").get<double>();
-    st.last_val = eval_from(h.at("last_val"));
-  } catch (const nlohmann::json::exception& e) {
-    throw corrupt(fmt::format("header: {}", e.what()));
+  } catch (const nlohmann::json::exception&) {
+    throw corrupt("its header is not JSON");
   }
-  if (st.step > c_.steps) throw corrupt(fmt::format("it is at step {}, past this run's {} steps", st.step, c_.steps));
+  if (!h.is_object()) throw corrupt("its header is not a JSON object");
+  // A header field of the expected type, or the file is refused naming the field.
+  auto field = [&](const char* key, nlohmann::json::value_t type) -> const nlohmann::json& {
+    if (!h.contains(key)) throw corrupt(fmt::format("its header has no '{}'", key));
+    const auto& v = h.at(key);
+    const bool ok = type == nlohmann::json::value_t::number_float ? v.is_number()
+                    : type == nlohmann::json::value_t::number_integer ? v.is_number_integer()
+                                                                      : v.type() == type;
+    if (!ok) throw corrupt(fmt::format("its header's '{}' has the wrong type", key));
+    return v;
+  };
+  using vt = nlohmann::json::value_t;
+  const int64_t version = field("version", vt::number_integer).get<int64_t>();
+  if (version != 1 && version != kCheckpointVersion)
+    throw corrupt(fmt::format("format version {}, this attnbench reads versions 1 and {}", version, kCheckpointVersion));
+  if ((version >= 2) != has_file_crc) throw corrupt("its second line does not match its format version");
+  const std::string identity = field("identity", vt::string).get<std::string>();
+  if (identity != c_.identity)
+    throw InvalidInput(fmt::format("{} belongs to another run:\n  it holds  {}\n  this run  {}\n(refused; nothing was loaded)",
+                                   path, identity, c_.identity));
+  const auto state = model_->state();
+  const auto& tensors = field("tensors", vt::array);
+  if (tensors.size() != state.size()) throw corrupt("its tensors do not match this model's");
+  for (size_t i = 0; i < state.size(); ++i) {
+    const auto& t = tensors[i];
+    if (!t.is_object() || !t.contains("name") || !t.at("name").is_string() || !t.contains("count") ||
+        !t.at("count").is_number_integer())
+      throw corrupt(fmt::format("its header's tensor {} is not a name and a count", i));
+    if (t.at("name").get<std::string>() != state[i].name || t.at("count").get<int64_t>() != state[i].count)
+      throw corrupt(fmt::format("tensor {} is {} x {}, this model has {} x {}", i, t.at("name").get<std::string>(),
+                                t.at("count").get<int64_t>(), state[i].name, state[i].count));
+  }
+  const int64_t floats = floats_of(state), best_floats = field("best_floats", vt::number_integer).get<int64_t>();
+  const bool has_best = field("has_best", vt::boolean).get<bool>();
+  if (best_floats != (has_best ? floats_of(model_->trained_tensors()) : 0)) throw corrupt("the best copy's size");
+  const size_t payload = static_cast<size_t>(floats + best_floats) * sizeof(float);
+  if (all.size() - at != payload) throw corrupt(fmt::format("{} bytes of tensors, {} expected: truncated", all.size() - at, payload));
+  // Version 1's checksum covers the payload only; the field checks below cover its header.
+  if (version == 1 &&
+      crc32_z(0L, reinterpret_cast<const Bytef*>(all.data() + at), payload) != field("crc32", vt::number_integer).get<uint64_t>())
+    throw corrupt("checksum mismatch");
+  // Every field against the run: the checksum catches damage, these catch a header that was
+  // edited and re-checksummed, or written by a broken build.
+  auto in_range = [&](const char* key, double lo, double hi, double value) {
+    if (!(std::isfinite(value) && value >= lo && value <= hi))
+      throw corrupt(fmt::format("its '{}' is {}, outside [{}, {}]", key, value, lo, hi));
+    return value;
+  };
+  const double inf = std::numeric_limits<double>::max();
+  const int64_t step = field("step", vt::number_integer).get<int64_t>();
+  if (step < 0 || step > c_.steps) throw corrupt(fmt::format("its 'step' is {}, outside this run's 0 .. {} steps", step, c_.steps));
+  const int64_t best_step = field("best_step", vt::number_integer).get<int64_t>();
+  if (best_step < 0 || best_step > step) throw corrupt(fmt::format("its 'best_step' is {}, outside 0 .. {}", best_step, step));
+  const double best_val = field("best_val_accuracy", vt::number_float).get<double>();
+  if (best_val != -1) in_range("best_val_accuracy", 0, 1, best_val);  // -1: no evaluation yet
+  if (has_best != (best_val >= 0)) throw corrupt("'has_best' and 'best_val_accuracy' disagree");
+  const double elapsed = in_range("elapsed_seconds", 0, inf, field("elapsed_seconds", vt::number_float).get<double>());
+  const double train_seconds = in_range("train_seconds", 0, elapsed, field("train_seconds", vt::number_float).get<double>());
+  const auto& lv = field("last_val", vt::object);
+  EvalResult last_val;
+  for (const char* key : {"loss", "accuracy", "token_accuracy", "examples"})
+    if (!lv.contains(key) || !lv.at(key).is_number()) throw corrupt(fmt::format("its 'last_val.{}' is missing or not a number", key));
+  last_val.loss = in_range("last_val.loss", 0, inf, lv.at("loss").get<double>());
+  last_val.accuracy = in_range("last_val.accuracy", 0, 1, lv.at("accuracy").get<double>());
+  last_val.token_accuracy = in_range("last_val.token_accuracy", 0, 1, lv.at("token_accuracy").get<double>());
+  if (!lv.at("examples").is_number_integer() || lv.at("examples").get<int64_t>() < 0)
+    throw corrupt("its 'last_val.examples' is not a count");
+  last_val.examples = lv.at("examples").get<int64_t>();
+  // Absent: no evaluation yet (+inf), or a checkpoint from before the field (-inf: ties keep
+  // the earliest, as that binary did).
+  const double best_val_loss = h.contains("best_val_loss")
+                                   ? in_range("best_val_loss", 0, inf, field("best_val_loss", vt::number_float).get<double>())
+                               : best_val < 0 ? std::numeric_limits<double>::infinity()
+                                              : -std::numeric_limits<double>::infinity();
+  // Everything checked: load.
+  const float* p = reinterpret_cast<const float*>(all.data() + at);
+  for (const auto& t : state) {
+    std::memcpy(t.data, p, static_cast<size_t>(t.count) * sizeof(float));
+    p += t.count;
+  }
+  if (best_floats) std::memcpy(st.best.data(), p, static_cast<size_t>(best_floats) * sizeof(float));
+  st.has_best = has_best;
+  st.step = step;
+  st.best_val = best_val;
+  st.best_val_loss = best_val_loss;
+  st.best_step = best_step;
+  st.elapsed = elapsed;
+  st.train_seconds = train_seconds;
+  st.last_val = last_val;
 }
 
 TrainOutcome Trainer::run(bool resume, const std::function<void(const CurvePoint&)>& curve,

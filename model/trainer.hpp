@@ -125,6 +125,9 @@ class Trainer {
 
 // The checkpoint file of a run's directory, and its format's version.
 std::string checkpoint_path(const std::string& dir);
-constexpr int kCheckpointVersion = 1;
+constexpr int kCheckpointVersion = 2;  // 2: the checksum covers the header too (1 is still read)
+// Creates the checkpoint directory DIR where missing and checks that its checkpoint file, if any,
+// is a regular file: InvalidInput naming the cause before a run starts.
+void check_checkpoint_directory(const std::string& dir);
 
 }  // namespace ab

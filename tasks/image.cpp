@@ -18,6 +18,7 @@
 #include "core/params.hpp"  // InvalidInput
 #include "core/rng.hpp"
 #include "tasks/task.hpp"
+#include "core/files.hpp"
 
 #include <zlib.h>
 

@@ -1,6 +1,8 @@
 // The task registry (explicit, in one place), batching, and helpers shared by the tasks.
 #include "tasks/task.hpp"
 
+#include "core/files.hpp"
+
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -86,6 +88,13 @@ const TaskInfo& find_task(const std::string& name) {
 std::unique_ptr<Task> make_task(const std::string& name, const TaskOptions& opts) {
   const auto& info = find_task(name);
   if (opts.seq < 0) throw InvalidInput(fmt::format("{}: --seq must be positive", name));
+  if (opts.seq > kMaxTaskSeq)
+    throw InvalidInput(fmt::format("{}: --seq {} is above the {} tokens any task generates or reads per example", name,
+                                   opts.seq, kMaxTaskSeq));
+  if (!opts.data_dir.empty() && info.real_data.empty())
+    throw InvalidInput(fmt::format("--data-dir {}: the {} task is generated in-process and reads no data; leave --data-dir out",
+                                   opts.data_dir, name));
+  if (!opts.data_dir.empty()) require_directory("--data-dir", opts.data_dir);
   TaskOptions o = opts;
   o.seed = split_seed(opts.seed, opts.split);
   return info.make(o);
@@ -292,14 +301,6 @@ void write_png_grey(const std::string& path, const std::vector<int32_t>& pixels,
   if (!f) throw InvalidInput("cannot write " + path);
   std::fwrite(out.data(), 1, out.size(), f);
   std::fclose(f);
-}
-
-void require_regular_file(const std::string& path) {
-  std::error_code ec;
-  const auto st = std::filesystem::status(path, ec);
-  if (!std::filesystem::exists(st)) throw InvalidInput(fmt::format("{}: cannot open (missing?)", path));
-  if (!std::filesystem::is_regular_file(st))
-    throw InvalidInput(fmt::format("{} is not a regular file (a directory, FIFO or device)", path));
 }
 
 }  // namespace ab

@@ -36,6 +36,11 @@ enum class Split { train, val, test };
 const char* to_string(Split s);  // train | val | test
 Split parse_split(const std::string& text);  // throws InvalidInput
 
+// The longest example a task makes: 2^28 tokens (1 GiB of int32 ids per example, and per
+// document of a pair). Longer ones cannot be generated in memory alongside a batch; `run` bounds
+// a model's shapes the same way before anything is allocated (bench/grid.cpp).
+constexpr int64_t kMaxTaskSeq = int64_t{1} << 28;
+
 struct TaskOptions {
   int64_t seq = 0;  // 0: the task's default length
   Split split = Split::train;
@@ -159,9 +164,6 @@ std::string listops_layout(const std::vector<int32_t>& tokens, size_t width = 96
 // characters per pixel, and a key of the glyphs.
 std::string ascii_art(const std::vector<int32_t>& pixels, int64_t side, int64_t step);
 // Writes an 8-bit grey PNG.
-// A data file must be a regular file (through links): a directory reads as nothing and a FIFO
-// blocks forever. Throws InvalidInput naming the path.
-void require_regular_file(const std::string& path);
 
 void write_png_grey(const std::string& path, const std::vector<int32_t>& pixels, int64_t width, int64_t height);
 

@@ -21,6 +21,7 @@
 #include "core/params.hpp"  // InvalidInput
 #include "core/rng.hpp"
 #include "tasks/task.hpp"
+#include "core/files.hpp"
 
 namespace ab {
 namespace {

@@ -355,7 +355,7 @@ TEST(TaskCli, ListSampleJsonPngAndBadInput) {
   for (const auto& [args, msg] : std::vector<std::pair<std::string, std::string>>{
            {"task sample --task nope", "unknown task 'nope'"},
            {"task sample --task image --seq 100", "--seq must be 1024"},
-           {"task sample --task text --data-dir /nonexistent", "/nonexistent/text.tsv: cannot open"},
+           {"task sample --task text --data-dir /nonexistent", "--data-dir /nonexistent: no such directory"},
            {"task sample --task copy --png /tmp/x", "not an image task"},
            {"task sample --task copy --format xml", "unknown format 'xml'"}}) {
     e = exec(args);
