@@ -12,7 +12,14 @@
 //   does not move an argmax); sorted order by (bucket, position) cut into chunks of bucket_size;
 //   a query attends the keys of its chunk and the previous one (the last one for chunk 0; with a
 //   single chunk, only itself) that share its bucket, never its own position unless it has no
-//   other admissible key, and with causal only j <= i. Rounds combine by their log-sum-exp:
+//   other admissible key, and with causal only j <= i. Causal: each bucket's run of the sorted
+//   order starts a chunk of its own (the order is padded to bucket_size at every bucket), and
+//   chunk 0 has no previous one: a query's keys are then the same-bucket positions of its own
+//   and the previous chunk of its bucket, a function of positions <= i alone. With the one cut
+//   of the whole order, how many positions of lower buckets came later moved the chunk
+//   boundaries, and with them which earlier keys a query saw: its output depended on later
+//   positions (CAB's prefix check measured 1e-2), a leak a causal language model trains on.
+//   Rounds combine by their log-sum-exp:
 //   O_i = Σ_r exp(lse_r,i - L_i)·O_r,i with L_i = logsumexp_r(lse_r,i), accumulated online.
 // Optimises: the hash (the one part whose cost grows as N² at the default n_buckets = N/64) is
 //   exact and runs in 16-bit integers: rows and rotations are quantised, multiplied with AVX2
@@ -134,9 +141,14 @@ class Reformer final : public PerHeadAttention {
  private:
   // Keys each query's window holds: its chunk and the previous one, or only its own chunk when
   // the sequence is one chunk (the previous chunk would be the same keys again).
-  int64_t window() const { return nchunks_ > 1 ? 2 * bucket_size_ : bucket_size_; }
-  // Rows of the sorted arrays: the last chunk copied in front (the wrap of chunk 0), then N.
-  int64_t padded() const { return p_.shape.N + bucket_size_; }
+  int64_t window() const { return single() ? bucket_size_ : 2 * bucket_size_; }
+  bool single() const { return nchunks_ == 1; }
+  // Rows of the sorted arrays: the previous chunk of chunk 0 in front (the last chunk, or with
+  // causal padding), then N, and with causal the padding that starts each bucket on a chunk: at
+  // most bucket_size - 1 rows for each of at most min(n_buckets, N) buckets.
+  int64_t padded() const {
+    return p_.shape.N + bucket_size_ + (p_.causal ? std::min(n_buckets_, p_.shape.N) * bucket_size_ : 0);
+  }
 
   // Per-thread workspace (floats and int32), each array aligned to 16 elements.
   struct Layout {
@@ -237,21 +249,35 @@ class Reformer final : public PerHeadAttention {
                                            work_ints(tid) + layout(mode_).hash, buckets_of(b, h, 0), p_.shape.N);
   }
 
-  // Round r's sorted order: perm[bs + p] is the position at sorted index p, perm[0, bs) repeats
-  // the last chunk (the previous chunk of chunk 0); bsort likewise holds the buckets. A stable
-  // counting sort by bucket, since positions are visited in increasing order.
-  void sort_round(const int64_t* bucket, int32_t* perm, int32_t* bsort, int32_t* count) const {
-    const int64_t N = p_.shape.N;
+  // Round r's sorted order: perm[bs + p] is the position at sorted index p, perm[0, bs) the
+  // previous chunk of chunk 0; bsort likewise holds the buckets. A stable counting sort by
+  // bucket, since positions are visited in increasing order. Not causal: one cut of the N
+  // sorted rows, and chunk 0's previous chunk is the last one (the wrap). Causal: each bucket's
+  // run starts on a chunk boundary, the rows between runs and in front are padding (bucket -1:
+  // no query attends them; position 0, so gathers read a real row; their own outputs and
+  // gradients are dropped). Returns the number of chunks.
+  int64_t sort_round(const int64_t* bucket, int32_t* perm, int32_t* bsort, int32_t* count) const {
+    const int64_t N = p_.shape.N, C = bucket_size_;
     std::fill(count, count + n_buckets_ + 1, 0);
     for (int64_t i = 0; i < N; ++i) ++count[bucket[i] + 1];
+    if (p_.causal)  // each run rounded up to whole chunks
+      for (int64_t k = 1; k <= n_buckets_; ++k) count[k] = (count[k] + C - 1) / C * C;
     for (int64_t k = 0; k < n_buckets_; ++k) count[k + 1] += count[k];
+    const int64_t rows = count[n_buckets_];  // N, or N and the padding
+    if (p_.causal) {
+      std::fill(perm, perm + C + rows, 0);
+      std::fill(bsort, bsort + C + rows, -1);
+    }
     for (int64_t i = 0; i < N; ++i) {
       const int32_t at = count[bucket[i]]++;
       perm[bucket_size_ + at] = static_cast<int32_t>(i);
       bsort[bucket_size_ + at] = static_cast<int32_t>(bucket[i]);
     }
-    std::memcpy(perm, perm + N, static_cast<size_t>(bucket_size_) * sizeof(int32_t));
-    std::memcpy(bsort, bsort + N, static_cast<size_t>(bucket_size_) * sizeof(int32_t));
+    if (!p_.causal) {
+      std::memcpy(perm, perm + N, static_cast<size_t>(bucket_size_) * sizeof(int32_t));
+      std::memcpy(bsort, bsort + N, static_cast<size_t>(bucket_size_) * sizeof(int32_t));
+    }
+    return rows / C;
   }
 
   // Rows of a (B, H, N, D) tensor in sorted order: dst[p] = scale_p · src[perm[p]] for p < rows,
@@ -282,13 +308,13 @@ class Reformer final : public PerHeadAttention {
   // Except for chunk 0's wrapped window, a window is a contiguous piece of the order sorted by
   // (bucket, position): a query's same-bucket keys are one run of columns [lo, hi), in position
   // order, so its causal keys are [lo, self]. Those rows are masked by two fills; the wrapped
-  // window is checked key by key.
+  // window is checked key by key. (Causal padding rows form runs of their own bucket, -1.)
   void mask_chunk(float* S, int64_t q0, int64_t w0, const int32_t* perm, const int32_t* bsort, int32_t* run_lo,
                   int32_t* run_hi) const {
     const int64_t W = window();
     const int32_t* pk = perm + w0;
     const int32_t* bk = bsort + w0;
-    const bool wrapped = nchunks_ > 1 && w0 == 0;
+    const bool wrapped = !single() && w0 == 0 && !p_.causal;
     if (!wrapped) {
       for (int64_t k = 0; k < W; ++k) run_lo[k] = k > 0 && bk[k] == bk[k - 1] ? run_lo[k - 1] : static_cast<int32_t>(k);
       for (int64_t k = W - 1; k >= 0; --k) run_hi[k] = k + 1 < W && bk[k] == bk[k + 1] ? run_hi[k + 1] : static_cast<int32_t>(k + 1);
@@ -316,7 +342,7 @@ class Reformer final : public PerHeadAttention {
   }
 
   // Window start (padded sorted index) of chunk c.
-  int64_t window_start(int64_t c) const { return nchunks_ > 1 ? c * bucket_size_ : bucket_size_; }
+  int64_t window_start(int64_t c) const { return single() ? bucket_size_ + c * bucket_size_ : c * bucket_size_; }
 
   // The normalised keys and the values of each chunk's window live in two alternating buffers
   // Kw, Vw of two windows each: [previous chunk ; chunk]. Both passes walk the chunks in order.
@@ -327,21 +353,21 @@ class Reformer final : public PerHeadAttention {
   // Before chunk 0: the wrapped previous chunk (the last one, padded sorted rows [0, bs)).
   void load_first_previous(const AttnArgs& a, int64_t b, int64_t h, const int32_t* perm, const float* inv,
                            float* Kw, float* Vw) const {
-    if (nchunks_ == 1) return;
+    if (single()) return;
     gather(a.q, b, h, perm, bucket_size_, Kw, inv);
     gather(a.v, b, h, perm, bucket_size_, Vw);
   }
   // Gathers chunk c just before use, so the products read it from cache: into its window's
   // second half, and also into the other buffer's first half, as the next chunk's previous one.
   Window load_window(const AttnArgs& a, int64_t b, int64_t h, const int32_t* perm, const float* inv, float* Kw,
-                     float* Vw, int64_t c) const {
+                     float* Vw, int64_t c, int64_t nch) const {
     const int64_t slot = bucket_size_ * D(), q0 = bucket_size_ + c * bucket_size_;
     const int64_t here = (c % 2) * 2 * slot, next = ((c + 1) % 2) * 2 * slot;
     float *Kcur = Kw + here + slot, *Vcur = Vw + here + slot;
-    const bool pass_on = nchunks_ > 1 && c + 1 < nchunks_;
+    const bool pass_on = !single() && c + 1 < nch;
     gather(a.q, b, h, perm + q0, bucket_size_, Kcur, inv, pass_on ? Kw + next : nullptr);
     gather(a.v, b, h, perm + q0, bucket_size_, Vcur, nullptr, pass_on ? Vw + next : nullptr);
-    if (nchunks_ == 1) return Window{Kcur, Vcur, Kcur};
+    if (single()) return Window{Kcur, Vcur, Kcur};
     return Window{Kw + here, Vw + here, Kcur};
   }
 
@@ -358,15 +384,15 @@ class Reformer final : public PerHeadAttention {
     hash(a, tid, b, h, inv);
     for (int64_t r = 0; r < n_hashes_; ++r) {
       // 3. Sort. The previous chunk of chunk 0 is the last chunk (padded sorted rows [0, bs)).
-      sort_round(buckets_of(b, h, r), perm, bsort, wi + L.count);
+      const int64_t nch = sort_round(buckets_of(b, h, r), perm, bsort, wi + L.count);
       load_first_previous(a, b, h, perm, inv, Kw, Vw);
       // 4. Each chunk: its window of normalised keys and V (load_window). Queries are not gathered:
       //    q_i·k_j = ||q_i||·(k_i·k_j), so a chunk's queries are its own key rows, and each logit
       //    row is scaled by ||q_i|| inside the softmax. Then logits over the window, mask,
       //    unnormalised softmax (its sum goes into the merge weight), output.
-      for (int64_t c = 0; c < nchunks_; ++c) {
+      for (int64_t c = 0; c < nch; ++c) {
         const int64_t q0 = bucket_size_ + c * bucket_size_, w0 = window_start(c);
-        const Window win = load_window(a, b, h, perm, inv, Kw, Vw, c);
+        const Window win = load_window(a, b, h, perm, inv, Kw, Vw, c, nch);
         // The merge below updates the chunk's output rows in random order: ask for them now.
         for (int64_t rr = 0; rr < bucket_size_; ++rr) prefetch(a.o.row(b, h, perm[q0 + rr]), Dd, true);
         mm_.run(tid, spec_qk(), win.Kcur, win.K, S);
@@ -377,7 +403,7 @@ class Reformer final : public PerHeadAttention {
           // outgrows it: ask for one pair per softmax row, so the misses overlap this chunk's
           // arithmetic instead of stalling the next gather (all of them at once would fill the
           // miss queue and stall here instead). Likewise the output rows its merge will update.
-          if (c + 1 < nchunks_) {
+          if (c + 1 < nch) {
             prefetch_l2(a.q.row(b, h, perm[q0 + bucket_size_ + rr]), Dd);
             prefetch_l2(a.v.row(b, h, perm[q0 + bucket_size_ + rr]), Dd);
             prefetch_l2(a.o.row(b, h, perm[q0 + bucket_size_ + rr]), Dd);
@@ -395,6 +421,7 @@ class Reformer final : public PerHeadAttention {
         // 5. Merge into O online: O_i holds Σ_r exp(lse_r - M_i)·O_r,i, Z_i the sum of the
         //    weights, M_i the largest lse so far.
         for (int64_t rr = 0; rr < bucket_size_; ++rr) {
+          if (bsort[q0 + rr] < 0) continue;  // causal padding
           const int32_t i = perm[q0 + rr];
           float* o = a.o.row(b, h, i);
           const float* oc = Oc + rr * Dd;
@@ -446,9 +473,11 @@ class Reformer final : public PerHeadAttention {
       fill(a.dv.row(b, h, i), Dd, 0.0f);
     }
     fill(dKn, N * Dd, 0.0f);
-    // Adds rows [0, bs) of the window gradients to the positions pos[0, bs).
-    auto scatter = [&](const int32_t* pos) {
+    // Adds rows [0, bs) of the window gradients to the positions pos[0, bs) (padding rows, of
+    // bucket -1, have none).
+    auto scatter = [&](const int32_t* pos, const int32_t* bucket) {
       for (int64_t p = 0; p < bucket_size_; ++p) {
+        if (bucket[p] < 0) continue;
         float* dk = dKn + static_cast<int64_t>(pos[p]) * Dd;
         float* dv = a.dv.row(b, h, pos[p]);
         const float *gk = dKw + p * Dd, *gv = dVw + p * Dd;
@@ -461,14 +490,14 @@ class Reformer final : public PerHeadAttention {
     };
     for (int64_t r = 0; r < n_hashes_; ++r) {
       // 1. The round's sorted order, and the first window's previous chunk (as forward).
-      sort_round(buckets_of(b, h, r), perm, bsort, wi + L.count);
+      const int64_t nch = sort_round(buckets_of(b, h, r), perm, bsort, wi + L.count);
       load_first_previous(a, b, h, perm, inv, Kw, Vw);
       fill(dKw, W * Dd, 0.0f);
       fill(dVw, W * Dd, 0.0f);
-      for (int64_t c = 0; c < nchunks_; ++c) {
+      for (int64_t c = 0; c < nch; ++c) {
         const int64_t q0 = bucket_size_ + c * bucket_size_, w0 = window_start(c);
         // 2. The chunk's window of keys and values, its queries, dO, L and delta.
-        const Window win = load_window(a, b, h, perm, inv, Kw, Vw, c);
+        const Window win = load_window(a, b, h, perm, inv, Kw, Vw, c, nch);
         gather(a.q, b, h, perm + q0, bucket_size_, Qc);
         gather(a.dout, b, h, perm + q0, bucket_size_, dOc);
         for (int64_t rr = 0; rr < bucket_size_; ++rr) {
@@ -482,7 +511,7 @@ class Reformer final : public PerHeadAttention {
         mm_.run(tid, spec_dav(), dOc, win.V, dA);
         for (int64_t rr = 0; rr < bucket_size_; ++rr) {
           // The next chunk's rows, into L2 while this chunk computes (see forward_head).
-          if (c + 1 < nchunks_) {
+          if (c + 1 < nch) {
             const int32_t i = perm[q0 + bucket_size_ + rr];
             prefetch_l2(a.q.row(b, h, i), Dd);
             prefetch_l2(a.v.row(b, h, i), Dd);
@@ -490,7 +519,7 @@ class Reformer final : public PerHeadAttention {
           }
           // This chunk's dQ rows and the rows its scatter will add to.
           prefetch_l2(a.dq.row(b, h, perm[q0 + rr]), Dd);
-          if (nchunks_ > 1) {
+          if (!single()) {
             prefetch_l2(dKn + static_cast<int64_t>(perm[w0 + rr]) * Dd, Dd);
             prefetch_l2(a.dv.row(b, h, perm[w0 + rr]), Dd);
           }
@@ -505,6 +534,7 @@ class Reformer final : public PerHeadAttention {
         mm_.run(tid, spec_dk(), dA, Qc, dKw);
         mm_.run(tid, spec_dv(), A, dOc, dVw);
         for (int64_t rr = 0; rr < bucket_size_; ++rr) {
+          if (bsort[q0 + rr] < 0) continue;  // causal padding
           float* dq = a.dq.row(b, h, perm[q0 + rr]);
           const float* g = dQc + rr * Dd;
 #pragma omp simd
@@ -514,16 +544,20 @@ class Reformer final : public PerHeadAttention {
         //    gradients are complete (for chunk 0, those of the wrapped last chunk's keys as
         //    chunk 0's previous chunk). Scatter them, and carry the second half over as the
         //    next window's first.
-        if (nchunks_ > 1) {
-          scatter(perm + w0);
+        if (!single()) {
+          scatter(perm + w0, bsort + w0);
           std::memcpy(dKw, dKw + slot, static_cast<size_t>(slot) * sizeof(float));
           std::memcpy(dVw, dVw + slot, static_cast<size_t>(slot) * sizeof(float));
           fill(dKw + slot, slot, 0.0f);
           fill(dVw + slot, slot, 0.0f);
+        } else if (c + 1 < nch) {  // one chunk of keys per window (causal padding made more chunks)
+          scatter(perm + q0, bsort + q0);
+          fill(dKw, W * Dd, 0.0f);
+          fill(dVw, W * Dd, 0.0f);
         }
       }
       // The last chunk's own contributions (the whole window with a single chunk).
-      scatter(perm + N);
+      scatter(perm + nch * bucket_size_, bsort + nch * bucket_size_);
     }
     // 5. Through the normalisation k = q/||q||: dq += (dk - k (k·dk)) / ||q||.
     for (int64_t i = 0; i < N; ++i) {

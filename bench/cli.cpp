@@ -320,6 +320,8 @@ int cli_main(int argc, char** argv) {
     sub->add_option("--data-dir", task_opts.task_opts.data_dir, "read the task's real data from here");
     sub->add_option("--difficulty", task_opts.task_opts.difficulty, "pathfinder, pathx: easy | intermediate | hard")->capture_default_str();
     sub->add_option("--split", task_opts.split, "train | val | test: the examples `train` draws that split from")->capture_default_str();
+    sub->add_option("--vocab", task_opts.task_opts.vocab, "mqar: the vocabulary (0: the task's default)");
+    sub->add_option("--kv-pairs", task_opts.task_opts.kv_pairs, "mqar: key-value pairs per example (0: N/16)");
   };
   auto* task_sample = task->add_subcommand("sample", "print examples a person can read, or JSON lines");
   add_task_options(task_sample);

@@ -133,7 +133,7 @@ const std::map<std::string, std::string>& recipe_defaults() {
            {"steps", "1000"}, {"lr", "0.001"}, {"schedule", "constant"}, {"warmup", "0"}, {"beta1", "0.9"},
            {"beta2", "0.999"}, {"adam_eps", "1e-08"}, {"weight_decay", "0.01"}, {"clip", "0"}, {"clip_mode", "global"},
            {"dropout", "0"}, {"attn_dropout", "0"}, {"positions", "sinusoidal"}, {"eval_every", "0"},
-           {"eval_examples", "1000"}, {"test_examples", "2000"}, {"seed", "0"}};
+           {"eval_examples", "1000"}, {"test_examples", "2000"}, {"seed", "0"}, {"train_examples", "0"}};
   return d;
 }
 }  // namespace
@@ -176,7 +176,8 @@ void GridOptions::add_to(CLI::App* app, Verb verb) {
         options_[key] = app->add_option(f.option, params, multi ? help : "mechanism parameter name=value (repeatable)");
         break;
       case PointFieldType::Flag:
-        options_[key] = app->add_flag(f.option, causal, help);
+        if (!multi && f.scope == PointField::model) break;
+        options_[key] = app->add_flag(f.option, flags[key], help);
         break;
       case PointFieldType::Text:
         if (multi)
@@ -293,14 +294,14 @@ std::vector<PointId> GridOptions::grid() const {
       case PointFieldType::Params:
         break;  // per mechanism, below
       case PointFieldType::Flag:
-        v.push_back(causal);
+        v.push_back(flags.count(key) ? flags.at(key) : false);
         break;
       case PointFieldType::Text:
         if (key == "task") {
           v.push_back(ti ? ti->name : std::string("none"));
           break;
         }
-        if (f.scope == PointField::real_data) {  // one path, commas and all
+        if (f.scope == PointField::real_data || key == "test_seq") {  // one path or one list of lengths, commas and all
           v.push_back(text_of(key));
           break;
         }
@@ -318,7 +319,7 @@ std::vector<PointId> GridOptions::grid() const {
           ints = {0};  // no task: no model point (refused below), and 0 at the attention level
         } else {
           try {
-            ints = parse_int_list(text_of(key), f.scope == PointField::training ? 0 : 1);
+            ints = parse_int_list(text_of(key), f.scope == PointField::training || key == "mlp" ? 0 : 1);  // --mlp 0: no MLP
           } catch (const InvalidInput& e) {
             throw InvalidInput(fmt::format("{}: {}", f.option, e.what()));
           }
@@ -383,11 +384,15 @@ std::vector<PointId> GridOptions::grid() const {
     if (key == "eval_every" && std::get<int64_t>(vs.front()) == 0 && vs.size() == 1) {
       vs = {std::max<int64_t>(1, p.train.steps / 10)};  // ten validations over the run
     } else if (f.scope == PointField::model && !model) {
-      vs = {int64_t{0}};
+      vs = {f.type == PointFieldType::Flag ? PointValue(false) : PointValue(int64_t{0})};
     } else if (key == "dhead" && model) {
       if (p.model.dmodel % p.shape.H)
         throw InvalidInput(fmt::format("--dmodel {} is not a multiple of --heads {}", p.model.dmodel, p.shape.H));
       vs = {p.model.dmodel / p.shape.H};
+    } else if (key == "kv_pairs" && model && ti && task_takes_option(*ti, "kv_pairs") && !given(key)) {
+      vs = {std::max<int64_t>(1, p.shape.N / 16)};  // the task's default, N/16, named with the point
+    } else if ((key == "vocab" || key == "kv_pairs") && given(key) && !(ti && task_takes_option(*ti, key))) {
+      throw InvalidInput(fmt::format("{}: the {} task has no such option (attnbench list tasks)", f.option, ti ? ti->name : "none"));
     } else if (key == "dhead" && ti && !given("dhead")) {
       vs.clear();
       for (const auto& dm : values["dmodel"]) vs.push_back(std::max<int64_t>(1, std::get<int64_t>(dm) / p.shape.H));

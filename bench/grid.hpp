@@ -38,7 +38,7 @@ struct GridOptions {
   std::vector<std::string> attn{"flash"};
   std::string filter;  // --filter REGEX: only the points whose name it matches
   std::vector<std::string> params;
-  bool causal = false;
+  std::map<std::string, bool> flags;  // the Flag fields' options (--causal, --tie-embeddings), by key
 
   // Which options a verb has: dump one point at the attention level; run every identity field,
   // each size a list; sweep those and a training run's recipe (for --verb train); train the

@@ -5,6 +5,7 @@
 
 #include <iostream>
 
+#include "attention_impls/capability_checks.hpp"
 #include "attention_impls/registry.hpp"
 #include "bench/task_cli.hpp"
 #include "bench/terminal.hpp"
@@ -23,8 +24,16 @@ int cmd_list(const std::string& what, const std::string& name, int width) {
     std::string details = width > 0 ? "\nWhat each computes and costs (attnbench list --wide: one table):\n" : "";
     std::string notes;
     for (const auto& m : mechanisms()) {
-      std::vector<std::string> row = {m.name, m.family, m.caps.exact ? "exact" : "approximate", m.caps.causal ? "yes" : "no",
-                                       m.caps.backward ? "yes" : "no", m.caps.decode ? "yes" : "no",
+      // The causal and decode claims, checked now on seeded inputs (CAB's checks: a claim is
+      // shown as "checked" only when it holds).
+      const CapabilityCheck prefix = check_causal_prefix(m.name), decode = check_decode(m.name);
+      auto claim = [](bool claims, const CapabilityCheck& c) {
+        return !claims ? std::string("no") : c.passed ? std::string("checked") : std::string("FAILS");
+      };
+      for (const auto& [what, c] : {std::pair{"causal prefix", &prefix}, std::pair{"decode", &decode}})
+        if (c->applies && !c->passed) notes += wrap_words(fmt::format("- {}: {} check fails: {}", m.name, what, c->detail), width, "  ");
+      std::vector<std::string> row = {m.name, m.family, m.caps.exact ? "exact" : "approximate", claim(m.caps.causal, prefix),
+                                       m.caps.backward ? "yes" : "no", claim(m.caps.decode, decode),
                                        m.caps.attn_dropout ? "yes" : "no", m.bf16.available ? "yes" : "no", m.complexity, m.summary};
       if (width > 0) {
         row.resize(8);
@@ -36,6 +45,10 @@ int cmd_list(const std::string& what, const std::string& name, int width) {
       if (m.bf16.available && !m.bf16.constraints.empty())
         notes += wrap_words(fmt::format("- {}: bf16 (--dtype bf16): {}", m.name, m.bf16.constraints), width, "  ");
     }
+    notes += wrap_words("causal, decode: \"checked\" is a claim verified now on seeded inputs (CAB's checks): every "
+                        "position's output unchanged when the later positions change, and token-by-token decoding equal to "
+                        "the causal forward, to 1e-5 relative; \"FAILS\" a claim that does not hold",
+                        width, "  ");
     std::cout << render_markdown(t, width) << details << (notes.empty() ? "" : "\n" + notes);
     return 0;
   }

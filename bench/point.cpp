@@ -12,6 +12,7 @@
 #include "model/trainer.hpp"
 #include "tasks/task.hpp"
 
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 
@@ -116,6 +117,34 @@ std::string positions_name(const char*, const std::string& text) {
   parse_positions(text);
   return text;
 }
+std::string unit_interval_closed(const char* opt, const std::string& text) {
+  const double v = number(opt, text);
+  if (!(v > 0 && v <= 1)) throw InvalidInput(fmt::format("{} must be in (0, 1], got {}", opt, text));
+  return canonical(v);
+}
+// "512,1024": distinct lengths of at least 2 in increasing order, spelled canonically.
+std::string length_list(const char* opt, const std::string& text) {
+  std::string out;
+  int64_t last = 0;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = text.find(',', start);
+    const std::string w = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    char* end = nullptr;
+    errno = 0;
+    const long long v = std::strtoll(w.c_str(), &end, 10);
+    if (w.empty() || *end != '\0' || errno || v < kFirstTestSeq || v > kLastTestSeq || (v & (v - 1)) || v <= last)
+      throw InvalidInput(fmt::format("{} '{}': powers of two from {} to {} (one result field each) in increasing order, "
+                                     "comma-separated",
+                                     opt, text, kFirstTestSeq, kLastTestSeq));
+    out += (out.empty() ? "" : ",") + std::to_string(v);
+    last = v;
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
 
 // The fields, in name order. Accessors are captureless lambdas (plain function pointers).
 std::vector<PointField> make_fields() {
@@ -161,8 +190,24 @@ std::vector<PointField> make_fields() {
       {"mlp", "mlp", "--mlp", "model", 4, T::Int, PointField::model, 4,
        [](P p) -> V { return p.model.mlp; }, [](PointId& p, const V& v) { p.model.mlp = as_int(v); },
        [](P p) { return fmt::format("mlp={}", p.model.mlp); }, nullptr,
-       "model level: feed-forward width",
+       "model level: feed-forward width (0: blocks of attention alone)",
        [](const TaskInfo& t) { return t.model.mlp; }, 10},
+      {"tie", "tie", "--tie-embeddings", "model", 4, T::Flag, PointField::model, 4,
+       [](P p) -> V { return p.model.tie_embeddings; }, [](PointId& p, const V& v) { p.model.tie_embeddings = std::get<bool>(v); },
+       [](P p) { return std::string(p.model.tie_embeddings ? "tied" : "untied"); }, nullptr,
+       "model level: a language model's output layer is its token embedding, transposed (Zoology, GPT-2)",
+       nullptr, 10, true},
+      {"vocab", "V", "--vocab", "task", 3, T::Int, PointField::model, 3,
+       [](P p) -> V { return p.vocab; }, [](PointId& p, const V& v) { p.vocab = not_negative("--vocab", as_int(v)); },
+       [](P p) { return fmt::format("V={}", p.vocab); }, nullptr,
+       "model level, mqar: the vocabulary (keys in [1, V/2), values in [V/2, V))",
+       [](const TaskInfo& t) -> int64_t { return task_takes_option(t, "vocab") ? t.vocab : 0; }, 4, true},
+      // Its default depends on N (N/16), so it nests inside the lengths: see GridOptions::grid.
+      {"kv_pairs", "kv", "--kv-pairs", "task", 3, T::Int, PointField::model, 3,
+       [](P p) -> V { return p.kv_pairs; }, [](PointId& p, const V& v) { p.kv_pairs = not_negative("--kv-pairs", as_int(v)); },
+       [](P p) { return fmt::format("D={}", p.kv_pairs); }, nullptr,
+       "model level, mqar: key-value pairs per example (default N/16)",
+       nullptr, 13, true},
       // The real data's directory: a path, so not split into a list.
       {"data_dir", "data", "--data-dir", "data", 13, T::Text, PointField::real_data, 3,
        [](P p) -> V { return p.data_dir; }, [](PointId& p, const V& v) { p.data_dir = as_text(v); },
@@ -251,6 +296,23 @@ std::vector<PointField> make_fields() {
       AB_TRAIN_INT("test_examples", "test", "--test-examples", test_examples, "test examples", 29, at_least_one),
       AB_TRAIN_INT("seed", "seed", "--seed", seed, "seed of the data, the initialisation, dropout and redraws", 13,
                    not_negative),
+      // Named only when set.
+      {"train_examples", "examples", "--train-examples", "training", 12, T::Int, PointField::training, 8,
+       [](P p) -> V { return p.train.train_examples; },
+       [](PointId& p, const V& v) { p.train.train_examples = not_negative("--train-examples", as_int(v)); },
+       [](P p) { return fmt::format("examples={}", p.train.train_examples); }, nullptr,
+       "a fixed training set of this many examples, cycled in epochs of examples/batch steps (0: fresh examples every step)",
+       nullptr, 30, true},
+      {"stop_at", "stop_at", "--stop-at", "training", 12, T::Text, PointField::training, 8,
+       [](P p) -> V { return p.train.stop_at; },
+       [](PointId& p, const V& v) { p.train.stop_at = as_text(v).empty() ? "" : unit_interval_closed("--stop-at", as_text(v)); },
+       [](P p) { return fmt::format("stop_at={}", p.train.stop_at); }, nullptr,
+       "stop once a validation accuracy reaches this (e.g. 0.99; Zoology's early stop)", nullptr, 31, true},
+      {"test_seq", "test_seq", "--test-seq", "training", 12, T::Text, PointField::training, 8,
+       [](P p) -> V { return p.train.test_seq; },
+       [](PointId& p, const V& v) { p.train.test_seq = as_text(v).empty() ? "" : length_list("--test-seq", as_text(v)); },
+       [](P p) { return fmt::format("test_seq={}", p.train.test_seq); }, nullptr,
+       "also test at these lengths, e.g. 512,1024 (length extrapolation; one value, commas and all)", nullptr, 32, true},
 #undef AB_TRAIN_INT
 #undef AB_TRAIN_TEXT
   };
@@ -261,7 +323,8 @@ bool present(const PointField& f, const PointId& id) { return has_field(f, id); 
 bool in_entry(const PointField& f) { return std::string(f.key) == "threads"; }
 }  // namespace
 
-bool has_field(const PointField& f, const PointId& id) {
+namespace {
+bool in_scope(const PointField& f, const PointId& id) {
   switch (f.scope) {
     case PointField::all: return true;
     case PointField::model: return id.level == Level::model;
@@ -270,6 +333,26 @@ bool has_field(const PointField& f, const PointId& id) {
     case PointField::low_precision: return id.dtype != Dtype::f32;
   }
   return false;
+}
+bool is_set(const PointValue& v) {
+  if (const auto* i = std::get_if<int64_t>(&v)) return *i != 0;
+  if (const auto* b = std::get_if<bool>(&v)) return *b;
+  return !std::get<std::string>(v).empty();
+}
+}  // namespace
+
+bool has_field(const PointField& f, const PointId& id) {
+  return in_scope(f, id) && (!f.named_when_set || is_set(f.get(id)));
+}
+
+TaskOptions task_options(const PointId& id) {
+  TaskOptions o;
+  o.seq = id.shape.N;
+  o.data_dir = id.data_dir;
+  o.vocab = id.vocab;
+  o.kv_pairs = id.kv_pairs;
+  o.train_examples = id.train.train_examples;
+  return o;
 }
 
 const std::vector<PointField>& point_fields() {
@@ -357,10 +440,13 @@ PointId read_point(const nlohmann::json& entry, const std::string& name, const s
   // Likewise the fields a point has only by their own value (real data's directory, a dtype
   // other than f32): they are there when the file has them.
   for (const auto& f : point_fields()) {
-    if (f.scope != PointField::real_data && f.scope != PointField::low_precision) continue;
+    if (f.scope != PointField::real_data && f.scope != PointField::low_precision && !f.named_when_set) continue;
     if (!point.contains(f.key)) continue;
-    if (!point.at(f.key).is_string()) throw wrong(f);
-    f.set(id, point.at(f.key).get<std::string>());
+    const auto& v = point.at(f.key);
+    if (f.type == PointFieldType::Int && v.is_number_integer()) f.set(id, v.get<int64_t>());
+    else if (f.type == PointFieldType::Flag && v.is_boolean()) f.set(id, v.get<bool>());
+    else if (f.type == PointFieldType::Text && v.is_string()) f.set(id, v.get<std::string>());
+    else throw wrong(f);
   }
   for (const auto& f : point_fields()) {
     if (!present(f, id)) continue;

@@ -37,8 +37,12 @@ ModelMode model_mode(RunMode m);
 // The model's sizes beyond Shape4 (level model only; zero at the attention level).
 struct ModelDims {
   int64_t layers = 0, dmodel = 0, mlp = 0;
+  bool tie_embeddings = false;  // a language model's output layer is its embedding, transposed
   bool operator==(const ModelDims&) const = default;
 };
+
+// The lengths `train --test-seq` takes: powers of two in this range (one result field each).
+constexpr int64_t kFirstTestSeq = 16, kLastTestSeq = int64_t{1} << 20;
 
 // A training run's recipe (the `train` verb): everything that decides its accuracy beyond the
 // model and the data. Numbers are kept as their canonical spelling ("0.0001", "1e-08"), the text
@@ -46,6 +50,11 @@ struct ModelDims {
 struct TrainSpec {
   int64_t steps = 0, warmup = 0, eval_every = 0, eval_examples = 0, test_examples = 0, seed = 0;
   std::string lr, schedule, beta1, beta2, adam_eps, weight_decay, clip, clip_mode, dropout, attn_dropout, positions;
+  // Named only when set (every earlier run's name stays what it was): a fixed training set of
+  // this many examples cycled in epochs (0: fresh examples); stop at this validation accuracy
+  // (""); test also at these lengths ("256,512"; "").
+  int64_t train_examples = 0;
+  std::string stop_at, test_seq;
 };
 
 // Everything that identifies a point; `name()` is the join key between result files.
@@ -60,6 +69,9 @@ struct PointId {
   // Model level: the directory of the task's real data ("" for its generator). Part of the
   // identity: a run on real data is another point than one on generated data.
   std::string data_dir;
+  // Model level, tasks with a configurable shape (mqar): the vocabulary and the key-value pairs
+  // per example (0: the task has no such option; named only when set).
+  int64_t vocab = 0, kv_pairs = 0;
   bool causal = false;
   Dtype dtype = Dtype::f32;
   int threads = 1;
@@ -103,7 +115,12 @@ struct PointField {
   const char* help;
   int64_t (*task_default)(const TaskInfo&);
   int grid_rank;
+  // In the name, the JSON and the arguments only when its value is set (not 0, false or ""),
+  // within its scope: a field added after results were written keeps their names.
+  bool named_when_set = false;
 };
+// The task options of a model-level point (its length, vocabulary, pairs, fixed training set).
+TaskOptions task_options(const PointId& id);
 // In name order.
 const std::vector<PointField>& point_fields();
 // Whether point `id` has field `f` (its scope).

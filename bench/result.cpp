@@ -134,6 +134,24 @@ const std::vector<Field>& result_fields() {
                    (*r.train).*member = v;
                  }});
   }
+  // Length extrapolation: the test accuracy at each other length (train --test-seq).
+  static std::vector<std::string> at_keys, at_headers;
+  for (int64_t n = kFirstTestSeq; n <= kLastTestSeq; n *= 2) {
+    at_keys.push_back(fmt::format("accuracy_at_{}", n));
+    at_headers.push_back(fmt::format("acc N={}", n));
+  }
+  for (size_t i = 0; i < at_keys.size(); ++i) {
+    const int64_t n = kFirstTestSeq << i;
+    f.push_back({at_keys[i].c_str(), at_headers[i].c_str(), 4, Better::Higher, 1,
+                 [n](R r, double, P) -> O {
+                   if (!r.train || !r.train->accuracy_at.count(n)) return std::nullopt;
+                   return r.train->accuracy_at.at(n);
+                 },
+                 [n](S r, W, double v) {
+                   if (!r.train) r.train = TrainResult{};
+                   r.train->accuracy_at[n] = v;
+                 }});
+  }
   // One column per layer type of the model's time breakdown.
   // (Field holds C strings: the names live in fixed static arrays.)
   static std::array<std::string, kLayerTypes> keys, headers;

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -39,6 +40,9 @@ struct TrainResult {
   double train_steps = 0, best_step = 0;
   double train_seconds = 0;   // the training steps alone, over every resumed part
   double data_seconds = 0, eval_seconds = 0, checkpoint_seconds = 0, checkpoint_bytes = 0;
+  // Test accuracy at other lengths (train --test-seq), by length: powers of two from
+  // kFirstTestSeq to kLastTestSeq, one result field each (accuracy_at_N).
+  std::map<int64_t, double> accuracy_at;
 };
 
 struct PointResult {

@@ -156,6 +156,7 @@ ResultFile parse_result_document(const nlohmann::json& doc, const std::string& p
         // The GEMM rate the point was judged against (merged files mix machines' contexts).
         const auto gf = counter(e, "gflops_per_s"), frac = counter(e, "peak_fraction");
         r.gemm_gflops = gf && frac && *frac > 0 ? *gf / *frac / r.id.threads : file_gemm;
+        if (e.contains("note") && e.at("note").is_string()) r.message = e.at("note").get<std::string>();
       }
       index[name] = rf.points.size();
       rf.points.push_back(std::move(r));

@@ -66,6 +66,8 @@ nlohmann::json to_json_entries(const PointResult& r, int family_index) {
     e["real_time"] = rep.real_s * 1e3;
     e["cpu_time"] = rep.cpu_s * 1e3;
     add_counters(e, r, rep.real_s, &rep);
+    // An OK point's remark (attention dropout not applied, a length not tested).
+    if (!r.message.empty()) e["note"] = r.message;
     out.push_back(e);
   }
   const TimeStats rs = real_stats(r), cs = cpu_stats(r);

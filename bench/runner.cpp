@@ -104,12 +104,13 @@ TensorView token_view(const TensorView& t, int64_t pos) {
 }  // namespace
 
 ModelConfig model_config(const PointId& id) {
-  ModelConfig c = model_config_for_task(find_task(id.task), id.shape.N);
+  ModelConfig c = model_config_for_task(find_task(id.task), task_options(id));
   c.batch = id.shape.B;
   c.heads = id.shape.H;
   c.layers = id.model.layers;
   c.dmodel = id.model.dmodel;
   c.mlp = id.model.mlp;
+  c.tie_embeddings = id.model.tie_embeddings;
   c.mechanism = id.mechanism;
   c.params = id.params;
   c.threads = id.threads;
@@ -122,17 +123,15 @@ namespace {
 void prepare_model_point(PreparedPoint& pp, const RunOptions& opts) {
   const PointId& id = pp.id;
   const ModelConfig c = model_config(id);
-  const bool next_token = find_task(id.task).next_token;
-  if (c.causal != next_token)
-    throw InvalidInput(next_token
+  const TaskInfo& info = find_task(id.task);
+  if (!info.causal_optional && c.causal != info.next_token)
+    throw InvalidInput(info.next_token
                            ? fmt::format("task {} is a causal language model: its model is always causal", id.task)
                            : fmt::format("task {} is a bidirectional classifier: --causal does not apply to its model", id.task));
   // The task must accept the length (image tasks have a fixed one) before anything runs; made
   // here once, so real data is read once.
-  TaskOptions to;
-  to.seq = id.shape.N;
+  TaskOptions to = task_options(id);
   to.seed = opts.seed;
-  to.data_dir = id.data_dir;
   pp.task = make_task(id.task, to);
   pp.model = std::make_unique<TransformerModel>(c, model_mode(id.mode));
   pp.flops = pp.model->flops();

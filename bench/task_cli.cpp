@@ -115,11 +115,12 @@ int cmd_task_sample(const TaskCliOptions& o) {
                           {"tokens", e.tokens}, {"readable", readable}, {"source", task->source()}};
       if (!e.tokens2.empty()) j["tokens2"] = e.tokens2;
       if (!e.loss_mask.empty()) j["loss_mask"] = e.loss_mask;
+      if (!e.targets.empty()) j["targets"] = e.targets;
       if (!png.empty()) j["png"] = png;
       std::cout << j.dump() << "\n";
       continue;
     }
-    std::cout << fmt::format("\n## example {}  label {}{}\n", i, e.label == -1 ? std::string("(next token)") : std::to_string(e.label),
+    std::cout << fmt::format("\n## example {}  label {}{}\n", i, e.label == -1 ? std::string(e.targets.empty() ? "(next token)" : "(targets per position)") : std::to_string(e.label),
                              png.empty() ? "" : "  " + png);
     std::cout << readable << (readable.empty() || readable.back() != '\n' ? "\n" : "");
   }

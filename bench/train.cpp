@@ -150,9 +150,8 @@ std::string run_directory_name(const PointId& id) {
 TrainConfig train_config(const PointId& id) {
   TrainConfig c;
   c.task = id.task;
-  c.data.seq = id.shape.N;
+  c.data = task_options(id);
   c.data.seed = static_cast<uint64_t>(id.train.seed);
-  c.data.data_dir = id.data_dir;
   c.model = model_config(id);
   c.model.positions = parse_positions(id.train.positions);
   c.model.dropout = static_cast<float>(number_of(id.train.dropout));
@@ -170,6 +169,9 @@ TrainConfig train_config(const PointId& id) {
   c.test_examples = id.train.test_examples;
   c.seed = static_cast<uint64_t>(id.train.seed);
   c.identity = id.name();
+  c.stop_at = id.train.stop_at.empty() ? 0 : number_of(id.train.stop_at);
+  for (const auto& n : split(id.train.test_seq, ','))
+    if (!n.empty()) c.test_seqs.push_back(std::stoll(n));
   return c;
 }
 
@@ -246,13 +248,20 @@ std::optional<PointResult> train_point(const PointId& id, const TrainCliOptions&
   t.eval_seconds = out.eval_seconds;
   t.checkpoint_seconds = out.checkpoint_seconds;
   t.checkpoint_bytes = static_cast<double>(out.checkpoint_bytes);
+  for (const auto& at : out.at_lengths) {
+    if (at.accuracy) t.accuracy_at[at.seq] = *at.accuracy;
+    else res.message += fmt::format("{}N = {} not tested: {}", res.message.empty() ? "" : "; ", at.seq, at.why_not);
+  }
   res.train = t;
   // A mechanism without attention dropout ran without it: the result says so.
   if (c.model.attn_dropout > 0 && !find_mechanism(id.mechanism).caps.attn_dropout)
     res.message = fmt::format("attention dropout not applied: {}", find_mechanism(id.mechanism).caps.no_attn_dropout);
-  progress.finish(fmt::format("train {} {} seed {}: test accuracy {:.4f} (best val {:.4f} at step {}; final {:.4f}), "
+  std::string lengths;
+  for (const auto& [n, a] : t.accuracy_at) lengths += fmt::format("{} N={} {:.4f}", lengths.empty() ? "; at" : ",", n, a);
+  progress.finish(fmt::format("train {} {} seed {}: test accuracy {:.4f} (best val {:.4f} at step {}; final {:.4f}{}){}, "
                               "{:.2f} steps/s", id.mechanism, id.task, id.train.seed, t.accuracy, t.val_accuracy,
-                              out.best_step, t.final_accuracy, step_s > 0 ? 1 / step_s : 0));
+                              out.best_step, t.final_accuracy, out.stopped_early ? fmt::format("; stopped early at step {}", out.steps_done) : "",
+                              lengths, step_s > 0 ? 1 / step_s : 0));
   return res;
 }
 

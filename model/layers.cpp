@@ -48,15 +48,19 @@ void BoundPrimitive::run(std::initializer_list<const void*> ptrs) const {
 }
 
 // ---- Linear ----
-Linear::Linear(int64_t M, int64_t K, int64_t N, bool with_backward, bool bf16) : M_(M), K_(K), N_(N) {
+Linear::Linear(int64_t M, int64_t K, int64_t N, bool with_backward, bool bf16, bool weights_nk) : M_(M), K_(K), N_(N), weights_nk_(weights_nk) {
   auto spec = [](MatmulSpec s) {
     s.single_thread = false;  // called outside any parallel region: oneDNN parallelises
     return s;
   };
   if (bf16 && with_backward) throw std::logic_error("Linear: the bf16 product has no backward pass");
-  const MatmulSpec fwd = spec(MatmulSpec::tile(M, N, K, K, false, N, false, N));
+  const MatmulSpec fwd = spec(weights_nk ? MatmulSpec::tile(M, N, K, K, false, K, true, N)    // X · W^T, W (N, K)
+                                         : MatmulSpec::tile(M, N, K, K, false, N, false, N));  // X · W, W (K, N)
   fwd_ = Matmul(bf16 ? fwd.with_bf16_inputs() : fwd);
-  if (with_backward) {
+  if (with_backward && weights_nk) {
+    bwd_data_ = Matmul(spec(MatmulSpec::tile(M, K, N, N, false, K, false, K)));    // dY · W
+    bwd_weights_ = Matmul(spec(MatmulSpec::tile(N, K, M, N, true, K, false, K)));  // dY^T · X
+  } else if (with_backward) {
     bwd_data_ = Matmul(spec(MatmulSpec::tile(M, K, N, N, false, N, true, K)));    // dY · W^T
     bwd_weights_ = Matmul(spec(MatmulSpec::tile(K, N, M, K, true, N, false, N)));  // X^T · dY
   }
@@ -76,6 +80,7 @@ void Linear::bind(std::byte* scratch) {
 
 void Linear::forward(const void* X, const void* W, const float* b, float* Y) const {
   fwd_.run(0, X, W, Y);
+  if (!b) return;
   const int64_t N = N_;
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < M_; ++r) {
@@ -87,7 +92,9 @@ void Linear::forward(const void* X, const void* W, const float* b, float* Y) con
 
 void Linear::backward(const float* X, const float* W, const float* dY, float* dX, float* dW, float* db) const {
   bwd_data_.run(0, dY, W, dX);
-  bwd_weights_.run(0, X, dY, dW);
+  if (weights_nk_) bwd_weights_.run(0, dY, X, dW);  // weights (N, K): dY^T · X
+  else bwd_weights_.run(0, X, dY, dW);
+  if (!db) return;
   // Column sums, 64 columns per task: each thread owns its columns, so the order is fixed.
   constexpr int64_t kCols = 64;
   const int64_t N = N_, M = M_;

@@ -33,22 +33,26 @@ class BoundPrimitive {
   std::vector<dnnl_exec_arg_t> args_;
 };
 
-// Y (M, N) = X (M, K) · W (K, N) + b (N); W row-major. bf16: X and W hold bf16 numbers (the
-// caller rounds them), the product accumulates in float and Y and b are float; forward only.
+// Y (M, N) = X (M, K) · W (K, N) + b (N); W row-major, or (weights_nk) stored as (N, K) and
+// read transposed (a tied output layer: the embedding table). bf16: X and W hold bf16 numbers (the
+// caller rounds them), the product accumulates in float and Y and b are float; forward only. A
+// null b: no bias.
 class Linear {
  public:
   Linear() = default;
-  Linear(int64_t M, int64_t K, int64_t N, bool with_backward, bool bf16 = false);
+  Linear(int64_t M, int64_t K, int64_t N, bool with_backward, bool bf16 = false, bool weights_nk = false);
   size_t scratchpad_bytes() const;
   void bind(std::byte* scratch);
   double forward_flops() const { return 2.0 * M_ * N_ * K_; }
   void forward(const void* X, const void* W, const float* b, float* Y) const;
-  // dX (M, K) = dY · W^T; dW (K, N) = X^T · dY; db (N) = column sums of dY. Overwrites all three.
+  // dX (M, K) = dY · W^T; dW (K, N) = X^T · dY (weights_nk: (N, K) = dY^T · X); db (N) = column
+  // sums of dY (none when db is null). Overwrites all three.
   void backward(const float* X, const float* W, const float* dY, float* dX, float* dW, float* db) const;
   int64_t M() const { return M_; }
 
  private:
   int64_t M_ = 0, K_ = 0, N_ = 0;
+  bool weights_nk_ = false;
   Matmul fwd_, bwd_data_, bwd_weights_;
 };
 

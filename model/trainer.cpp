@@ -15,6 +15,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <optional>
 #include <sstream>
 
 #include "core/dropout.hpp"
@@ -117,6 +118,7 @@ struct Trainer::State {
   EvalResult last_val;
   Buffer<float> best;  // the trained tensors at the best validation accuracy
   bool has_best = false;
+  bool stopped_early = false;  // stop_at was reached: the run is finished at `step`
 };
 
 Trainer::Trainer(TrainConfig c) : c_(std::move(c)) {
@@ -166,7 +168,7 @@ Batch Trainer::training_batch(int64_t step) {
 
 // The first `count` examples of a split (all of a real split when it has fewer), in batches of
 // the model's size; the last batch padded with the first examples, which do not count.
-EvalResult Trainer::evaluate(Task& task, int64_t count) {
+EvalResult Trainer::evaluate(TransformerModel& model, Task& task, int64_t count) {
   const int64_t B = c_.model.batch;
   const int64_t n = evaluated_examples(task, count);
   TransformerModel::Evaluation total;
@@ -174,19 +176,69 @@ EvalResult Trainer::evaluate(Task& task, int64_t count) {
     const int64_t valid = std::min(B, n - first);
     std::vector<int64_t> idx(static_cast<size_t>(B));
     for (int64_t j = 0; j < B; ++j) idx[static_cast<size_t>(j)] = j < valid ? first + j : j - valid;
-    const auto e = model_->evaluate(task.batch_of(idx), valid);
+    const auto e = model.evaluate(task.batch_of(idx), valid);
     total.loss_sum += e.loss_sum;
     total.predictions += e.predictions;
     total.correct += e.correct;
     total.sequences += e.sequences;
     total.exact += e.exact;
+    total.query_share_sum += e.query_share_sum;
+    total.query_examples += e.query_examples;
   }
   EvalResult r;
   r.examples = n;
   r.loss = total.predictions ? total.loss_sum / static_cast<double>(total.predictions) : 0;
   r.token_accuracy = total.predictions ? static_cast<double>(total.correct) / static_cast<double>(total.predictions) : 0;
-  r.accuracy = total.sequences ? static_cast<double>(total.exact) / static_cast<double>(total.sequences) : 0;
+  if (find_task(c_.task).accuracy == AccuracyKind::per_query)
+    r.accuracy = total.query_examples ? total.query_share_sum / static_cast<double>(total.query_examples) : 0;
+  else
+    r.accuracy = total.sequences ? static_cast<double>(total.exact) / static_cast<double>(total.sequences) : 0;
   return r;
+}
+
+// The model's trained tensors in a model of another length, tested there. What does not carry
+// over is said, not guessed: learned absolute positions exist for the trained length only, and
+// a mechanism whose learned tensors are sized by N (Linformer's projections, Synthesizer's
+// logits) has none for another length.
+std::vector<LengthResult> Trainer::test_at_lengths() {
+  std::vector<LengthResult> out;
+  const auto trained = model_->trained_tensors();
+  for (const int64_t n : c_.test_seqs) {
+    LengthResult lr;
+    lr.seq = n;
+    try {
+      TaskOptions o = c_.data;
+      o.seq = n;
+      o.split = Split::test;
+      o.train_examples = 0;
+      auto task = make_task(c_.task, o);
+      ModelConfig mc = c_.model;
+      mc.seq = n;
+      mc.loss_positions = model_config_for_task(find_task(c_.task), o).loss_positions;
+      TransformerModel m(mc, ModelMode::fwd);
+      m.setup(c_.seed);
+      const auto there = m.trained_tensors();
+      std::string mismatch;
+      for (size_t i = 0; i < there.size() && mismatch.empty(); ++i) {
+        const auto it = std::find_if(trained.begin(), trained.end(), [&](const auto& t) { return t.name == there[i].name; });
+        if (it == trained.end()) mismatch = fmt::format("{} has no trained values", there[i].name);
+        else if (it->count != there[i].count)
+          mismatch = it->name == "positions" ? fmt::format("learned positions exist for N = {} only", c_.model.seq)
+                                             : fmt::format("{} is sized by N ({} values at N = {}, {} here)", it->name,
+                                                           it->count, c_.model.seq, there[i].count);
+        else std::copy_n(it->data, it->count, there[i].data);
+      }
+      if (!mismatch.empty()) {
+        lr.why_not = mismatch;
+      } else {
+        lr.accuracy = evaluate(m, *task, c_.test_examples).accuracy;
+      }
+    } catch (const InvalidInput& e) {
+      lr.why_not = e.what();  // the mechanism or the task refuses the length
+    }
+    out.push_back(std::move(lr));
+  }
+  return out;
 }
 
 
@@ -216,6 +268,7 @@ void Trainer::save_checkpoint(const State& st, TrainOutcome& out) {
                            {"best_val_accuracy", st.best_val},
                            {"best_step", st.best_step},
                            {"has_best", st.has_best},
+                           {"stopped_early", st.stopped_early},
                            {"elapsed_seconds", st.elapsed},
                            {"train_seconds", st.train_seconds},
                            {"last_val", eval_json(st.last_val)},
@@ -393,6 +446,8 @@ void Trainer::load_checkpoint(State& st) {
   st.elapsed = elapsed;
   st.train_seconds = train_seconds;
   st.last_val = last_val;
+  // Absent in files of binaries before early stopping: a run that did not stop early.
+  st.stopped_early = h.contains("stopped_early") ? field("stopped_early", vt::boolean).get<bool>() : false;
 }
 
 TrainOutcome Trainer::run(bool resume, const std::function<void(const CurvePoint&)>& curve,
@@ -431,7 +486,7 @@ TrainOutcome Trainer::run(bool resume, const std::function<void(const CurvePoint
     p.val = v;
     if (curve) curve(p);
   };
-  for (int64_t step = st.step + 1; step <= c_.steps; ++step) {
+  for (int64_t step = st.step + 1; step <= c_.steps && !st.stopped_early; ++step) {
     const double t0 = now();
     const Batch batch = training_batch(step);
     const double t1 = now();
@@ -458,17 +513,21 @@ TrainOutcome Trainer::run(bool resume, const std::function<void(const CurvePoint
       window_loss = window_train = 0;
       window_steps = 0;
     }
-    if ((c_.eval_every > 0 && step % c_.eval_every == 0) || step == c_.steps) evaluate_val(step);
+    if ((c_.eval_every > 0 && step % c_.eval_every == 0) || step == c_.steps) {
+      evaluate_val(step);
+      st.stopped_early = c_.stop_at > 0 && st.last_val.accuracy >= c_.stop_at;
+    }
     const bool stop = interrupt && interrupt->load();
     st.elapsed = now() - t_run;
     if (!c_.checkpoint_dir.empty() &&
-        ((c_.checkpoint_every > 0 && step % c_.checkpoint_every == 0) || step == c_.steps || stop))
+        ((c_.checkpoint_every > 0 && step % c_.checkpoint_every == 0) || step == c_.steps || stop || st.stopped_early))
       save_checkpoint(st, out);
-    if (stop && step < c_.steps) {
+    if (stop && step < c_.steps && !st.stopped_early) {
       out.interrupted = true;
       break;
     }
   }
+  out.stopped_early = st.stopped_early;
   out.steps_done = st.step;
   out.train_seconds = st.train_seconds;
   out.best_val_accuracy = std::max(st.best_val, 0.0);
@@ -486,6 +545,9 @@ TrainOutcome Trainer::run(bool resume, const std::function<void(const CurvePoint
     out.eval_seconds += now() - t0;
   }
   out.peak_bytes = MemoryMeter::peak() - before;
+  // Other lengths, with the best-validation parameters (each a model of its own: not in the
+  // run's peak).
+  if (!out.interrupted) out.at_lengths = test_at_lengths();
   return out;
 }
 

@@ -60,10 +60,22 @@ struct TrainConfig {
   std::string identity;  // the point's name; a checkpoint of another point is refused
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0;  // 0: only when interrupted or finished
+  double stop_at = 0;  // > 0: stop once a validation accuracy reaches it (Zoology's early stop)
+  // Lengths the best-validation parameters are also tested at, each by a model of that length
+  // sharing them (length extrapolation); a length the trained tensors do not fit is reported so.
+  std::vector<int64_t> test_seqs;
+};
+
+// The test accuracy at another length (TrainConfig::test_seqs): measured, or why it cannot be.
+struct LengthResult {
+  int64_t seq = 0;
+  std::optional<double> accuracy;
+  std::string why_not;
 };
 
 // One evaluation of a set: loss per prediction, accuracy (classifiers: per example; copy: the
-// exact-copy rate over whole sequences) and, for copy, the per-token accuracy.
+// exact-copy rate over whole sequences; mqar, induction: the share of an example's queries
+// answered exactly, averaged over examples) and the per-position accuracy of language models.
 struct EvalResult {
   double loss = 0, accuracy = 0, token_accuracy = 0;
   int64_t examples = 0;
@@ -90,6 +102,8 @@ struct TrainOutcome {
   bool interrupted = false;
   bool resumed = false;
   int64_t resumed_at = 0;
+  bool stopped_early = false;  // a validation accuracy reached stop_at at step steps_done
+  std::vector<LengthResult> at_lengths;
 };
 
 class Trainer {
@@ -111,7 +125,9 @@ class Trainer {
 
  private:
   struct State;
-  EvalResult evaluate(Task& task, int64_t count);
+  EvalResult evaluate(Task& task, int64_t count) { return evaluate(*model_, task, count); }
+  EvalResult evaluate(TransformerModel& model, Task& task, int64_t count);
+  std::vector<LengthResult> test_at_lengths();
   Batch training_batch(int64_t step);
   void save_checkpoint(const State& st, TrainOutcome& out);
   void load_checkpoint(State& st);

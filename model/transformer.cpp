@@ -43,11 +43,14 @@ Positions parse_positions(const std::string& text) {
   throw unknown_name("positions", text, {"sinusoidal", "learned", "none"}, "positions");
 }
 
-ModelConfig model_config_for_task(const TaskInfo& task, int64_t seq) {
+ModelConfig model_config_for_task(const TaskInfo& task, const TaskOptions& options) {
   ModelConfig c;
-  c.vocab = task.vocab;
+  TaskOptions o = options;
+  o.seq = o.seq > 0 ? o.seq : task.default_seq;
+  c.vocab = o.vocab > 0 ? o.vocab : task.vocab;
+  c.loss_positions = task.loss_positions ? task.loss_positions(o) : 0;
   c.classes = task.classes;
-  c.seq = seq > 0 ? seq : task.default_seq;
+  c.seq = o.seq;
   c.batch = task.model.batch;
   c.layers = task.model.layers;
   c.dmodel = task.model.dmodel;
@@ -85,9 +88,10 @@ TransformerModel::TransformerModel(const ModelConfig& c, ModelMode mode) : c_(c)
   if (c.threads < 1) throw InvalidInput(fmt::format("--threads must be positive, got {}", c.threads));
   omp_set_num_threads(c.threads);
   const int64_t L = c.layers, d = c.dmodel, H = c.heads, F = c.mlp, N = c.seq;
-  if (L < 1 || d < 1 || H < 1 || F < 1 || N < 2 || c.batch < 1)
-    throw InvalidInput(fmt::format("model sizes must be positive (layers={} dmodel={} heads={} mlp={} batch={}) and seq at least 2 (got {})",
-                                   L, d, H, F, c.batch, N));
+  if (L < 1 || d < 1 || H < 1 || F < 0 || N < 2 || c.batch < 1)
+    throw InvalidInput(fmt::format("model sizes must be positive (layers={} dmodel={} heads={} batch={}; mlp={}: 0 for blocks "
+                                   "without one) and seq at least 2 (got {})",
+                                   L, d, H, c.batch, F, N));
   if (d % H) throw InvalidInput(fmt::format("--dmodel {} is not a multiple of --heads {}", d, H));
   if (c.vocab < 2) throw InvalidInput("the vocabulary needs at least 2 tokens");
   if (c.pooling != Pooling::lm && c.classes < 2) throw InvalidInput("a classifier needs at least 2 classes");
@@ -97,7 +101,12 @@ TransformerModel::TransformerModel(const ModelConfig& c, ModelMode mode) : c_(c)
   Benc_ = c.two_tower ? 2 * c.batch : c.batch;
   T_ = Benc_ * N;
   const bool lm = c.pooling == Pooling::lm;
-  rows_ = lm ? T_ : c.batch;
+  if (c.loss_positions < 0 || c.loss_positions > N || (c.loss_positions > 0 && !lm))
+    throw std::logic_error(fmt::format("loss_positions {} for a model of N {}{}", c.loss_positions, N, lm ? "" : " (not a language model)"));
+  if (c.tie_embeddings && !lm)
+    throw InvalidInput("--tie-embeddings ties a language model's output layer to its embedding; a classifier has none");
+  compact_ = lm && c.loss_positions > 0;
+  rows_ = lm ? (compact_ ? c.batch * c.loss_positions : T_) : c.batch;
   C_ = lm ? c.vocab : c.classes;
   feat_ = c.two_tower ? 4 * d : d;
 
@@ -125,8 +134,10 @@ TransformerModel::TransformerModel(const ModelConfig& c, ModelMode mode) : c_(c)
   }
 
   // 2. Parameters. Weights N(0, 1/fan_in), the embedding N(0, 1) (the scale of the positions).
-  const float sd = 1.0f / std::sqrt(static_cast<float>(d)), sf = 1.0f / std::sqrt(static_cast<float>(F));
-  emb_ = param("embedding", c.vocab * d, 1.0f);
+  const float sd = 1.0f / std::sqrt(static_cast<float>(d)), sf = 1.0f / std::sqrt(static_cast<float>(std::max<int64_t>(F, 1)));
+  const int64_t Fh = head_hidden();
+  const float sh = 1.0f / std::sqrt(static_cast<float>(Fh));
+  emb_ = param("embedding", c.vocab * d, c.tie_embeddings ? 0.02f : 1.0f);
   if (c.pooling == Pooling::cls) cls_ = param("cls", d, 0.02f);
   // Learned absolute positions, N(0, 0.02) as the PyTorch LRA ports initialise them.
   if (c.positions == Positions::learned) positions_ = param("positions", N * d, 0.02f);
@@ -139,23 +150,25 @@ TransformerModel::TransformerModel(const ModelConfig& c, ModelMode mode) : c_(c)
     q.bqkv = param(n("attn.bqkv"), 3 * d, 0);
     q.wo = param(n("attn.wo"), d * d, sd);
     q.bo = param(n("attn.bo"), d, 0);
-    q.ln2_g = param(n("ln2.scale"), d, 0, 1);
-    q.ln2_b = param(n("ln2.shift"), d, 0);
-    q.w1 = param(n("ffn.w1"), d * F, sd);
-    q.b1 = param(n("ffn.b1"), F, 0);
-    q.w2 = param(n("ffn.w2"), F * d, sf);
-    q.b2 = param(n("ffn.b2"), d, 0);
+    if (F > 0) {  // --mlp 0: blocks of attention alone (Zoology's MQAR models)
+      q.ln2_g = param(n("ln2.scale"), d, 0, 1);
+      q.ln2_b = param(n("ln2.shift"), d, 0);
+      q.w1 = param(n("ffn.w1"), d * F, sd);
+      q.b1 = param(n("ffn.b1"), F, 0);
+      q.w2 = param(n("ffn.w2"), F * d, sf);
+      q.b2 = param(n("ffn.b2"), d, 0);
+    }
     lp_.push_back(q);
   }
   lnf_g_ = param("lnf.scale", d, 0, 1);
   lnf_b_ = param("lnf.shift", d, 0);
-  if (lm) {
+  if (lm && !c.tie_embeddings) {
     wc1_ = param("head.wout", d * C_, sd);
     bc1_ = param("head.bout", C_, 0);
-  } else {
-    wc1_ = param("head.w1", feat_ * F, 1.0f / std::sqrt(static_cast<float>(feat_)));
-    bc1_ = param("head.b1", F, 0);
-    wc2_ = param("head.w2", F * C_, sf);
+  } else if (!lm) {
+    wc1_ = param("head.w1", feat_ * Fh, 1.0f / std::sqrt(static_cast<float>(feat_)));
+    bc1_ = param("head.b1", Fh, 0);
+    wc2_ = param("head.w2", Fh * C_, sh);
     bc2_ = param("head.b2", C_, 0);
   }
 
@@ -175,11 +188,13 @@ TransformerModel::TransformerModel(const ModelConfig& c, ModelMode mode) : c_(c)
     a.o = act(T_ * d);
     a.a = act(T_ * d);
     a.xm = act(T_ * d);
-    a.h2 = act(T_ * d);
-    a.mean2 = act(T_);
-    a.var2 = act(T_);
-    a.u = act(T_ * F);
-    a.g = act(T_ * F);
+    if (F > 0) {
+      a.h2 = act(T_ * d);
+      a.mean2 = act(T_);
+      a.var2 = act(T_);
+      a.u = act(T_ * F);
+      a.g = act(T_ * F);
+    }
     la_.push_back(a);
   }
   qkv_ = act(T_ * 3 * d);  // the projection's output before the head split (backward: dqkv)
@@ -188,9 +203,10 @@ TransformerModel::TransformerModel(const ModelConfig& c, ModelMode mode) : c_(c)
   varf_ = act(T_);
   if (!lm) {
     feat_buf_ = act(c.batch * feat_);
-    z_ = act(c.batch * F);
-    gz_ = act(c.batch * F);
+    z_ = act(c.batch * Fh);
+    gz_ = act(c.batch * Fh);
   }
+  if (compact_) hg_ = act(rows_ * d);
   logits_ = act(rows_ * C_);
   if (backward_) {
     dres_ = act(T_ * d);
@@ -200,11 +216,12 @@ TransformerModel::TransformerModel(const ModelConfig& c, ModelMode mode) : c_(c)
     dq_ = act(T_ * d);
     dk_ = act(T_ * d);
     dv_ = act(T_ * d);
-    dff_ = act(T_ * F);
+    if (F > 0) dff_ = act(T_ * F);
     if (!lm) {
       dfeat_ = act(c.batch * feat_);
-      dz_ = act(c.batch * F);
+      dz_ = act(c.batch * Fh);
     }
+    if (compact_) dhg_ = act(rows_ * d);
   }
   create_primitives();
 }
@@ -214,38 +231,43 @@ TransformerModel::~TransformerModel() = default;
 // Every primitive, created once; their scratchpads size the one scratch region. Made in the
 // constructor, untracked and without touching data, so working_bytes() is exact before setup.
 void TransformerModel::create_primitives() {
-  const int64_t d = c_.dmodel, F = c_.mlp, B = c_.batch;
+  const int64_t d = c_.dmodel, F = c_.mlp, B = c_.batch, Fh = head_hidden();
   const bool lm = c_.pooling == Pooling::lm;
   const bool b16 = bf16();
   qkv_lin_ = Linear(T_, d, 3 * d, backward_, b16);
   o_lin_ = Linear(T_, d, d, backward_, b16);
-  ff1_lin_ = Linear(T_, d, F, backward_, b16);
-  ff2_lin_ = Linear(T_, F, d, backward_, b16);
+  if (F > 0) {
+    ff1_lin_ = Linear(T_, d, F, backward_, b16);
+    ff2_lin_ = Linear(T_, F, d, backward_, b16);
+    ff_gelu_ = Gelu(T_ * F, backward_);
+  }
   xb_floats_ = b16 ? T_ * std::max(d, F) : 0;
   if (lm) {
-    head1_lin_ = Linear(T_, d, C_, backward_, b16);
+    // Tied: the weights are the embedding table (V, d), read transposed.
+    head1_lin_ = Linear(rows_, d, C_, backward_, b16, c_.tie_embeddings);
   } else {
-    head1_lin_ = Linear(B, feat_, F, backward_, b16);
-    head2_lin_ = Linear(B, F, C_, backward_, b16);
-    if (b16) xb_floats_ = std::max({xb_floats_, B * feat_, B * F});
-    head_gelu_ = Gelu(B * F, backward_);
+    head1_lin_ = Linear(B, feat_, Fh, backward_, b16);
+    head2_lin_ = Linear(B, Fh, C_, backward_, b16);
+    if (b16) xb_floats_ = std::max({xb_floats_, B * feat_, B * Fh});
+    head_gelu_ = Gelu(B * Fh, backward_);
   }
   ln_ = LayerNorm(T_, d, backward_);
-  ff_gelu_ = Gelu(T_ * F, backward_);
   softmax_ = RowSoftmax(rows_, C_);
-  scratch_bytes_ = std::max({qkv_lin_.scratchpad_bytes(), o_lin_.scratchpad_bytes(), ff1_lin_.scratchpad_bytes(),
-                             ff2_lin_.scratchpad_bytes(), head1_lin_.scratchpad_bytes(),
-                             lm ? size_t{0} : head2_lin_.scratchpad_bytes(), lm ? size_t{0} : head_gelu_.scratchpad_bytes(),
-                             ln_.scratchpad_bytes(), ff_gelu_.scratchpad_bytes(), softmax_.scratchpad_bytes()});
+  scratch_bytes_ = std::max({qkv_lin_.scratchpad_bytes(), o_lin_.scratchpad_bytes(),
+                             F > 0 ? ff1_lin_.scratchpad_bytes() : size_t{0}, F > 0 ? ff2_lin_.scratchpad_bytes() : size_t{0},
+                             head1_lin_.scratchpad_bytes(), lm ? size_t{0} : head2_lin_.scratchpad_bytes(),
+                             lm ? size_t{0} : head_gelu_.scratchpad_bytes(), ln_.scratchpad_bytes(),
+                             F > 0 ? ff_gelu_.scratchpad_bytes() : size_t{0}, softmax_.scratchpad_bytes()});
   scratch_bytes_ = (scratch_bytes_ + 63) / 64 * 64;
 }
 
 
 double TransformerModel::flops() const {
   const double T = static_cast<double>(T_), d = static_cast<double>(c_.dmodel), F = static_cast<double>(c_.mlp);
+  const double Fh = static_cast<double>(head_hidden());
   double products = static_cast<double>(c_.layers) * (2 * T * d * 3 * d + 2 * T * d * d + 2 * 2 * T * d * F);
-  if (c_.pooling == Pooling::lm) products += 2 * T * d * static_cast<double>(C_);
-  else products += 2.0 * static_cast<double>(c_.batch) * (static_cast<double>(feat_) * F + F * static_cast<double>(C_));
+  if (c_.pooling == Pooling::lm) products += 2 * static_cast<double>(rows_) * d * static_cast<double>(C_);
+  else products += 2.0 * static_cast<double>(c_.batch) * (static_cast<double>(feat_) * Fh + Fh * static_cast<double>(C_));
   double attention = 0;
   for (const auto& a : attn_) attention += a->flops(backward_ ? Mode::fwdbwd : Mode::fwd);
   // Backward of a product: dX and dW, each as large as the forward product.
@@ -260,7 +282,7 @@ std::vector<std::pair<std::string, size_t>> TransformerModel::memory_parts() con
           {"gradients", backward_ ? pbytes : 0},
           {"optimizer", mode_ == ModelMode::train ? 2 * pbytes + 2 * learned_bytes() : 0},
           {"activations", static_cast<size_t>(n_act_) * sizeof(float)},
-          {"tokens", static_cast<size_t>(T_ + rows_) * sizeof(int32_t)},
+          {"tokens", static_cast<size_t>(T_ + rows_ + (compact_ ? rows_ : 0)) * sizeof(int32_t)},
           {"scratchpad", scratch_bytes_},
           {"attention", attention},
           {"bf16 copies", bf16_bytes()}};
@@ -326,14 +348,19 @@ void TransformerModel::setup(uint64_t seed) {
   arena_.zero();
   tokens_ = Buffer<int32_t>(static_cast<size_t>(T_));
   targets_ = Buffer<int32_t>(static_cast<size_t>(rows_));
+  if (compact_) gather_ = Buffer<int32_t>(static_cast<size_t>(rows_));
   scratch_ = Buffer<std::byte>(scratch_bytes_);
   if (bf16()) {
     wb_ = Buffer<uint16_t>(static_cast<size_t>(n_params_));
     xb_ = Buffer<uint16_t>(static_cast<size_t>(xb_floats_));
   }
-  for (Linear* l : {&qkv_lin_, &o_lin_, &ff1_lin_, &ff2_lin_, &head1_lin_}) l->bind(scratch_.data());
+  for (Linear* l : {&qkv_lin_, &o_lin_, &head1_lin_}) l->bind(scratch_.data());
+  if (has_mlp()) {
+    ff1_lin_.bind(scratch_.data());
+    ff2_lin_.bind(scratch_.data());
+    ff_gelu_.bind(scratch_.data());
+  }
   ln_.bind(scratch_.data());
-  ff_gelu_.bind(scratch_.data());
   if (!lm) {
     head2_lin_.bind(scratch_.data());
     head_gelu_.bind(scratch_.data());
@@ -417,10 +444,38 @@ void TransformerModel::load(const Batch& b) {
     if (tokens_[static_cast<size_t>(t)] < 0 || tokens_[static_cast<size_t>(t)] >= c_.vocab)
       throw std::logic_error(fmt::format("token {} outside the vocabulary of {}", tokens_[static_cast<size_t>(t)], c_.vocab));
   if (c_.pooling == Pooling::lm) {
-    for (int64_t r = 0; r < T_; ++r) {
+    // A row's target: the task's own (mqar, induction), or the next token where the loss mask is
+    // set (copy); -1 where nothing is predicted.
+    auto target_of = [&](int64_t r) -> int32_t {
+      if (!b.targets.empty()) return b.targets[static_cast<size_t>(r)];
       const bool last = r % N == N - 1;
       const bool counted = !last && (b.loss_mask.empty() || b.loss_mask[static_cast<size_t>(r)]);
-      targets_[static_cast<size_t>(r)] = counted ? tokens_[static_cast<size_t>(r + 1)] : -1;
+      return counted ? tokens_[static_cast<size_t>(r + 1)] : -1;
+    };
+    for (int64_t r = 0; r < T_; ++r)
+      if (const int32_t t = target_of(r); t >= c_.vocab) throw std::logic_error(fmt::format("target {} outside the vocabulary", t));
+    if (!compact_) {
+      for (int64_t r = 0; r < T_; ++r) targets_[static_cast<size_t>(r)] = target_of(r);
+    } else {
+      // Example e's counted rows go to e·P, e·P + 1, ... in position order; the rest of its P
+      // slots point at its first row with no target (their gradient is zero).
+      const int64_t P = c_.loss_positions;
+      for (int64_t e = 0; e < B; ++e) {
+        int64_t k = 0;
+        for (int64_t n = 0; n < N; ++n) {
+          const int64_t r = e * N + n;
+          const int32_t t = target_of(r);
+          if (t < 0) continue;
+          if (k == P) throw std::logic_error(fmt::format("an example with more than the {} loss positions declared", P));
+          gather_[static_cast<size_t>(e * P + k)] = static_cast<int32_t>(r);
+          targets_[static_cast<size_t>(e * P + k)] = t;
+          ++k;
+        }
+        for (; k < P; ++k) {
+          gather_[static_cast<size_t>(e * P + k)] = static_cast<int32_t>(e * N);
+          targets_[static_cast<size_t>(e * P + k)] = -1;
+        }
+      }
     }
   } else {
     for (int64_t r = 0; r < B; ++r) targets_[static_cast<size_t>(r)] = b.labels[static_cast<size_t>(r)];
@@ -457,6 +512,10 @@ double TransformerModel::forward_and_loss(bool with_grad) {
       drop_rows(A(a.xm), dropout_at(l, 1));
       add_inplace(A(a.xm), A(x_[l]), T_ * d);
     });
+    if (!has_mlp()) {  // the block is attention alone: its output is the stream after it
+      std::copy_n(A(a.xm), T_ * d, A(x_[l + 1]));
+      continue;
+    }
     timed(LayerType::layernorm, [&] { ln_.forward(A(a.xm), W(p.ln2_g), W(p.ln2_b), A(a.h2), A(a.mean2), A(a.var2)); });
     timed(LayerType::feedforward, [&] {
       ff1_lin_.forward(product_input(A(a.h2), T_ * d), product_weights(p.w1), W(p.b1), A(a.u));
@@ -471,7 +530,15 @@ double TransformerModel::forward_and_loss(bool with_grad) {
   double loss = 0;
   timed(LayerType::head, [&] {
     if (c_.pooling == Pooling::lm) {
-      head1_lin_.forward(product_input(A(hf_), T_ * d), product_weights(wc1_), W(bc1_), A(logits_));
+      if (compact_) {  // the rows that carry a loss, gathered
+        const float* hf = A(hf_);
+        float* hg = A(hg_);
+#pragma omp parallel for schedule(static)
+        for (int64_t r = 0; r < rows_; ++r) std::copy_n(hf + static_cast<int64_t>(gather_[static_cast<size_t>(r)]) * d, d, hg + r * d);
+      }
+      const bool tied = c_.tie_embeddings;
+      head1_lin_.forward(product_input(head_input(), rows_ * d), product_weights(tied ? emb_ : wc1_), tied ? nullptr : W(bc1_),
+                         A(logits_));
     } else {
       float* feat = A(feat_buf_);
       const float* hf = A(hf_);
@@ -497,7 +564,7 @@ double TransformerModel::forward_and_loss(bool with_grad) {
       }
       head1_lin_.forward(product_input(feat, B * feat_), product_weights(wc1_), W(bc1_), A(z_));
       head_gelu_.forward(A(z_), A(gz_));
-      head2_lin_.forward(product_input(A(gz_), B * c_.mlp), product_weights(wc2_), W(bc2_), A(logits_));
+      head2_lin_.forward(product_input(A(gz_), B * head_hidden()), product_weights(wc2_), W(bc2_), A(logits_));
     }
     softmax_.forward(A(logits_));
     loss = cross_entropy(A(logits_), targets_.data(), rows_, C_, with_grad);
@@ -511,7 +578,19 @@ void TransformerModel::backward() {
   float* dhf = A(dtmp_);
   timed(LayerType::head, [&] {
     if (c_.pooling == Pooling::lm) {
-      head1_lin_.backward(A(hf_), W(wc1_), A(logits_), dhf, G(wc1_), G(bc1_));
+      // Tied: dW is the embedding's gradient, written here first; the embedding's scatter below
+      // adds to it.
+      const bool tied = c_.tie_embeddings;
+      float* dh = compact_ ? A(dhg_) : dhf;
+      head1_lin_.backward(head_input(), W(tied ? emb_ : wc1_), A(logits_), dh, G(tied ? emb_ : wc1_), tied ? nullptr : G(bc1_));
+      if (compact_) {  // scattered back to the token rows (in order: a row may take several adds)
+        std::fill_n(dhf, T_ * d, 0.0f);
+        for (int64_t r = 0; r < rows_; ++r) {
+          float* to = dhf + static_cast<int64_t>(gather_[static_cast<size_t>(r)]) * d;
+          const float* from = dh + r * d;
+          for (int64_t j = 0; j < d; ++j) to[j] += from[j];
+        }
+      }
       return;
     }
     head2_lin_.backward(A(gz_), W(wc2_), A(logits_), A(dz_), G(wc2_), G(bc2_));
@@ -548,6 +627,7 @@ void TransformerModel::backward() {
   for (int64_t l = L - 1; l >= 0; --l) {
     const LayerParams& p = lp_[static_cast<size_t>(l)];
     const LayerActs& a = la_[static_cast<size_t>(l)];
+    if (has_mlp()) {
     timed(LayerType::feedforward, [&] {
       // Through the branch's dropout: the same mask on the gradient (a copy: dres goes on).
       const float* dbranch = dropped_copy(A(dres_), A(dtmp2_), dropout_at(l, 2));
@@ -559,6 +639,7 @@ void TransformerModel::backward() {
       ln_.backward(A(a.xm), A(a.mean2), A(a.var2), A(dtmp_), W(p.ln2_g), W(p.ln2_b), A(dtmp2_), G(p.ln2_g), G(p.ln2_b));
       add_inplace(A(dres_), A(dtmp2_), T_ * d);
     });
+    }  // without an MLP the stream's gradient reaches the attention branch as it is
     timed(LayerType::projections, [&] {
       const float* dbranch = dropped_copy(A(dres_), A(dtmp2_), dropout_at(l, 1));
       o_lin_.backward(A(a.a), W(p.wo), dbranch, A(dtmp_), G(p.wo), G(p.bo));
@@ -576,7 +657,7 @@ void TransformerModel::backward() {
   }
   // 1'. Embedding: a scatter-add into a zeroed table.
   timed(LayerType::embedding, [&] {
-    std::fill_n(G(emb_), c_.vocab * d, 0.0f);
+    if (!c_.tie_embeddings) std::fill_n(G(emb_), c_.vocab * d, 0.0f);  // tied: it holds the head's part
     drop_rows(A(dres_), dropout_at(-1, 0));
     embedding_backward(tokens_.data(), T_, N, d, A(dres_), G(emb_), cls_ >= 0 ? G(cls_) : nullptr,
                        positions_ >= 0 ? G(positions_) : nullptr);
@@ -673,32 +754,36 @@ TransformerModel::Evaluation TransformerModel::evaluate(const Batch& batch, int6
   load(batch);
   dropping_ = false;
   forward_and_loss(false);  // the logits buffer now holds the probabilities
-  const float* probs = A(logits_);
+  const int64_t examples = std::min(valid, c_.batch);
+  const int64_t per = c_.pooling != Pooling::lm ? 1 : compact_ ? c_.loss_positions : c_.seq;  // an example's rows
+  return count_predictions(A(logits_), targets_.data(), examples, per, C_);
+}
+
+TransformerModel::Evaluation TransformerModel::count_predictions(const float* probs, const int32_t* targets, int64_t examples,
+                                                                 int64_t rows_per_example, int64_t C) {
   Evaluation e;
-  const int64_t N = c_.seq;
-  auto argmax = [&](int64_t r) {
-    const float* p = probs + r * C_;
-    return static_cast<int32_t>(std::max_element(p, p + C_) - p);
-  };
-  auto score = [&](int64_t r) {  // the loss and correctness of row r; false when it does not count
-    const int32_t t = targets_[static_cast<size_t>(r)];
-    if (t < 0) return std::optional<bool>();
-    e.loss_sum -= std::log(std::max(static_cast<double>(probs[r * C_ + t]), static_cast<double>(std::numeric_limits<float>::min())));
-    ++e.predictions;
-    const bool right = argmax(r) == t;
-    e.correct += right ? 1 : 0;
-    return std::optional<bool>(right);
-  };
-  for (int64_t b = 0; b < std::min(valid, c_.batch); ++b) {
+  for (int64_t b = 0; b < examples; ++b) {
     ++e.sequences;
-    if (c_.pooling != Pooling::lm) {
-      e.exact += score(b).value_or(false) ? 1 : 0;
-      continue;
-    }
     bool all = true;
-    for (int64_t n = 0; n < N; ++n)
-      if (const auto right = score(b * N + n)) all = all && *right;
-    e.exact += all ? 1 : 0;
+    int64_t counted = 0, right_here = 0;
+    for (int64_t n = 0; n < rows_per_example; ++n) {
+      const int64_t r = b * rows_per_example + n;
+      const int32_t t = targets[r];
+      if (t < 0) continue;  // a row that carries no prediction
+      const float* p = probs + r * C;
+      e.loss_sum -= std::log(std::max(static_cast<double>(p[t]), static_cast<double>(std::numeric_limits<float>::min())));
+      ++e.predictions;
+      const bool right = std::max_element(p, p + C) - p == t;  // argmax over every class
+      e.correct += right ? 1 : 0;
+      all = all && right;
+      ++counted;
+      right_here += right ? 1 : 0;
+    }
+    e.exact += all && counted ? 1 : 0;
+    if (counted) {
+      e.query_share_sum += static_cast<double>(right_here) / static_cast<double>(counted);
+      ++e.query_examples;
+    }
   }
   return e;
 }

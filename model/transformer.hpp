@@ -75,10 +75,23 @@ struct ModelConfig {
   // accumulation (the linear layers' inputs and weights rounded per step, the attention's own
   // bf16 path); embedding, layer norms, GELU, softmax and the residual stream in float.
   Dtype dtype = Dtype::f32;
+  // A language model whose examples predict at few positions (mqar: D queries of N): the output
+  // layer runs on those rows only, gathered, at most this many per example (0: every position,
+  // the full head). The loss and its gradients are those of the full head (tested).
+  int64_t loss_positions = 0;
+  // The output layer of a language model is the token embedding transposed (no bias), as Zoology
+  // and GPT-2 tie them; the embedding is then initialised N(0, 0.02), GPT-2's scale.
+  bool tie_embeddings = false;
 };
 
-// The model config of a task (tasks.md shapes); overrides of 0 keep the task's value.
-ModelConfig model_config_for_task(const TaskInfo& task, int64_t seq);
+// The model config of a task (tasks.md shapes) at the task's options (vocabulary, the positions
+// that carry a loss); a length of 0 keeps the task's default.
+ModelConfig model_config_for_task(const TaskInfo& task, const TaskOptions& options);
+inline ModelConfig model_config_for_task(const TaskInfo& task, int64_t seq) {
+  TaskOptions o;
+  o.seq = seq;
+  return model_config_for_task(task, o);
+}
 
 class TransformerModel {
  public:
@@ -115,8 +128,17 @@ class TransformerModel {
     double loss_sum = 0;
     int64_t predictions = 0, correct = 0;
     int64_t sequences = 0, exact = 0;
+    // Language models: the sum over examples with a counted position of the share of them
+    // answered right (Zoology's accuracy averages it over examples), and those examples.
+    double query_share_sum = 0;
+    int64_t query_examples = 0;
   };
   Evaluation evaluate(const Batch& batch, int64_t valid);
+  // The counting evaluate() does on the probabilities (rows, C): examples of rows_per_example
+  // rows each; a row counts when its target is >= 0 (argmax over all C classes). An example is
+  // exact when all its counted rows are right (and it has one).
+  static Evaluation count_predictions(const float* probs, const int32_t* targets, int64_t examples, int64_t rows_per_example,
+                                      int64_t C);
 
   // Everything a checkpoint must hold to continue bit for bit: every trained tensor (the model's
   // parameters, then each mechanism's learned tensors) and AdamW's two moments of each, by name.
@@ -147,8 +169,8 @@ class TransformerModel {
   const ModelConfig& config() const { return c_; }
 
  private:
-  struct LayerParams { int64_t ln1_g, ln1_b, wqkv, bqkv, wo, bo, ln2_g, ln2_b, w1, b1, w2, b2; };
-  struct LayerActs { int64_t h1, mean1, var1, q, k, v, o, a, xm, h2, mean2, var2, u, g; };
+  struct LayerParams { int64_t ln1_g, ln1_b, wqkv, bqkv, wo, bo, ln2_g = 0, ln2_b = 0, w1 = 0, b1 = 0, w2 = 0, b2 = 0; };
+  struct LayerActs { int64_t h1, mean1, var1, q, k, v, o, a, xm, h2 = 0, mean2 = 0, var2 = 0, u = 0, g = 0; };
 
   int64_t param(const std::string& name, int64_t count, float stddev, float value = 0);
   int64_t act(int64_t count);
@@ -171,6 +193,11 @@ class TransformerModel {
   size_t learned_bytes() const;
   template <class F> void timed(LayerType t, F&& f);
   bool bf16() const { return c_.dtype == Dtype::bf16; }
+  bool has_mlp() const { return c_.mlp > 0; }
+  // The classifier head's hidden width: the feed-forward width, or d_model in a model without one.
+  int64_t head_hidden() const { return c_.mlp > 0 ? c_.mlp : c_.dmodel; }
+  // The output layer's input rows: the final hidden state, or its gathered loss rows.
+  const float* head_input() const { return compact_ ? A(hg_) : A(hf_); }
   // A linear layer's input (n floats) and weight matrix as its product reads them: themselves,
   // or (bf16) rounded: the input into xb_, the weights from wb_ (rounded at the step's start).
   const void* product_input(const float* x, int64_t n) const;
@@ -181,6 +208,7 @@ class TransformerModel {
   ModelMode mode_;
   bool backward_ = false;
   int64_t Benc_ = 0, T_ = 0, Dh_ = 0, rows_ = 0, C_ = 0, feat_ = 0;  // rows_: loss rows; feat_: head input width
+  bool compact_ = false;  // a language model's head on its gathered loss rows (loss_positions > 0)
   // Parameter layout.
   std::vector<Slice> slices_;
   int64_t n_params_ = 0;
@@ -189,6 +217,7 @@ class TransformerModel {
   // Arena layout (float offsets).
   int64_t n_act_ = 0;
   int64_t pos_ = 0, qkv_ = 0, hf_ = 0, meanf_ = 0, varf_ = 0, feat_buf_ = 0, z_ = 0, gz_ = 0, logits_ = 0;
+  int64_t hg_ = 0, dhg_ = 0;  // compact head: the gathered rows (rows_, d) and their gradient
   int64_t dres_ = 0, dtmp_ = 0, dtmp2_ = 0, do_ = 0, dq_ = 0, dk_ = 0, dv_ = 0, dff_ = 0, dfeat_ = 0, dz_ = 0;
   std::vector<int64_t> x_;  // residual stream, L + 1 slots
   std::vector<LayerActs> la_;
@@ -204,6 +233,7 @@ class TransformerModel {
   Buffer<float> w_, g_, m_, v_, arena_;
   Buffer<std::byte> scratch_;
   Buffer<int32_t> tokens_, targets_;
+  Buffer<int32_t> gather_;  // compact head: the token row of each loss row (rows_)
   Buffer<uint16_t> wb_, xb_;  // bf16: the parameters, and the largest linear layer's input
   int64_t xb_floats_ = 0;
   int64_t steps_ = 0;

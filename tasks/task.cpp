@@ -73,7 +73,7 @@ std::pair<size_t, size_t> split_range(size_t n, Split split) {
 const std::vector<TaskInfo>& tasks() {
   static const std::vector<TaskInfo> all = {copy_task_info(),  listops_task_info(),    text_task_info(),
                                             retrieval_task_info(), image_task_info(), pathfinder_task_info(),
-                                            pathx_task_info()};
+                                            pathx_task_info(), mqar_task_info(), induction_task_info()};
   return all;
 }
 
@@ -95,9 +95,34 @@ std::unique_ptr<Task> make_task(const std::string& name, const TaskOptions& opts
     throw InvalidInput(fmt::format("--data-dir {}: the {} task is generated in-process and reads no data; leave --data-dir out",
                                    opts.data_dir, name));
   if (!opts.data_dir.empty()) require_directory("--data-dir", opts.data_dir);
+  auto takes = [&](const char* option) { return task_takes_option(info, option); };
+  for (const auto& [option, value] : {std::pair{"vocab", opts.vocab}, std::pair{"kv_pairs", opts.kv_pairs},
+                                      std::pair{"train_examples", opts.train_examples}})
+    if (value != 0 && !takes(option))
+      throw InvalidInput(fmt::format("the {} task has no option {} (--{}); tasks that take it: attnbench list tasks", name,
+                                     option, std::string(option) == "kv_pairs" ? "kv-pairs" : std::string(option) == "train_examples" ? "train-examples" : option));
+    else if (value < 0)
+      throw InvalidInput(fmt::format("{}: {} must not be negative, got {}", name, option, value));
   TaskOptions o = opts;
   o.seed = split_seed(opts.seed, opts.split);
-  return info.make(o);
+  auto task = info.make(o);
+  if (task->vocab_ == 0) task->vocab_ = info.vocab;
+  return task;
+}
+
+bool task_takes_option(const TaskInfo& t, const std::string& option) {
+  return std::find(t.options.begin(), t.options.end(), option) != t.options.end();
+}
+
+Split split_of_tokens(const std::vector<int32_t>& tokens) {
+  uint64_t h = 0x53504c4954ull;  // "SPLIT"
+  for (int32_t t : tokens) h = mix64(h ^ static_cast<uint32_t>(t));
+  const uint64_t bucket = h % 20;
+  return bucket < 18 ? Split::train : bucket == 18 ? Split::val : Split::test;
+}
+
+uint64_t candidate_stream(int64_t index, int64_t attempt) {
+  return mix64(example_stream(index) ^ (static_cast<uint64_t>(attempt) << 40) ^ 0x43414e44ull);  // "CAND"
 }
 
 uint64_t example_stream(int64_t index) { return 0x7a5c0000ull + static_cast<uint64_t>(index); }
@@ -142,7 +167,7 @@ Batch Task::batch_of(const std::vector<int64_t>& indices) const {
   const size_t n = static_cast<size_t>(size * seq_);
   b.tokens.assign(n, 0);
   b.labels.assign(static_cast<size_t>(size), 0);
-  bool two = false, mask = false;
+  bool two = false, mask = false, targets = false;
   std::vector<Example> ex(static_cast<size_t>(size));
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t i = 0; i < size; ++i) ex[static_cast<size_t>(i)] = example(indices[static_cast<size_t>(i)]);
@@ -152,6 +177,12 @@ Batch Task::batch_of(const std::vector<int64_t>& indices) const {
     b.labels[static_cast<size_t>(i)] = e.label;
     two |= !e.tokens2.empty();
     mask |= !e.loss_mask.empty();
+    targets |= !e.targets.empty();
+  }
+  if (targets) {
+    b.targets.assign(n, -1);
+    for (int64_t i = 0; i < size; ++i)
+      std::copy(ex[static_cast<size_t>(i)].targets.begin(), ex[static_cast<size_t>(i)].targets.end(), b.targets.begin() + i * seq_);
   }
   if (two) {
     b.tokens2.assign(n, 0);

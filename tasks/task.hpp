@@ -47,6 +47,12 @@ struct TaskOptions {
   uint64_t seed = 1;
   std::string data_dir;             // real data, for the tasks that read it
   std::string difficulty = "hard";  // pathfinder, pathx: easy | intermediate | hard
+  // Generated tasks with a configurable shape (0: the task's default; a task without the option
+  // refuses a value, InvalidInput): the vocabulary (mqar), the key-value pairs per example (mqar).
+  int64_t vocab = 0, kv_pairs = 0;
+  // The training split as a fixed set of this many examples, cycled in epochs (0: a fresh
+  // example at every index). Validation and test are always their own examples.
+  int64_t train_examples = 0;
 };
 
 struct Example {
@@ -54,6 +60,10 @@ struct Example {
   std::vector<int32_t> tokens2;  // retrieval: the second document (N)
   int32_t label = 0;             // class; copy: -1 (next-token prediction)
   std::vector<uint8_t> loss_mask;  // copy: 1 at the separator and the copy
+  // Per-position targets of a task whose answer is not the next input token (mqar: the value at
+  // its key's query position; induction: the answer at the last position); -1 where nothing is
+  // predicted. Empty: next-token prediction where loss_mask says (copy).
+  std::vector<int32_t> targets;
   // pathfinder, pathx: the drawn contour map (snake id per pixel, 0 where nothing is drawn;
   // markers belong to their snake) and the pixel indices of the two markers.
   std::vector<int32_t> contour;
@@ -66,6 +76,7 @@ struct Batch {
   int64_t size = 0, seq = 0;
   std::vector<int32_t> tokens, tokens2, labels;
   std::vector<uint8_t> loss_mask;
+  std::vector<int32_t> targets;  // (size·seq) when the examples have targets
 };
 
 class Task {
@@ -80,16 +91,28 @@ class Task {
   // Side of the square image for the image tasks, else 0.
   virtual int64_t image_side() const { return 0; }
   int64_t seq() const { return seq_; }
-  // Real data: the records in this split (the examples cycle through them); 0 for a generator,
-  // whose examples never repeat.
+  // Real data, or a generator's fixed training set: the examples in this split (the trainer
+  // cycles through them in epochs); 0 for a generator whose examples never repeat.
   virtual int64_t size() const { return 0; }
+  // The vocabulary of this instance (a task with a configurable one: its value; else the task's).
+  int64_t vocab() const { return vocab_; }
+  // The most positions of one example that carry a loss (0: any number, up to every position):
+  // the model computes its output layer only there (mqar: the D queries).
+  int64_t loss_positions() const { return loss_positions_; }
   // Examples generated in parallel (OpenMP over examples): [first, first + size), or the given ones.
   Batch batch(int64_t first, int64_t size) const;
   Batch batch_of(const std::vector<int64_t>& indices) const;
 
  protected:
+  friend std::unique_ptr<Task> make_task(const std::string& name, const struct TaskOptions& opts);
   int64_t seq_ = 0;
+  int64_t vocab_ = 0, loss_positions_ = 0;  // make_task fills vocab_ from TaskInfo when 0
 };
+
+// How a task's accuracy is counted: one prediction per example (classifiers), the exact-sequence
+// rate (copy: every counted position right), or the share of an example's queries answered
+// exactly, averaged over examples (mqar, induction; Zoology's accuracy).
+enum class AccuracyKind { per_example, exact_sequence, per_query };
 
 struct TaskInfo {
   std::string name, summary, alphabet;
@@ -97,6 +120,17 @@ struct TaskInfo {
   ModelShape model;
   // A causal language model over the tokens (copy): the model is a decoder, `classes` is 0.
   bool next_token = false;
+  // Outputs at positions with explicit targets (mqar, induction; `classes` 0, pooling lm) whose
+  // answers never follow their query in the input, so the model may be causal or not: a
+  // mechanism that cannot be causal is scored on the same task.
+  bool causal_optional = false;
+  AccuracyKind accuracy = AccuracyKind::per_example;
+  // The options of TaskOptions it takes beyond seq and seed ("vocab", "kv_pairs",
+  // "train_examples"); make_task refuses the others when they are set.
+  std::vector<std::string> options;
+  // The most positions of an example that carry a loss at these options (nullptr: any number);
+  // the model's compact output layer is sized by it (mqar: D; induction: 1).
+  std::function<int64_t(const TaskOptions&)> loss_positions;
   // Two documents per example through one shared encoder (retrieval), the head on
   // [e1, e2, e1*e2, e1-e2].
   bool two_tower = false;
@@ -106,6 +140,8 @@ struct TaskInfo {
 };
 
 const std::vector<TaskInfo>& tasks();
+// Whether the task takes an option of TaskOptions beyond seq and seed (TaskInfo::options).
+bool task_takes_option(const TaskInfo& t, const std::string& option);
 // The pooling in words, for `list tasks`: "CLS", "mean", "causal LM", "CLS per document, ...".
 std::string pooling_text(const TaskInfo& t);
 // Throws InvalidInput naming the known tasks.
@@ -120,6 +156,8 @@ TaskInfo retrieval_task_info();
 TaskInfo image_task_info();
 TaskInfo pathfinder_task_info();
 TaskInfo pathx_task_info();
+TaskInfo mqar_task_info();
+TaskInfo induction_task_info();
 
 // ---- shared helpers ----
 // The seed of a split's generated examples: the training split keeps the run's seed (the data
@@ -130,6 +168,12 @@ uint64_t split_seed(uint64_t seed, Split split);
 std::pair<size_t, size_t> split_range(size_t n, Split split);
 // The generator of example `index`: a stream of its own, so examples are independent.
 uint64_t example_stream(int64_t index);
+// Generated tasks whose examples could repeat across splits (a small alphabet, few random
+// choices) keep the splits disjoint by construction: an example belongs to the split its token
+// hash falls in (train 18 of 20 buckets, validation and test one each), and a generator draws
+// candidates until one falls in its split. `attempt` is the candidate's number.
+Split split_of_tokens(const std::vector<int32_t>& tokens);
+uint64_t candidate_stream(int64_t index, int64_t attempt);
 // How many of a split's examples an evaluation over `count` of them sees: `count`, or all of a
 // real split that has fewer (its examples would otherwise repeat).
 int64_t evaluated_examples(const Task& task, int64_t count);

@@ -421,7 +421,7 @@ PointResult train_fixture_point() {
   t.dropout = "0.1";
   t.attn_dropout = "0.1";
   t.positions = "learned";
-  r.train = TrainResult{0.625, 0.6, 0.64, 0.625, 0.71, 500, 400, 120.5, 3.5, 9.25, 0.5, 1 << 22};
+  r.train = TrainResult{0.625, 0.6, 0.64, 0.625, 0.71, 500, 400, 120.5, 3.5, 9.25, 0.5, 1 << 22, {}};
   return r;
 }
 

@@ -185,8 +185,10 @@ TEST(Sinkhorn, BadInputAndCausal) {
 
 // The reference of mechanisms.md, in double, from the dumped bucket assignments: per round, sort
 // by (bucket, position), cut into chunks, let each query attend the set of keys of its chunk and
-// the previous one (wrapping) in its bucket, j <= i when causal, itself only when nothing else
-// is admissible; combine rounds by their log-sum-exp. Keys are Q_j / ||Q_j||.
+// the previous one (wrapping) in its bucket, itself only when nothing else is admissible; combine
+// rounds by their log-sum-exp. Keys are Q_j / ||Q_j||. Causal: j <= i, and the chunks are cut
+// within each bucket (a position's chunk is its rank among its bucket's positions / bucket_size),
+// with no wrap: a query's keys depend on earlier positions alone.
 std::vector<double> reformer_reference(const Run& r, int64_t bucket_size, bool causal) {
   const DumpTensor bk = tensor(*r.impl, "buckets");
   const Shape4 s = r.data->q.view().shape;
@@ -207,11 +209,23 @@ std::vector<double> reformer_reference(const Run& r, int64_t bucket_size, bool c
         std::vector<int64_t> order(N);
         for (int64_t i = 0; i < N; ++i) order[i] = i;
         std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return bucket[x] < bucket[y]; });
+        std::vector<int64_t> rank(N);  // a position's rank among the positions of its bucket
+        for (int64_t i = 0; i < N; ++i) {
+          rank[i] = 0;
+          for (int64_t j = 0; j < i; ++j) rank[i] += bucket[j] == bucket[i];
+        }
         for (int64_t p = 0; p < N; ++p) {
           const int64_t i = order[p], c = p / bucket_size;
           std::set<int64_t> window;
-          for (int64_t cc : {c, (c + nchunks - 1) % nchunks})
-            for (int64_t t = cc * bucket_size; t < (cc + 1) * bucket_size; ++t) window.insert(order[t]);
+          if (causal) {
+            const int64_t ci = rank[i] / bucket_size;
+            for (int64_t j = 0; j <= i; ++j)
+              if (bucket[j] == bucket[i] && (rank[j] / bucket_size == ci || (nchunks > 1 && rank[j] / bucket_size == ci - 1)))
+                window.insert(j);
+          } else {
+            for (int64_t cc : {c, (c + nchunks - 1) % nchunks})
+              for (int64_t t = cc * bucket_size; t < (cc + 1) * bucket_size; ++t) window.insert(order[t]);
+          }
           std::vector<int64_t> keys;
           for (int64_t j : window)
             if (bucket[j] == bucket[i] && j != i && (!causal || j <= i)) keys.push_back(j);
