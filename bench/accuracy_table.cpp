@@ -16,7 +16,7 @@ namespace ab {
 
 namespace {
 
-// LRA Table 1 (Tay et al. 2020; ../shared/spec/published.md), test accuracy in %, by the
+// LRA Table 1 (Tay et al. 2020; docs/reproductions.md), test accuracy in %, by the
 // mechanism that computes each row here (the Transformer is `flash`, and `vanilla` computes it
 // too). -1: FAIL.
 struct PublishedRow {
@@ -173,8 +173,106 @@ bool is_accuracy_metric(const std::string& metric) {
   return false;
 }
 
+namespace {
+// Zoology's Figure 2 layout for the associative-recall runs (every training run on mqar): one
+// table per length N (D pairs), rows mechanisms (and what tells a mechanism's configurations
+// apart: a window, a feature count), columns d_model; a cell is the best over the learning
+// rates, chosen by validation accuracy (not by the test set it reports), with the rate chosen.
+std::string recall_table(const std::vector<ResultFile>& files, const AccuracyTableOptions& o) {
+  const Field* field = find_field(o.metric);
+  const bool percent = o.metric != "eval_loss";
+  struct Run {
+    const PointResult* r;
+    std::string row;
+  };
+  std::map<int64_t, std::vector<Run>> by_n;  // N -> its runs
+  for (const auto& f : files)
+    for (const auto& r : f.points)
+      if (r.id.training()) by_n[r.id.shape.N].push_back({&r, ""});
+  // Words that vary across a block's runs of one mechanism, less what the columns and the best
+  // over rates stand for (d_model, its head size, the rate) and the seed.
+  static const std::set<std::string> across = {"dmodel", "D", "lr", "seed"};
+  auto words_of = [](const PointId& id) {
+    std::vector<std::string> w;
+    for (const auto& x : configuration_words(id)) {
+      const std::string key = x.substr(0, x.find('='));
+      if (!across.count(key)) w.push_back(x);
+    }
+    return w;
+  };
+  std::string out;
+  const std::string what = o.metric == "accuracy" ? "test accuracy" : o.metric;
+  out += fmt::format("**{} ({}{}): mqar, one table per N; the best over learning rates by validation accuracy, the rate "
+                     "chosen in brackets**\n",
+                     o.metric, percent ? "%, " : "", what);
+  std::vector<std::string> notes;
+  for (auto& [N, runs] : by_n) {
+    std::map<std::string, std::vector<std::vector<std::string>>> of_mech;
+    for (const auto& x : runs) of_mech[x.r->id.mechanism].push_back(words_of(x.r->id));
+    for (auto& x : runs) {
+      x.row = x.r->id.mechanism;
+      const auto& all = of_mech.at(x.r->id.mechanism);
+      for (const auto& w : words_of(x.r->id))
+        if (std::any_of(all.begin(), all.end(), [&](const auto& c) { return std::find(c.begin(), c.end(), w) == c.end(); }))
+          x.row += " " + w;
+    }
+    std::set<int64_t> widths;
+    for (const auto& x : runs) widths.insert(x.r->id.model.dmodel);
+    std::vector<std::string> rows;
+    for (const auto& m : mechanism_names())
+      for (const auto& x : runs)
+        if (x.r->id.mechanism == m && std::find(rows.begin(), rows.end(), x.row) == rows.end()) rows.push_back(x.row);
+    const int64_t D = runs.front().r->id.kv_pairs;
+    out += fmt::format("\nN = {} (D = {} pairs)\n\n| mechanism |", N, D);
+    for (int64_t w : widths) out += fmt::format(" d_model {} |", w);
+    out += "\n|---|";
+    for (size_t i = 0; i < widths.size(); ++i) out += "---:|";
+    out += "\n";
+    for (const auto& row : rows) {
+      out += "| " + row + " |";
+      for (int64_t w : widths) {
+        const PointResult* best = nullptr;
+        std::string failed;
+        int tried = 0;
+        for (const auto& x : runs) {
+          if (x.row != row || x.r->id.model.dmodel != w) continue;
+          ++tried;
+          if (x.r->status != Status::OK) {
+            failed = fmt::format("{}: {}", to_string(x.r->status), x.r->message);
+            continue;
+          }
+          if (!best || x.r->train->val_accuracy > best->train->val_accuracy) best = x.r;
+        }
+        if (!tried) {
+          out += " not run |";
+        } else if (!best) {
+          out += " FAIL |";
+          notes.push_back(fmt::format("{} at N {} d_model {}: {}", row, N, w, failed));
+        } else {
+          const auto v = field->value(*best, real_stats(*best).median, nullptr);
+          out += fmt::format(" {} (lr {}{}) |", v ? fmt::format("{:.2f}", *v * (percent ? 100 : 1)) : "-", best->id.train.lr,
+                             tried > 1 ? fmt::format(", best of {}", tried) : "");
+        }
+      }
+      out += "\n";
+    }
+  }
+  if (!notes.empty()) {
+    out += "\n";
+    for (const auto& n : notes) out += "- " + n + "\n";
+  }
+  return out;
+}
+}  // namespace
+
 std::string accuracy_table(const std::vector<ResultFile>& files, const AccuracyTableOptions& o) {
   if (!is_accuracy_metric(o.metric)) throw InvalidInput(fmt::format("'{}' is not an accuracy metric", o.metric));
+  // Associative recall alone: Zoology's layout (markdown; csv and latex keep the general one).
+  bool any = false, all_recall = true;
+  for (const auto& f : files)
+    for (const auto& r : f.points)
+      if (r.id.training()) any = true, all_recall = all_recall && r.id.task == "mqar";
+  if (any && all_recall && o.published.empty() && o.format == "md") return recall_table(files, o);
   if (o.format != "md" && o.format != "csv" && o.format != "latex")
     throw InvalidInput(fmt::format("unknown format '{}'; formats: md, csv, latex", o.format));
   if (!o.published.empty() && o.published != "lra")

@@ -38,6 +38,17 @@ file holds (its own, its resumptions' and its merged sources'), since a grid mov
 keeps the first one's context.
 
 usage: /usr/bin/python3 scripts/plot.py bubbles RESULT.json OUT_PREFIX [--speed TIMED.json] [--baseline vanilla]
+
+The recall-cost frontier of multi-query associative recall (the Based paper's Figure 2 for the
+mechanisms here) from a zoology-mqar result file (`attnbench train --preset zoology-mqar --out`):
+at one length N, the test accuracy of each mechanism configuration and d_model (the best over
+learning rates, chosen by validation accuracy) against (a) its inference state per token and
+layer, measured by `attnbench run` on the same configuration (the decode state: a KV cache for
+softmax attention, the recurrent state for linear attention; a forward call's tracked memory for
+a mechanism without a decode step), and (b) its training throughput (tokens/s of its own steps).
+One line per mechanism through its configurations.
+
+usage: /usr/bin/python3 scripts/plot.py frontier RESULT.json OUT_PREFIX [--seq N] [--attnbench build/attnbench]
        [--attnbench build/attnbench]
        (writes OUT_PREFIX.png, OUT_PREFIX.svg)
 """
@@ -425,10 +436,106 @@ def bubbles_main(argv):
     fig.savefig(a.prefix + ".svg")
 
 
+def recall_runs(path, seq=None):
+    """The best run over learning rates (by validation accuracy) of each (mechanism configuration,
+    d_model) at one length N (the largest in the file unless given) of a zoology-mqar result file:
+    {(mechanism, params tuple, d_model): (test accuracy, tokens/s of its own steps, point)}."""
+    doc = read_result_file(path)
+    runs = [b for b in doc.get("benchmarks", []) if b.get("run_type") == "iteration" and not b.get("error_occurred")
+            and b.get("point", {}).get("task") == "mqar" and "accuracy" in b]
+    if not runs:
+        raise SystemExit(f"plot.py frontier: {path} holds no finished mqar training run")
+    n = seq or max(b["point"]["seq"] for b in runs)
+    best = {}
+    for b in runs:
+        p = b["point"]
+        if p["seq"] != n:
+            continue
+        key = (p["attn"], tuple(sorted(p.get("params", {}).items())), p["dmodel"])
+        if key not in best or b["val_accuracy"] > best[key][3]:
+            tokens = b.get("tokens_per_s") or 1000.0 / b["real_time"] * p["batch"] * p["seq"]
+            best[key] = (b["accuracy"], tokens, p, b["val_accuracy"])
+    return n, {k: v[:3] for k, v in best.items()}, doc.get("context", {})
+
+
+def inference_bytes_per_token(exe, point):
+    """Tracked bytes per token of one attention layer of the point's model at inference, measured by
+    attnbench: the decode state (KV cache or recurrent state after N tokens) where the mechanism has
+    a decode step, else the working memory of a forward call; batch 1, the model's heads."""
+    import subprocess
+    mech, n, heads, d = point["attn"], point["seq"], point["heads"], point["dmodel"]
+    base = [exe, "run", "--attn", mech, "--seq", str(n), "--heads", str(heads), "--dhead", str(d // heads), "--batch", "1",
+            "--reps", "1", "--min-time", "0", "--warmup", "1", "--out", "-"]
+    for k, v in point.get("params", {}).items():
+        base += ["--param", f"{k}={v}"]
+    if point.get("causal"):
+        base.append("--causal")
+    for mode in ("decode", "fwd"):
+        proc = subprocess.run(base + ["--mode", mode], capture_output=True, text=True)
+        if proc.returncode != 0:
+            continue
+        for b in json.loads(proc.stdout)["benchmarks"]:
+            if b.get("run_type") == "iteration" and not b.get("error_occurred"):
+                return b["peak_bytes"] / n, mode
+    raise SystemExit(f"plot.py frontier: attnbench could not measure {mech} at N={n}: {proc.stderr.strip()}")
+
+
+def frontier_main(argv):
+    import os
+    ap = argparse.ArgumentParser(description="the recall-cost frontier of a zoology-mqar result file")
+    ap.add_argument("result")
+    ap.add_argument("prefix")
+    ap.add_argument("--seq", type=int, help="the length N to draw (default: the longest in the file)")
+    ap.add_argument("--attnbench", default=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                                        "build", "attnbench"))
+    a = ap.parse_args(argv)
+    n, best, ctx = recall_runs(a.result, a.seq)
+    if not best:
+        raise SystemExit(f"plot.py frontier: {a.result} has no finished run at N={n}")
+    mechs = {k[0] for k in best}
+    styles = mechanism_styles(mechs, mechanism_families(a.attnbench))
+    fig, (ax_m, ax_t) = plt.subplots(1, 2, figsize=(15, 6.5))
+    measured = {}
+    for key, (acc, tokens, point) in best.items():
+        measured[key] = (acc, tokens, *inference_bytes_per_token(a.attnbench, point))
+    for m in sorted(mechs):
+        colour, marker = styles[m]
+        pts = sorted((v[2], v[1], v[0], k) for k, v in measured.items() if k[0] == m)
+        for ax, x_of in ((ax_m, lambda p: p[0]), (ax_t, lambda p: p[1])):
+            xs = [x_of(p) for p in pts]
+            ys = [100 * p[2] for p in pts]
+            order = np.argsort(xs)
+            ax.plot(np.array(xs)[order], np.array(ys)[order], marker=marker, color=colour, linewidth=1, markersize=7,
+                    label=m if ax is ax_m else None)
+            for x, y, p in zip(xs, ys, pts):
+                params, d = p[3][1], p[3][2]
+                what = " ".join(f"{k}={v}" for k, v in params if k in ("window", "features", "block", "k", "bucket_size"))
+                ax.annotate(f"{m} d{d}" + (f" {what}" if what else ""), (x, y), fontsize=6, xytext=(3, 3),
+                            textcoords="offset points")
+    modes = sorted({v[3] for v in measured.values()})
+    ax_m.set(xscale="log", xlabel="inference state per token and layer (bytes)",
+             ylabel="MQAR test accuracy (%)", title=f"recall against memory, N = {n}")
+    ax_t.set(xscale="log", xlabel="training throughput of its own run (tokens/s)", ylabel="MQAR test accuracy (%)",
+             title=f"recall against speed, N = {n}")
+    for ax in (ax_m, ax_t):
+        plain_log_axis(ax.xaxis)
+        ax.grid(True, alpha=0.3)
+        ax.set_ylim(-2, 102)
+    fig.legend(loc="center right", fontsize=8)
+    fig.suptitle(f"{os.path.basename(a.result)}: {ctx.get('command', '')[:140]}\n(best over learning rates by validation "
+                 f"accuracy; memory: the decode state where a mechanism has a decode step, else a forward call's tracked working "
+                 f"memory, measured by attnbench run --mode {'/'.join(modes)})", fontsize=8)
+    fig.tight_layout(rect=(0, 0, 0.88, 0.94))
+    fig.savefig(a.prefix + ".png", dpi=110)
+    fig.savefig(a.prefix + ".svg")
+
+
 def main():
     import os
     if len(sys.argv) > 1 and sys.argv[1] == "curves":
         return curves_main(sys.argv[2:])
+    if len(sys.argv) > 1 and sys.argv[1] == "frontier":
+        return frontier_main(sys.argv[2:])
     if len(sys.argv) > 1 and sys.argv[1] == "bubbles":
         return bubbles_main(sys.argv[2:])
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])

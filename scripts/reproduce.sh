@@ -29,6 +29,8 @@ targets=(
   "copy|2 h of one core|the copy task of \"Transformers are RNNs\": softmax, linear, LSH-1, LSH-4 (train --preset copy)"
   "lra-accuracy|44 h of one core|LRA Table 1 at CPU scale: every mechanism on five tasks (train --preset lra-accuracy)"
   "lra-knobs|10 h of one core|the Transformer of lra-accuracy on Image and Pathfinder with 3x and 4x the steps, and on Image at twice the width (train --preset lra-knobs)"
+  "zoology-calibration|4 h of one core|what Zoology's MQAR settings need on this machine: flash at N 64, d_model 64 (train --preset zoology-calibration)"
+  "zoology-mqar|24 h of one core|Zoology's Figure 2 at CPU scale: multi-query associative recall, every mechanism, with the recall-cost frontier (train --preset zoology-mqar)"
 )
 
 list() {
@@ -122,7 +124,7 @@ run_target() {
       "$exe" list tasks --wide | awk -F'|' '/^\| / && NR > 2 { gsub(/ /, "", $2); if ($2 != "") print $2 }' | while read -r t; do
         "$exe" task rate --task "$t" --reps 3
       done >"$work/task_rates.txt" ;;
-    copy | lra-accuracy | lra-knobs)
+    copy | lra-accuracy | lra-knobs | zoology-calibration | zoology-mqar)
       # Resumable: the result file and the runs' checkpoints stay where the last attempt left them.
       local file="results/studies/$name/$name.json" train="runs/$name"
       mkdir -p "results/studies/$name" "$train"
@@ -145,6 +147,14 @@ run_target() {
           echo
         done >"$work/copy.md"
         $py scripts/plot.py curves "$work"/logs/*.jsonl "$work/copy_curves" --title "copy task, N = 128: learning curves"
+      elif [ "$name" = zoology-calibration ] || [ "$name" = zoology-mqar ]; then
+        "$exe" table "$file" --metric accuracy >"$work/$name.md"
+        $py scripts/plot.py curves "$work"/logs/*.jsonl "$work/${name//-/_}_curves" --title "MQAR: learning curves"
+        if [ "$name" = zoology-mqar ]; then
+          for n in 64 128 256; do
+            $py scripts/plot.py frontier "$file" "$work/mqar_frontier_$n" --seq "$n" --attnbench "$exe" || true
+          done
+        fi
       elif [ "$name" = lra-knobs ]; then
         "$exe" table "$file" --metric accuracy >"$work/lra-knobs.md"
         $py scripts/plot.py curves "$work"/logs/*.jsonl "$work/lra_knobs_curves" --title "LRA at CPU scale, more steps or width: learning curves"

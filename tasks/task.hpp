@@ -1,4 +1,4 @@
-// The workloads of ../shared/spec/tasks.md as data sources: each task yields examples of token ids
+// The workloads of docs/tasks.md as data sources: each task yields examples of token ids
 // and labels of its shape, deterministically from the seed and the example's index (so a batch
 // can be generated in parallel and any example regenerated alone), with no download. Tasks with
 // a real-data format read it from --data-dir, whole and validated when the task is made.
