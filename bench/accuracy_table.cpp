@@ -223,7 +223,7 @@ std::string recall_table(const std::vector<ResultFile>& files, const AccuracyTab
       for (const auto& x : runs)
         if (x.r->id.mechanism == m && std::find(rows.begin(), rows.end(), x.row) == rows.end()) rows.push_back(x.row);
     const int64_t D = runs.front().r->id.kv_pairs;
-    out += fmt::format("\nN = {} (D = {} pairs)\n\n| mechanism |", N, D);
+    out += fmt::format("\nN = {}, D = {} key-value pairs\n\n| mechanism |", N, D);
     for (int64_t w : widths) out += fmt::format(" d_model {} |", w);
     out += "\n|---|";
     for (size_t i = 0; i < widths.size(); ++i) out += "---:|";

@@ -132,8 +132,9 @@ std::vector<PointId> runs(const TaskRecipe& r, const std::vector<std::string>& m
 // output layer tied to the embedding, AdamW with weight decay 0.1, a cosine schedule without
 // warm-up, no clipping, early stop at a validation accuracy of 0.99, a fixed training set
 // cycled in epochs. What the calibration measured (docs/reproductions.md) sets the rest:
-constexpr int64_t kRecallVocab = 8192;
-constexpr int64_t kRecallExamples = 100000, kRecallEpochs = 20, kRecallBatch = 512;
+constexpr int64_t kZoologyVocab = 8192, kZoologyBatch = 512;  // Zoology's Figure 2
+constexpr int64_t kRecallVocab = 1024;
+constexpr int64_t kRecallExamples = 100000, kRecallEpochs = 20, kRecallBatch = 64;
 const std::vector<std::string> kRecallRates = {"0.0022", "0.01", "0.00046"};
 const std::vector<int64_t> kRecallLengths = {64, 128, 256}, kRecallWidths = {64, 128};
 
@@ -253,13 +254,13 @@ std::vector<PointId> train_preset_grid(const std::string& name, const TrainPrese
       // (1024); a smaller batch (64: eight times the updates per epoch); then Zoology's other
       // rates.
       const std::vector<std::string> flash_only = chosen({"flash"});
-      add(recall_runs(recall_recipe(64, 64, "0.0022"), flash_only, {seeds.front()}, o.threads));
-      add(recall_runs(recall_recipe(64, 64, "0.0022", kRecallBatch, 1024), flash_only, {seeds.front()}, o.threads));
-      add(recall_runs(recall_recipe(64, 64, "0.0022", 64), flash_only, {seeds.front()}, o.threads));
-      // Both: the smaller vocabulary at the smaller batch, evaluated four times an epoch.
-      add(recall_runs(recall_recipe(64, 64, "0.0022", 64, 1024, 4), flash_only, {seeds.front()}, o.threads));
-      for (const char* lr : {"0.01", "0.00046"})
-        add(recall_runs(recall_recipe(64, 64, lr), flash_only, {seeds.front()}, o.threads));
+      add(recall_runs(recall_recipe(64, 64, "0.0022", kZoologyBatch, kZoologyVocab), flash_only, {seeds.front()}, o.threads));
+      add(recall_runs(recall_recipe(64, 64, "0.0022", kZoologyBatch, 1024), flash_only, {seeds.front()}, o.threads));
+      add(recall_runs(recall_recipe(64, 64, "0.0022", 64, kZoologyVocab), flash_only, {seeds.front()}, o.threads));
+      // Both: the smaller vocabulary at the smaller batch, evaluated four times an epoch; then
+      // Zoology's other rates there.
+      for (const char* lr : {"0.0022", "0.01", "0.00046"})
+        add(recall_runs(recall_recipe(64, 64, lr, 64, 1024, 4), flash_only, {seeds.front()}, o.threads));
       return out;
     }
     // Every mechanism at every cell, in the order worth having: the first rate everywhere

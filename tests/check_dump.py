@@ -182,7 +182,9 @@ def sinkhorn(t, prm):
 def reformer(t, causal, prm):
     """Recomputes the buckets from Q and the rotations (checked against the dump, up to float
     near-ties), then the output from the dumped buckets: sort, chunks with look-back, the
-    bucket, causal and self rules, and the log-sum-exp combination of rounds."""
+    bucket, causal and self rules, and the log-sum-exp combination of rounds. Causal: the chunks
+    are cut within each bucket (a position's chunk is its rank among its bucket's positions
+    divided by bucket_size), without the wrap, so a query's keys depend on earlier positions only."""
     q, v = t["q"], t["v"]
     B, H, N, D = q.shape
     rot = t["rotations"]  # (n_hashes, H, D, nb/2)
@@ -202,10 +204,16 @@ def reformer(t, causal, prm):
             for r in range(got.shape[2]):
                 bk = got[b, h, r]
                 order = np.argsort(bk, kind="stable")
+                rank = np.array([np.sum(bk[:i] == bk[i]) for i in range(N)])
                 lse_r, o_r = np.zeros(N), np.zeros((N, D))
                 for p in range(N):
                     i, c = order[p], p // bs
-                    window = set(order[c * bs:(c + 1) * bs]) | set(order[((c - 1) % nch) * bs:((c - 1) % nch + 1) * bs])
+                    if causal:
+                        ci = rank[i] // bs
+                        window = {j for j in range(i + 1) if bk[j] == bk[i]
+                                  and (rank[j] // bs == ci or (nch > 1 and rank[j] // bs == ci - 1))}
+                    else:
+                        window = set(order[c * bs:(c + 1) * bs]) | set(order[((c - 1) % nch) * bs:((c - 1) % nch + 1) * bs])
                     keys = sorted(j for j in window if bk[j] == bk[i] and j != i and (not causal or j <= i)) or [i]
                     sc = key[b, h, keys] @ q[b, h, i] / np.sqrt(D)
                     m = sc.max()
