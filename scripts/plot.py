@@ -45,10 +45,12 @@ at one length N, the test accuracy of each mechanism configuration and d_model (
 learning rates, chosen by validation accuracy) against (a) its inference state per token and
 layer, measured by `attnbench run` on the same configuration (the decode state: a KV cache for
 softmax attention, the recurrent state for linear attention; a forward call's tracked memory for
-a mechanism without a decode step), and (b) its training throughput (tokens/s of its own steps).
+a mechanism without a decode step), and (b) its training throughput (tokens/s of its own steps, or
+with --speed of the same configurations' steps timed by `attnbench run --preset zoology-mqar`).
 One line per mechanism through its configurations.
 
-usage: /usr/bin/python3 scripts/plot.py frontier RESULT.json OUT_PREFIX [--seq N] [--attnbench build/attnbench]
+usage: /usr/bin/python3 scripts/plot.py frontier RESULT.json OUT_PREFIX [--seq N] [--speed TIMED.json]
+       [--attnbench build/attnbench]
        [--attnbench build/attnbench]
        (writes OUT_PREFIX.png, OUT_PREFIX.svg)
 """
@@ -486,12 +488,28 @@ def frontier_main(argv):
     ap.add_argument("result")
     ap.add_argument("prefix")
     ap.add_argument("--seq", type=int, help="the length N to draw (default: the longest in the file)")
+    ap.add_argument("--speed", help="a `run --preset zoology-mqar` result: tokens/s of timed training steps instead of "
+                                    "the runs' own wall clock")
     ap.add_argument("--attnbench", default=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                                         "build", "attnbench"))
     a = ap.parse_args(argv)
     n, best, ctx = recall_runs(a.result, a.seq)
     if not best:
         raise SystemExit(f"plot.py frontier: {a.result} has no finished run at N={n}")
+    speed_source = "its own run's wall clock"
+    if a.speed:
+        # Timed steps of the same configurations (the training point without its recipe).
+        timed = {}
+        for b in read_result_file(a.speed).get("benchmarks", []):
+            p = b.get("point", {})
+            if b.get("aggregate_name") == "median" and not b.get("error_occurred"):
+                timed[(p["attn"], tuple(sorted(p.get("params", {}).items())), p["dmodel"], p["seq"])] = \
+                    1000.0 / b["real_time"] * p["batch"] * p["seq"]
+        missing = [k for k in best if (*k, n) not in timed]
+        if missing:
+            raise SystemExit(f"plot.py frontier: {a.speed} has no timed step of {', '.join(f'{m} d{d}' for m, _, d in missing)}")
+        best = {k: (v[0], timed[(*k, n)], v[2]) for k, v in best.items()}
+        speed_source = "timed steps, " + os.path.basename(a.speed)
     mechs = {k[0] for k in best}
     styles = mechanism_styles(mechs, mechanism_families(a.attnbench))
     fig, (ax_m, ax_t) = plt.subplots(1, 2, figsize=(15, 6.5))
@@ -515,7 +533,7 @@ def frontier_main(argv):
     modes = sorted({v[3] for v in measured.values()})
     ax_m.set(xscale="log", xlabel="inference state per token and layer (bytes)",
              ylabel="MQAR test accuracy (%)", title=f"recall against memory, N = {n}")
-    ax_t.set(xscale="log", xlabel="training throughput of its own run (tokens/s)", ylabel="MQAR test accuracy (%)",
+    ax_t.set(xscale="log", xlabel=f"training throughput (tokens/s; {speed_source})", ylabel="MQAR test accuracy (%)",
              title=f"recall against speed, N = {n}")
     for ax in (ax_m, ax_t):
         plain_log_axis(ax.xaxis)

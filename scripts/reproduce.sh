@@ -151,8 +151,10 @@ run_target() {
         "$exe" table "$file" --metric accuracy >"$work/$name.md"
         $py scripts/plot.py curves "$work"/logs/*.jsonl "$work/${name//-/_}_curves" --title "MQAR: learning curves"
         if [ "$name" = zoology-mqar ]; then
+          # The throughput axis from each configuration's training step timed on an idle core.
+          bench mqar_speed --preset zoology-mqar --threads 1 --reps 3 --min-time 0.5
           for n in 64 128 256; do
-            $py scripts/plot.py frontier "$file" "$work/mqar_frontier_$n" --seq "$n" --attnbench "$exe" || true
+            $py scripts/plot.py frontier "$file" "$work/mqar_frontier_$n" --seq "$n" --speed "$work/mqar_speed.json" --attnbench "$exe"
           done
         fi
       elif [ "$name" = lra-knobs ]; then
