@@ -15,6 +15,7 @@
 
 #include "attention_impls/registry.hpp"
 #include "bench/runner.hpp"
+#include "model/transformer.hpp"
 
 namespace ab::test {
 
@@ -88,6 +89,33 @@ inline DumpTensor tensor(const Attention& impl, const std::string& name) {
     if (t.name == name) return t;
   ADD_FAILURE() << "no tensor " << name;
   return {};
+}
+
+// Central differences of the loss against the backward pass, on up to `per_slice` elements of
+// every parameter slice (spread over the slice). Returns the number of elements checked.
+inline int check_model_gradients(TransformerModel& m, const Batch& b, int per_slice, double tol_abs, double tol_rel) {
+  m.step(b);  // fwdbwd: gradients of this batch's loss
+  const int64_t n = m.parameter_count();
+  std::vector<float> grad(m.gradients(), m.gradients() + n);
+  const float eps = 1e-2f;
+  int checked = 0;
+  for (const auto& s : m.parameters()) {
+    const int64_t stride = std::max<int64_t>(1, s.count / per_slice);
+    for (int64_t i = s.offset + stride / 2; i < s.offset + s.count; i += stride) {
+      float& w = m.weights()[i];
+      const float saved = w;
+      w = saved + eps;
+      const double lp = m.loss(b);
+      w = saved - eps;
+      const double lm = m.loss(b);
+      w = saved;
+      const double fd = (lp - lm) / (2.0 * eps);
+      const double an = grad[static_cast<size_t>(i)];
+      EXPECT_NEAR(fd, an, tol_abs + tol_rel * std::abs(an)) << s.name << " element " << i - s.offset;
+      ++checked;
+    }
+  }
+  return checked;
 }
 
 struct Exec {

@@ -38,33 +38,6 @@ Batch batch_of(const std::string& task, int64_t seq, int64_t first, int64_t size
   return make_task(task, o)->batch(first, size);
 }
 
-// Central differences of the loss against the backward pass, on up to `per_slice` elements of
-// every parameter slice (spread over the slice). Returns the number of elements checked.
-int check_model_gradients(TransformerModel& m, const Batch& b, int per_slice, double tol_abs, double tol_rel) {
-  m.step(b);  // fwdbwd: gradients of this batch's loss
-  const int64_t n = m.parameter_count();
-  std::vector<float> grad(m.gradients(), m.gradients() + n);
-  const float eps = 1e-2f;
-  int checked = 0;
-  for (const auto& s : m.parameters()) {
-    const int64_t stride = std::max<int64_t>(1, s.count / per_slice);
-    for (int64_t i = s.offset + stride / 2; i < s.offset + s.count; i += stride) {
-      float& w = m.weights()[i];
-      const float saved = w;
-      w = saved + eps;
-      const double lp = m.loss(b);
-      w = saved - eps;
-      const double lm = m.loss(b);
-      w = saved;
-      const double fd = (lp - lm) / (2.0 * eps);
-      const double an = grad[static_cast<size_t>(i)];
-      EXPECT_NEAR(fd, an, tol_abs + tol_rel * std::abs(an)) << s.name << " element " << i - s.offset;
-      ++checked;
-    }
-  }
-  return checked;
-}
-
 struct GradCase {
   std::string task, mech;
   std::vector<std::string> params;
@@ -81,7 +54,7 @@ TEST_P(ModelGradients, EveryParameterMatchesFiniteDifferences) {
   TransformerModel m(c, ModelMode::fwdbwd);
   m.setup(3);
   const Batch b = batch_of(g.task, g.seq, 0, c.batch);
-  const int checked = check_model_gradients(m, b, 4, 2e-3, 3e-2);
+  const int checked = test::check_model_gradients(m, b, 4, 2e-3, 3e-2);
   EXPECT_GE(checked, static_cast<int>(m.parameters().size()));
 }
 

@@ -205,25 +205,7 @@ TEST(RecallModel, GradientsMatchFiniteDifferences) {
     TransformerModel m(c, ModelMode::fwdbwd);
     m.setup(6);
     const Batch b = recall_batch("mqar", 32, c.batch);
-    m.step(b);
-    std::vector<float> grad(m.gradients(), m.gradients() + m.parameter_count());
-    const float eps = 1e-2f;
-    int checked = 0;
-    for (const auto& s : m.parameters()) {
-      const int64_t stride = std::max<int64_t>(1, s.count / 5);
-      for (int64_t i = s.offset + stride / 2; i < s.offset + s.count; i += stride) {
-        float& w = m.weights()[i];
-        const float saved = w;
-        w = saved + eps;
-        const double lp = m.loss(b);
-        w = saved - eps;
-        const double lm = m.loss(b);
-        w = saved;
-        const double fd = (lp - lm) / (2.0 * eps), an = grad[static_cast<size_t>(i)];
-        EXPECT_NEAR(fd, an, 2e-3 + 3e-2 * std::abs(an)) << s.name << " element " << i - s.offset << " tie " << tie;
-        ++checked;
-      }
-    }
+    const int checked = test::check_model_gradients(m, b, 5, 2e-3, 3e-2);
     EXPECT_GT(checked, 20);
     // No MLP: no feed-forward parameters at all; tied: no output matrix of its own.
     for (const auto& s : m.parameters()) {
