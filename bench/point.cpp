@@ -272,7 +272,7 @@ std::vector<PointField> make_fields() {
       AB_TRAIN_INT("steps", "steps", "--steps", steps, "training steps (optimizer updates)", 14, at_least_one),
       AB_TRAIN_TEXT("lr", "lr", "--lr", lr, "learning rate (linear-warmup-rsqrt: LRA's base rate)", 15, positive_number),
       AB_TRAIN_TEXT("schedule", "schedule", "--schedule", schedule,
-                    "constant | linear-warmup-rsqrt | cosine | onecycle | step:S[:F] (F times the rate after step S)", 16,
+                    "constant | linear-warmup-rsqrt | cosine | cosine:H (over H steps; a run may stop before) | onecycle | step:S[:F] (F times the rate after step S)", 16,
                     schedule_name),
       AB_TRAIN_INT("warmup", "warmup", "--warmup-steps", warmup, "warm-up steps of the schedule", 17, not_negative),
       AB_TRAIN_TEXT("beta1", "beta1", "--beta1", beta1, "AdamW's first-moment decay", 18, unit_interval),

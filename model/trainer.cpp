@@ -36,7 +36,7 @@ double Schedule::at(int64_t s) const {
     }
     case cosine: {
       if (s <= warmup) return lr * S / std::max(W, 1.0);
-      const double span = std::max(1.0, static_cast<double>(steps) - W);
+      const double span = std::max(1.0, static_cast<double>(horizon > 0 ? horizon : steps) - W);
       return lr * 0.5 * (1.0 + std::cos(M_PI * std::min(1.0, (S - W) / span)));
     }
     case onecycle: {
@@ -61,6 +61,15 @@ Schedule Schedule::parse(const std::string& text, double lr, int64_t warmup, int
   if (text == "constant") s.kind = constant;
   else if (text == "linear-warmup-rsqrt") s.kind = linear_warmup_rsqrt;
   else if (text == "cosine") s.kind = cosine;
+  else if (text.rfind("cosine:", 0) == 0) {
+    s.kind = cosine;
+    char* end = nullptr;
+    s.horizon = std::strtoll(text.c_str() + 7, &end, 10);
+    if (text.size() == 7 || *end != '\0' || s.horizon < 1 || s.horizon < warmup)
+      throw InvalidInput(fmt::format("--schedule '{}': cosine:H takes H, the steps the cosine spans (at least the warm-up; "
+                                     "the run may stop before, as with early stopping)",
+                                     text));
+  }
   else if (text == "onecycle") s.kind = onecycle;
   else if (text.rfind("step:", 0) == 0) {
     s.kind = step;
@@ -73,7 +82,7 @@ Schedule Schedule::parse(const std::string& text, double lr, int64_t warmup, int
     if (!at_ok || (colon != std::string::npos && *end != '\0') || !(s.decay_factor > 0 && s.decay_factor <= 1))
       throw InvalidInput(fmt::format("--schedule '{}': step takes step:S or step:S:F (S a step, 0 < F <= 1)", text));
   } else {
-    throw unknown_name("schedule", text, {"constant", "linear-warmup-rsqrt", "cosine", "onecycle", "step:S[:F]"},
+    throw unknown_name("schedule", text, {"constant", "linear-warmup-rsqrt", "cosine", "cosine:H", "onecycle", "step:S[:F]"},
                        "schedules");
   }
   if ((s.kind == linear_warmup_rsqrt || s.kind == onecycle) && warmup < 1)

@@ -33,6 +33,8 @@ namespace ab {
 //   constant             lr
 //   linear-warmup-rsqrt  lr min(1, s / warmup) / sqrt(max(s, warmup))   (LRA; lr is its "base")
 //   cosine               lr s / warmup during warmup, then lr (1 + cos(pi (s - warmup) / (steps - warmup))) / 2
+//   cosine:H             the same over H steps instead of the run's (Zoology's cosine over its epoch limit,
+//                        of which a run capped earlier, or stopped early, sees the start)
 //   onecycle             PyTorch's OneCycleLR, linear annealing, pct_start = warmup / steps:
 //                        from lr / 25 up to lr at step warmup, then down to lr / 25 / 1e4 at the end
 //   step:S:F             lr up to step S, lr F after it ("Transformers are RNNs": 1e-3, then 1e-4)
@@ -42,6 +44,7 @@ struct Schedule {
   int64_t warmup = 0, steps = 1;
   int64_t decay_at = 0;
   double decay_factor = 1;
+  int64_t horizon = 0;  // cosine:H: the steps the cosine spans (0: the run's)
   double at(int64_t s) const;
   // "onecycle", "step:3000:0.1", ...; throws InvalidInput naming the allowed spellings.
   static Schedule parse(const std::string& text, double lr, int64_t warmup, int64_t steps);

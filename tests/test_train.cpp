@@ -147,6 +147,11 @@ TEST(Schedules, EachRateEqualsItsFormula) {
   EXPECT_DOUBLE_EQ(s.at(100), 1e-3);
   EXPECT_NEAR(s.at(600), 1e-3 * 0.5, 1e-12);  // half way: cos(pi/2) = 0
   EXPECT_NEAR(s.at(1100), 0.0, 1e-12);
+  // cosine:H spans H steps whatever the run's length (a run of 1100 steps sees the start).
+  s = Schedule::parse("cosine:2100", 1e-3, 100, 1100);
+  EXPECT_DOUBLE_EQ(s.at(100), 1e-3);
+  EXPECT_NEAR(s.at(1100), 1e-3 * 0.5, 1e-12);  // half way through the 2000 steps after the warm-up
+  EXPECT_NEAR(s.at(2100), 0.0, 1e-12);
   // PyTorch OneCycleLR(max_lr=1e-3, total_steps=100, pct_start=0.1, anneal_strategy='linear'),
   // its lr at step_num 0, 9 (the peak), 99 (the end): 4e-5, 1e-3, 4e-9.
   s = Schedule::parse("onecycle", 1e-3, 10, 100);
@@ -154,7 +159,7 @@ TEST(Schedules, EachRateEqualsItsFormula) {
   EXPECT_NEAR(s.at(10), 1e-3, 1e-15);
   EXPECT_NEAR(s.at(100), 4e-9, 1e-15);
   EXPECT_NEAR(s.at(55), 1e-3 + (4e-9 - 1e-3) * 45.0 / 90.0, 1e-15);
-  for (const char* bad : {"sawtooth", "step", "step:0", "step:10:2", "step:x"})
+  for (const char* bad : {"sawtooth", "step", "step:0", "step:10:2", "step:x", "cosine:", "cosine:0", "cosine:5", "cosine:9x"})
     EXPECT_THROW(Schedule::parse(bad, 1e-3, 10, 100), InvalidInput) << bad;
   EXPECT_THROW(Schedule::parse("onecycle", 1e-3, 0, 100), InvalidInput);
 }
