@@ -274,6 +274,9 @@ int cli_main(int argc, char** argv) {
   compare->add_flag("--wide", compare_wide, "every point's whole name in its row");
   compare->add_flag("--any-machine", copts.any_machine,
                     "compare wall times measured on different machines (exit 3 without it)");
+  compare->add_flag("--per-gemm", copts.per_gemm,
+                    "time: each file's times in units of the GEMM rate measured in its own run (a uniformly slower "
+                    "machine cancels out)");
   compare->add_option("--filter", copts.filter, "only the points whose name this regular expression matches");
 
   // export

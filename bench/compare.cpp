@@ -15,6 +15,7 @@ CompareOutcome compare_files(const ResultFile& base, const ResultFile& next, con
   if (o.metric != "time" && o.metric != "instructions" && o.metric != "memory" && o.metric != "accuracy")
     throw unknown_name("--metric for compare", o.metric, {"time", "instructions", "memory", "accuracy"}, "metrics");
   if (!(o.max_regress >= 0)) throw InvalidInput("--max-regress must be >= 0");
+  if (o.per_gemm && o.metric != "time") throw InvalidInput("--per-gemm applies to --metric time only");
   if (!(o.alpha > 0 && o.alpha < 1)) throw InvalidInput("--alpha must be in (0, 1)");
   if (o.format != "md" && o.format != "csv") throw InvalidInput(fmt::format("unknown format '{}'; formats: md, csv", o.format));
   std::map<std::string, const PointResult*> in_next;
@@ -83,14 +84,20 @@ CompareOutcome compare_files(const ResultFile& base, const ResultFile& next, con
     } else {
       std::vector<std::string> verdicts;
       if (o.metric == "time") {
+        // --per-gemm: a time times the GEMM rate (per thread, on the point's threads) measured in
+        // the same run is the GFLOP oneDNN's GEMM would have done meanwhile. A machine that is
+        // uniformly slower today (a busy host, a lower clock) cancels out; a slower kernel does not.
+        const double scale_b = o.per_gemm ? b.gemm_gflops : 1, scale_n = o.per_gemm ? n.gemm_gflops : 1;
+        if (o.per_gemm && !(scale_b > 0 && scale_n > 0))
+          throw InvalidInput(fmt::format("--per-gemm: {} has no GEMM rate in {}", name, scale_b > 0 ? next.path : base.path));
         std::vector<double> a, bb;
-        for (const auto& rep : b.reps) a.push_back(rep.real_s);
-        for (const auto& rep : n.reps) bb.push_back(rep.real_s);
+        for (const auto& rep : b.reps) a.push_back(rep.real_s * scale_b);
+        for (const auto& rep : n.reps) bb.push_back(rep.real_s * scale_n);
         const MannWhitney mw = mann_whitney(a, bb);
-        const double mb = real_stats(b).median, mn = real_stats(n).median;
+        const double mb = real_stats(b).median * scale_b, mn = real_stats(n).median * scale_n;
         const double c = mn / mb - 1;
-        row.base = fmt::format("{:.4g} ms", mb * 1e3);
-        row.next = fmt::format("{:.4g} ms", mn * 1e3);
+        row.base = o.per_gemm ? fmt::format("{:.4g} GEMM GFLOP", mb) : fmt::format("{:.4g} ms", mb * 1e3);
+        row.next = o.per_gemm ? fmt::format("{:.4g} GEMM GFLOP", mn) : fmt::format("{:.4g} ms", mn * 1e3);
         row.change = pct(c);
         row.p = fmt::format("{:.3g}", std::min(mw.p_greater, mw.p_less));
         if (mw.min_p >= o.alpha) {
@@ -186,6 +193,11 @@ int cmd_compare(const std::string& base, const std::string& next, const CompareO
                              "on the machine)\n",
                              base, bm, next, nm);
     return 3;
+  }
+  if (o.per_gemm) {
+    const auto rate = [](const ResultFile& f) { return f.context.value("gemm_gflops_per_s_1thread", 0.0); };
+    std::cerr << fmt::format("compare: times in units of each run's own GEMM rate (1 thread: {:.1f} GFLOP/s in {}, "
+                             "{:.1f} GFLOP/s in {})\n", rate(bf), base, rate(nf), next);
   }
   std::cout << c.table;
   std::cerr << fmt::format("compare ({}, max regression {:.0f}%{}): {}\n", o.metric, 100 * o.max_regress,

@@ -14,6 +14,7 @@ struct CompareOptions {
   double alpha = 0.05;
   std::string format = "md";
   bool any_machine = false;  // time: compare files measured on different machines anyway
+  bool per_gemm = false;     // time: each file's times in units of the GEMM rate its own run measured
   bool short_names = false;  // md: the segments every point shares on a title line, not in each row
   std::string filter;        // only the points whose name this regular expression matches
 };

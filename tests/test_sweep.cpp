@@ -624,6 +624,40 @@ TEST(Compare, AFileAgainstItselfPassesAndAgainstSlowerTimesFails) {
   EXPECT_EQ(e.code, 0) << e.out;
 }
 
+// --per-gemm: times in units of each run's own GEMM rate. A machine twice as slow everywhere (its
+// times doubled, its GEMM rate and each point's GFLOP/s halved) passes; a kernel twice as slow on
+// the same machine still fails; --per-gemm is for times only.
+TEST(Compare, PerGemmCancelsAUniformlySlowerMachineButNotASlowerKernel) {
+  const auto scaled = [&](double time_factor, double gemm_factor, const std::string& file) {
+    auto doc = nlohmann::json::parse(slurp(kFixture));
+    doc["context"]["gemm_gflops_per_s_1thread"] = doc["context"]["gemm_gflops_per_s_1thread"].get<double>() * gemm_factor;
+    for (auto& b : doc["benchmarks"])
+      if (b["run_type"] == "iteration") {
+        b["real_time"] = b["real_time"].get<double>() * time_factor;
+        b["cpu_time"] = b["cpu_time"].get<double>() * time_factor;
+        if (b.contains("gflops_per_s")) b["gflops_per_s"] = b["gflops_per_s"].get<double>() / time_factor;
+        if (b.contains("peak_fraction"))
+          b["peak_fraction"] = b["peak_fraction"].get<double>() / time_factor / gemm_factor;
+      }
+    const std::string path = test::temp_path(file);
+    std::ofstream(path) << doc.dump();
+    return path;
+  };
+  const std::string busy_machine = scaled(2.0, 0.5, "busy_machine.json");
+  const std::string slower_kernel = scaled(2.0, 1.0, "slower_kernel.json");
+  auto e = exec("compare " + kFixture + " " + busy_machine + " --any-machine");
+  EXPECT_EQ(e.code, 1) << e.out;
+  e = exec("compare " + kFixture + " " + busy_machine + " --any-machine --per-gemm");
+  EXPECT_EQ(e.code, 0) << e.out;
+  EXPECT_NE(e.out.find("GEMM GFLOP"), std::string::npos) << e.out;
+  EXPECT_EQ(e.out.find("REGRESSION"), std::string::npos) << e.out;
+  e = exec("compare " + kFixture + " " + slower_kernel + " --any-machine --per-gemm");
+  EXPECT_EQ(e.code, 1) << e.out;
+  EXPECT_NE(e.out.find("REGRESSION: slower"), std::string::npos) << e.out;
+  e = exec("compare " + kFixture + " " + busy_machine + " --metric memory --per-gemm");
+  EXPECT_EQ(e.code, 2) << e.out;
+}
+
 // A slower median is not enough: overlapping repetitions (p well above alpha) pass the gate.
 TEST(Compare, ASlowerMedianWithoutSignificanceIsNotARegression) {
   auto base = nlohmann::json::parse(slurp(kFixture)), next = base;
