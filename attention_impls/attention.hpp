@@ -73,6 +73,11 @@ struct Capabilities {
   // Applies dropout to its attention probabilities (set_dropout); where not, why not.
   bool attn_dropout = false;
   std::string no_attn_dropout;
+  // Takes queries and keys rotated by their positions (RoPE, the model's --positions rope): its
+  // logits are q·k of the rows at their own positions, so the rotation makes them depend on the
+  // offset; where not, why not.
+  bool rope = true;
+  std::string no_rope;
 };
 
 // A mechanism's bf16 path (AttnProblem::dtype): whether it has one, and within what ("forward;

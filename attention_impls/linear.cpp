@@ -66,7 +66,8 @@ MechanismInfo linear_info() {
   m.summary = "Linear Transformer: phi(x) = elu(x)+1, phi(Q) (phi(K)^T V) normalised; causal chunk-wise";
   m.complexity = "O(N D^2) time, O(N D) memory; decode O(D^2) per token";
   m.caps = Capabilities{.exact = false, .causal = true, .backward = true, .decode = true,
-                        .constraints = "", .attn_dropout = false, .no_attn_dropout = "it forms no attention probabilities (a feature map, normalised as a ratio)"};
+                        .constraints = "", .attn_dropout = false, .no_attn_dropout = "it forms no attention probabilities (a feature map, normalised as a ratio)", .rope = false,
+                        .no_rope = "RoFormer applies the rotation to the feature maps in the numerator only (its section 3.3), which this kernel does not implement yet; rotating q and k before the feature map is not that form"};
   m.params = {ParamSpec{"chunk", ParamType::Int, int64_t{64}, 1, 4096, {},
                         "causal chunk length: masked chunk x chunk products inside, running state across"}};
   m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<Linear>(p, v); };

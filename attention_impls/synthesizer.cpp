@@ -425,7 +425,8 @@ MechanismInfo synthesizer_info() {
   m.summary = "softmax of synthesized logits: dense MLP of the query, a random matrix, or R1 R2^T";
   m.complexity = "O(N^2 D) time; memory O(N D) dense, O(H N^2) random, O(N k) factorized";
   m.caps = Capabilities{.exact = false, .causal = true, .backward = true, .decode = false,
-                        .constraints = "dense: max_len >= N", .attn_dropout = true, .no_attn_dropout = ""};
+                        .constraints = "dense: max_len >= N", .attn_dropout = true, .no_attn_dropout = "", .rope = false,
+                        .no_rope = "its logits are not q·k (they come from the query alone or from a learned table), so a rotation of the keys does not reach them"};
   m.params = {ParamSpec{"variant", ParamType::Choice, std::string("dense"), 0, 0, {"dense", "random", "factorized"},
                         "how the logits are made"},
               ParamSpec{"max_len", ParamType::Int, int64_t{0}, 0, 1 << 24, {}, "dense: columns of W2 (0 = N)"},

@@ -18,9 +18,9 @@ int cmd_list(const std::string& what, const std::string& name, int width) {
     // In full (--wide) one table; fitted, the capabilities in the table and each mechanism's
     // complexity and summary below it, wrapped.
     TextTable t;
-    t.header = {"mechanism", "family", "exact", "causal", "backward", "decode", "attn dropout", "bf16", "complexity", "summary"};
-    if (width > 0) t.header.resize(8);
-    t.keep = {0, 1, 2, 3, 4, 5, 6, 7};
+    t.header = {"mechanism", "family", "exact", "causal", "backward", "decode", "attn dropout", "bf16", "rope", "complexity", "summary"};
+    if (width > 0) t.header.resize(9);
+    t.keep = {0, 1, 2, 3, 4, 5, 6, 7, 8};
     std::string details = width > 0 ? "\nWhat each computes and costs (attnbench list --wide: one table):\n" : "";
     std::string notes;
     for (const auto& m : mechanisms()) {
@@ -34,14 +34,16 @@ int cmd_list(const std::string& what, const std::string& name, int width) {
         if (c->applies && !c->passed) notes += wrap_words(fmt::format("- {}: {} check fails: {}", m.name, what, c->detail), width, "  ");
       std::vector<std::string> row = {m.name, m.family, m.caps.exact ? "exact" : "approximate", claim(m.caps.causal, prefix),
                                        m.caps.backward ? "yes" : "no", claim(m.caps.decode, decode),
-                                       m.caps.attn_dropout ? "yes" : "no", m.bf16.available ? "yes" : "no", m.complexity, m.summary};
+                                       m.caps.attn_dropout ? "yes" : "no", m.bf16.available ? "yes" : "no",
+                                       m.caps.rope ? "yes" : "no", m.complexity, m.summary};
       if (width > 0) {
-        row.resize(8);
+        row.resize(9);
         details += wrap_words(fmt::format("- {}: {}; {}", m.name, m.summary, m.complexity), width, "  ");
       }
       t.rows.push_back(row);
       if (!m.caps.attn_dropout)
         notes += wrap_words(fmt::format("- {}: no attention dropout: {}", m.name, m.caps.no_attn_dropout), width, "  ");
+      if (!m.caps.rope) notes += wrap_words(fmt::format("- {}: no --positions rope: {}", m.name, m.caps.no_rope), width, "  ");
       if (m.bf16.available && !m.bf16.constraints.empty())
         notes += wrap_words(fmt::format("- {}: bf16 (--dtype bf16): {}", m.name, m.bf16.constraints), width, "  ");
     }

@@ -33,14 +33,18 @@ const char* to_string(Positions p) {
     case Positions::sinusoidal: return "sinusoidal";
     case Positions::learned: return "learned";
     case Positions::none: return "none";
+    case Positions::rope: return "rope";
   }
   return "?";
 }
 
 Positions parse_positions(const std::string& text) {
-  for (Positions p : {Positions::sinusoidal, Positions::learned, Positions::none})
+  std::vector<std::string> names;
+  for (Positions p : kAllPositions) {
     if (text == to_string(p)) return p;
-  throw unknown_name("positions", text, {"sinusoidal", "learned", "none"}, "positions");
+    names.emplace_back(to_string(p));
+  }
+  throw unknown_name("positions", text, names, "positions");
 }
 
 ModelConfig model_config_for_task(const TaskInfo& task, const TaskOptions& options) {
@@ -128,6 +132,10 @@ TransformerModel::TransformerModel(const ModelConfig& c, ModelMode mode) : c_(c)
   if (!(c.dropout >= 0 && c.dropout < 1) || !(c.attn_dropout >= 0 && c.attn_dropout < 1))
     throw InvalidInput(fmt::format("dropout rates must be in [0, 1), got --dropout {} --attn-dropout {}", c.dropout, c.attn_dropout));
   attn_dropout_planned_ = p.attn_dropout;
+  if (c.positions == Positions::rope && !info.caps.rope)
+    throw InvalidInput(fmt::format("--positions rope with {}: {}", c.mechanism, info.caps.no_rope));
+  if (c.positions == Positions::rope && Dh_ % 2)
+    throw InvalidInput(fmt::format("--positions rope rotates pairs of a head's dimensions; the head size {} is odd", Dh_));
   for (int64_t l = 0; l < L; ++l) {
     attn_.push_back(info.make(p, c.params));
     attn_.back()->validate();
@@ -175,6 +183,7 @@ TransformerModel::TransformerModel(const ModelConfig& c, ModelMode mode) : c_(c)
   // 3. The arena. The residual stream has L + 1 slots; the per-layer activations have L slots
   // when a backward pass reads them, else one shared slot.
   if (c.positions == Positions::sinusoidal) pos_ = act(N * d);
+  if (c.positions == Positions::rope) rope_ = act(N * Dh_);
   for (int64_t l = 0; l <= L; ++l) x_.push_back(act(T_ * d));
   const int64_t slots = backward_ ? L : 1;
   for (int64_t s = 0; s < slots; ++s) {
@@ -376,6 +385,7 @@ void TransformerModel::setup(uint64_t seed) {
     else std::fill_n(W(p.offset), p.count, p.init_value);
   }
   if (c_.positions == Positions::sinusoidal) sinusoidal_positions(c_.seq, d, A(pos_));
+  if (rope_ >= 0) rope_table(c_.seq, Dh_, A(rope_));
   for (size_t l = 0; l < attn_.size(); ++l) {
     Rng r(seed, kStreamLayerMechanism + l);
     attn_[l]->setup(backward_ ? Mode::fwdbwd : Mode::fwd, r);
@@ -500,6 +510,10 @@ double TransformerModel::forward_and_loss(bool with_grad) {
     timed(LayerType::projections, [&] {
       qkv_lin_.forward(product_input(A(a.h1), T_ * d), product_weights(p.wqkv), W(p.bqkv), A(qkv_));
       split_heads(A(qkv_), Benc_, N, H, Dh_, A(a.q), A(a.k), A(a.v));
+      if (rope_ >= 0) {  // the mechanism sees rotated queries and keys (and keeps them for its backward)
+        rope_rotate(A(a.q), Benc_, H, N, Dh_, A(rope_), false);
+        rope_rotate(A(a.k), Benc_, H, N, Dh_, A(rope_), false);
+      }
     });
     timed(LayerType::attention, [&] {
       Attention& mech = *attn_[static_cast<size_t>(l)];
@@ -647,6 +661,10 @@ void TransformerModel::backward() {
     });
     timed(LayerType::attention, [&] { attn_[static_cast<size_t>(l)]->backward(attention_args(l)); });
     timed(LayerType::projections, [&] {
+      if (rope_ >= 0) {  // the rotation's backward: its transpose, the inverse rotation
+        rope_rotate(A(dq_), Benc_, H, N, Dh_, A(rope_), true);
+        rope_rotate(A(dk_), Benc_, H, N, Dh_, A(rope_), true);
+      }
       merge_qkv(A(dq_), A(dk_), A(dv_), Benc_, N, H, Dh_, A(qkv_));
       qkv_lin_.backward(A(a.h1), W(p.wqkv), A(qkv_), A(dtmp_), G(p.wqkv), G(p.bqkv));
     });

@@ -2,7 +2,7 @@
 // tokens, whose attention core is any registered mechanism: the LRA efficiency table measures
 // this whole training step, not the attention call alone.
 //
-//   tokens (B, N) -> embedding + positions (sinusoidal, learned or none) (+ a learned CLS vector
+//   tokens (B, N) -> embedding + positions (sinusoidal, learned or none; rope rotates each layer's q, k) (+ a learned CLS vector
 //   at position 0) -> dropout
 //   L x [ x += dropout(Wo · attention(split(LN1(x) · Wqkv))) ;  x += dropout(W2 · gelu(W1 · LN2(x))) ]
 //   LN_f -> pooling (CLS: position 0; mean; retrieval: both documents through the same encoder,
@@ -47,7 +47,9 @@ enum class ModelMode { fwd, fwdbwd, train };
 const char* to_string(ModelMode m);  // fwd | fwdbwd | train
 
 // The positions added to the token embedding.
-enum class Positions { sinusoidal, learned, none };
+// rope: no vector added; each layer rotates its queries and keys by their positions (RoFormer).
+enum class Positions { sinusoidal, learned, none, rope };
+inline constexpr Positions kAllPositions[] = {Positions::sinusoidal, Positions::learned, Positions::none, Positions::rope};
 const char* to_string(Positions p);
 Positions parse_positions(const std::string& text);  // throws InvalidInput
 
@@ -216,6 +218,7 @@ class TransformerModel {
   std::vector<LayerParams> lp_;
   // Arena layout (float offsets).
   int64_t n_act_ = 0;
+  int64_t rope_ = -1;  // the RoPE table (cos then sin, N x Dh/2 each) with --positions rope
   int64_t pos_ = 0, qkv_ = 0, hf_ = 0, meanf_ = 0, varf_ = 0, feat_buf_ = 0, z_ = 0, gz_ = 0, logits_ = 0;
   int64_t hg_ = 0, dhg_ = 0;  // compact head: the gathered rows (rows_, d) and their gradient
   int64_t dres_ = 0, dtmp_ = 0, dtmp2_ = 0, do_ = 0, dq_ = 0, dk_ = 0, dv_ = 0, dff_ = 0, dfeat_ = 0, dz_ = 0;

@@ -1,0 +1,170 @@
+// Position encodings that act inside attention: RoPE's rotation (norms kept, q·k a function of
+// the offset only, the inverse undoes it), the model's gradients through it against finite
+// differences, its effect reaching the logits, exact mechanisms agreeing under it, and the
+// combinations that are refused.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <vector>
+
+#include "attention_impls/registry.hpp"
+#include "core/rng.hpp"
+#include "helpers.hpp"
+#include "model/layers.hpp"
+#include "model/transformer.hpp"
+#include "tasks/task.hpp"
+
+using namespace ab;
+
+namespace {
+
+ModelConfig tiny_rope(const std::string& task, const std::string& mech, std::vector<std::string> params, int64_t seq,
+                      Positions positions = Positions::rope) {
+  ModelConfig c = model_config_for_task(find_task(task), seq);
+  c.layers = 2;
+  c.dmodel = 16;
+  c.heads = 2;
+  c.mlp = 24;
+  c.batch = 2;
+  c.mechanism = mech;
+  c.params = resolve_params(find_mechanism(mech), params);
+  c.positions = positions;
+  return c;
+}
+
+Batch batch_of(const std::string& task, int64_t seq, int64_t size) {
+  TaskOptions o;
+  o.seq = seq;
+  o.seed = 7;
+  return make_task(task, o)->batch(0, size);
+}
+
+double dot(const float* a, const float* b, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(a[i]) * b[i];
+  return s;
+}
+
+}  // namespace
+
+// One query and one key, each placed at every position of a (1, 1, N, Dh) tensor and rotated:
+// the rotation keeps each row's norm, q_m·k_n depends on m - n only, and the inverse rotation
+// gives the rows back.
+TEST(Rope, RotationKeepsNormsAndMakesTheProductAFunctionOfTheOffset) {
+  const int64_t N = 64, Dh = 16;
+  std::vector<float> table(static_cast<size_t>(N * Dh));
+  rope_table(N, Dh, table.data());
+  std::vector<float> q0(Dh), k0(Dh);
+  Rng rng(3, 0);
+  rng.fill_normal(q0.data(), Dh, 1.0f);
+  rng.fill_normal(k0.data(), Dh, 1.0f);
+  std::vector<float> q(static_cast<size_t>(N * Dh)), k(q.size());
+  for (int64_t n = 0; n < N; ++n) {
+    std::copy(q0.begin(), q0.end(), q.begin() + n * Dh);
+    std::copy(k0.begin(), k0.end(), k.begin() + n * Dh);
+  }
+  const std::vector<float> q_before = q;
+  rope_rotate(q.data(), 1, 1, N, Dh, table.data(), false);
+  rope_rotate(k.data(), 1, 1, N, Dh, table.data(), false);
+  const double norm_q = std::sqrt(dot(q0.data(), q0.data(), Dh));
+  for (int64_t n = 0; n < N; ++n)
+    EXPECT_NEAR(std::sqrt(dot(&q[n * Dh], &q[n * Dh], Dh)), norm_q, 1e-5 * norm_q) << "position " << n;
+  // Row 0 is not rotated; later rows are.
+  EXPECT_EQ(std::vector<float>(q.begin(), q.begin() + Dh), q0);
+  EXPECT_GT(std::abs(q[5 * Dh] - q0[0]) + std::abs(q[5 * Dh + 1] - q0[1]), 1e-3);
+  for (int64_t offset : {-20, -3, 0, 1, 7, 31}) {
+    const int64_t m0 = std::max<int64_t>(0, offset);  // q at m, k at m - offset
+    const double ref = dot(&q[m0 * Dh], &k[(m0 - offset) * Dh], Dh);
+    for (int64_t m = m0; m < N && m - offset < N; m += 5)
+      EXPECT_NEAR(dot(&q[m * Dh], &k[(m - offset) * Dh], Dh), ref, 2e-5 * (1 + std::abs(ref)))
+          << "offset " << offset << " at m " << m;
+  }
+  // Different offsets give different products (the rotation is not the identity).
+  EXPECT_GT(std::abs(dot(&q[10 * Dh], &k[10 * Dh], Dh) - dot(&q[10 * Dh], &k[3 * Dh], Dh)), 1e-3);
+  rope_rotate(q.data(), 1, 1, N, Dh, table.data(), true);
+  for (size_t i = 0; i < q.size(); ++i) ASSERT_NEAR(q[i], q_before[i], 1e-5) << i;
+}
+
+// RoFormer's angles: pair i of position n turns by n · 10000^(-2i/Dh).
+TEST(Rope, TableHoldsRoFormersAngles) {
+  const int64_t N = 9, Dh = 8;
+  std::vector<float> table(static_cast<size_t>(N * Dh));
+  rope_table(N, Dh, table.data());
+  for (int64_t n : {0, 1, 8})
+    for (int64_t i : {0, 1, 3}) {
+      const double angle = n * std::pow(10000.0, -2.0 * i / Dh);
+      EXPECT_NEAR(table[n * 4 + i], std::cos(angle), 1e-6);
+      EXPECT_NEAR(table[N * 4 + n * 4 + i], std::sin(angle), 1e-6);
+    }
+}
+
+struct RopeCase {
+  std::string task, mech;
+  std::vector<std::string> params;
+};
+void PrintTo(const RopeCase& c, std::ostream* os) { *os << c.task << "/" << c.mech; }
+
+class RopeGradients : public ::testing::TestWithParam<RopeCase> {};
+
+// The gradients of every parameter through the rotation (the inverse rotation of dq, dk).
+TEST_P(RopeGradients, EveryParameterMatchesFiniteDifferences) {
+  const RopeCase& g = GetParam();
+  ModelConfig c = tiny_rope(g.task, g.mech, g.params, 32);
+  TransformerModel m(c, ModelMode::fwdbwd);
+  m.setup(3);
+  const int checked = test::check_model_gradients(m, batch_of(g.task, 32, c.batch), 4, 2e-3, 3e-2);
+  EXPECT_GE(checked, static_cast<int>(m.parameters().size()));
+}
+
+INSTANTIATE_TEST_SUITE_P(Mechanisms, RopeGradients,
+                         ::testing::Values(RopeCase{"copy", "flash", {}}, RopeCase{"listops", "flash", {}},
+                                           RopeCase{"listops", "sliding", {"window=8"}},
+                                           RopeCase{"copy", "local", {"block=8"}}));
+
+// The rotation reaches the logits: the same weights give another loss than without positions;
+// and exact mechanisms stay equal under it (flash, vanilla, a local window covering every key).
+TEST(Rope, ChangesTheLossAndExactMechanismsAgreeUnderIt) {
+  const Batch b = batch_of("listops", 32, 2);
+  auto loss_of = [&](const std::string& mech, std::vector<std::string> params, Positions p) {
+    TransformerModel m(tiny_rope("listops", mech, params, 32, p), ModelMode::fwdbwd);
+    m.setup(3);
+    return m.loss(b);
+  };
+  const double rope = loss_of("flash", {}, Positions::rope);
+  EXPECT_GT(std::abs(rope - loss_of("flash", {}, Positions::none)), 1e-4);
+  EXPECT_NEAR(loss_of("vanilla", {}, Positions::rope), rope, 1e-5 * std::abs(rope));
+  EXPECT_NEAR(loss_of("local", {"block=32", "lookback=0", "lookahead=0"}, Positions::rope), rope, 1e-5 * std::abs(rope));
+}
+
+// Mechanisms whose logits a rotation does not reach in RoFormer's sense are refused with the
+// reason; so is an odd head size. Exit 2 through the command line, naming both.
+TEST(Rope, RefusedCombinationsExitTwoNamingTheMechanism) {
+  for (const auto& m : mechanisms()) {
+    if (m.caps.rope) continue;
+    const auto e = test::exec("train --task copy --seq 16 --layers 1 --dmodel 16 --heads 2 --mlp 16 --batch 4 --steps 1 --attn " +
+                              m.name + " --positions rope --out " + test::temp_path("rope_refused.json"));
+    EXPECT_EQ(e.code, 2) << m.name << ": " << e.out;
+    EXPECT_NE(e.out.find("--positions rope with " + m.name), std::string::npos) << e.out;
+  }
+  const auto e = test::exec("train --task copy --seq 16 --layers 1 --dmodel 18 --heads 2 --mlp 16 --batch 4 --steps 1 "
+                            "--attn flash --positions rope --out " + test::temp_path("rope_odd.json"));
+  EXPECT_EQ(e.code, 2) << e.out;
+  EXPECT_NE(e.out.find("odd"), std::string::npos) << e.out;
+}
+
+// A checkpoint belongs to its encoding: one saved without positions does not resume with rope.
+TEST(Rope, ACheckpointRefusesAnotherEncoding) {
+  const std::string dir = test::temp_path("rope_ck"), out = test::temp_path("rope_ck.json");
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove(out);
+  const std::string run = "train --task copy --seq 16 --layers 1 --dmodel 16 --heads 2 --mlp 16 --batch 4 --steps 4 "
+                          "--attn flash --checkpoint " + dir + " --out " + out;
+  auto e = test::exec(run + " --positions none");
+  ASSERT_EQ(e.code, 0) << e.out;
+  std::filesystem::remove(out);
+  e = test::exec(run + " --positions rope --resume");
+  EXPECT_EQ(e.code, 2) << e.out;
+  EXPECT_NE(e.out.find("positions:rope"), std::string::npos) << e.out;
+  std::filesystem::remove_all(dir);
+}
