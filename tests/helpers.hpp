@@ -16,6 +16,7 @@
 #include "attention_impls/registry.hpp"
 #include "bench/runner.hpp"
 #include "model/transformer.hpp"
+#include "tasks/task.hpp"
 
 namespace ab::test {
 
@@ -93,6 +94,20 @@ inline DumpTensor tensor(const Attention& impl, const std::string& name) {
 
 // Central differences of the loss against the backward pass, on up to `per_slice` elements of
 // every parameter slice (spread over the slice). Returns the number of elements checked.
+// A task's model shrunk to test size: 2 layers, d_model 16, 2 heads, an MLP of 24.
+inline ModelConfig tiny_model_config(const std::string& task, const std::string& mech, std::vector<std::string> params,
+                                     int64_t seq, int64_t batch) {
+  ModelConfig c = model_config_for_task(find_task(task), seq);
+  c.layers = 2;
+  c.dmodel = 16;
+  c.heads = 2;
+  c.mlp = 24;
+  c.batch = batch;
+  c.mechanism = mech;
+  c.params = resolve_params(find_mechanism(mech), params);
+  return c;
+}
+
 inline int check_model_gradients(TransformerModel& m, const Batch& b, int per_slice, double tol_abs, double tol_rel) {
   m.step(b);  // fwdbwd: gradients of this batch's loss
   const int64_t n = m.parameter_count();

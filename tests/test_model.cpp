@@ -20,15 +20,7 @@ namespace {
 
 // A task's model shrunk to test size.
 ModelConfig tiny(const std::string& task, const std::string& mech, std::vector<std::string> params, int64_t seq) {
-  ModelConfig c = model_config_for_task(find_task(task), seq);
-  c.layers = 2;
-  c.dmodel = 16;
-  c.heads = 2;
-  c.mlp = 24;
-  c.batch = 2;
-  c.mechanism = mech;
-  c.params = resolve_params(find_mechanism(mech), params);
-  return c;
+  return test::tiny_model_config(task, mech, std::move(params), seq, 2);
 }
 
 Batch batch_of(const std::string& task, int64_t seq, int64_t first, int64_t size, uint64_t seed = 7) {

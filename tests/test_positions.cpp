@@ -21,14 +21,7 @@ namespace {
 
 ModelConfig tiny_rope(const std::string& task, const std::string& mech, std::vector<std::string> params, int64_t seq,
                       Positions positions = Positions::rope) {
-  ModelConfig c = model_config_for_task(find_task(task), seq);
-  c.layers = 2;
-  c.dmodel = 16;
-  c.heads = 2;
-  c.mlp = 24;
-  c.batch = 2;
-  c.mechanism = mech;
-  c.params = resolve_params(find_mechanism(mech), params);
+  ModelConfig c = test::tiny_model_config(task, mech, std::move(params), seq, 2);
   c.positions = positions;
   return c;
 }

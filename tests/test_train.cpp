@@ -166,15 +166,7 @@ TEST(Schedules, EachRateEqualsItsFormula) {
 
 // ---- the model's training step ----
 ModelConfig tiny_model(const std::string& task, const std::string& mech, int64_t seq, std::vector<std::string> params = {}) {
-  ModelConfig c = model_config_for_task(find_task(task), seq);
-  c.layers = 2;
-  c.dmodel = 16;
-  c.heads = 2;
-  c.mlp = 24;
-  c.batch = 4;
-  c.mechanism = mech;
-  c.params = resolve_params(find_mechanism(mech), params);
-  return c;
+  return test::tiny_model_config(task, mech, std::move(params), seq, 4);
 }
 
 Batch data(const std::string& task, int64_t seq, int64_t first, int64_t size) {
