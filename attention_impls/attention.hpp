@@ -40,6 +40,22 @@ namespace ab {
 enum class Mode { fwd, fwdbwd, decode };
 const char* to_string(Mode m);
 
+// An additive position encoding the mechanism adds to its logits inside its kernels, from the
+// true (query, key) positions of each pair it scores (the model's --positions alibi|bias|shaw;
+// attention_impls/position_bias.hpp computes it). none: the logits are the mechanism's own.
+//   alibi: -m_h |i - j|, m_h ALiBi's geometric slopes per head (Press et al. 2022).
+//   t5:    a learned scalar per head and per bucket of the signed offset j - i, T5's log-spaced
+//          buckets (`buckets` of them, distances past `max_distance` sharing the last).
+//   shaw:  s q_i . a_{clip(j - i, -clip, clip)}, learned key embeddings of the clipped offset
+//          shared by the heads (Shaw et al. 2018, the key-side term).
+enum class PositionBiasKind { none, alibi, t5, shaw };
+struct PositionBiasSpec {
+  PositionBiasKind kind = PositionBiasKind::none;
+  int64_t buckets = 32, max_distance = 128;  // t5
+  int64_t clip = 16;                         // shaw
+  bool active() const { return kind != PositionBiasKind::none; }
+};
+
 // The attention call being benchmarked: shapes, causality and the layout shared by Q, K, V, O
 // and their gradients.
 struct AttnProblem {
@@ -56,6 +72,8 @@ struct AttnProblem {
   // bf16 inputs and products (forward, mechanisms with MechanismInfo::bf16; the runner refuses it
   // on a CPU without AVX512-BF16).
   Dtype dtype = Dtype::f32;
+  // An additive position encoding inside the kernels (Capabilities::additive_bias).
+  PositionBiasSpec bias = {};
 };
 
 // Inputs and outputs of one call. Gradients are only set for backward.
@@ -77,7 +95,11 @@ struct Capabilities {
   // logits are q·k of the rows at their own positions, so the rotation makes them depend on the
   // offset; where not, why not.
   bool rope = true;
-  std::string no_rope;
+  std::string no_rope = "";
+  // Adds an additive position encoding (AttnProblem::bias: ALiBi, T5's bias, Shaw's key
+  // embeddings) to each logit it computes, from the pair's true positions; where not, why not.
+  bool additive_bias = false;
+  std::string no_additive_bias = "not implemented";
 };
 
 // A mechanism's bf16 path (AttnProblem::dtype): whether it has one, and within what ("forward;

@@ -33,7 +33,9 @@ class BigBird final : public SparseAttention {
   }
 
   std::vector<DumpTensor> dump_tensors() const override {
-    return {DumpTensor{"random_blocks", {p_.shape.H, nb(), random_blocks_}, nullptr, drawn_.data()}};
+    std::vector<DumpTensor> t = {DumpTensor{"random_blocks", {p_.shape.H, nb(), random_blocks_}, nullptr, drawn_.data()}};
+    for (DumpTensor& e : SparseAttention::dump_tensors()) t.push_back(e);  // the position encoding's
+    return t;
   }
 
  protected:
@@ -123,6 +125,8 @@ MechanismInfo bigbird_info() {
               ParamSpec{"global_blocks", ParamType::Int, int64_t{2}, 0, 1 << 20, {}, "global blocks: first ceil(g/2), last floor(g/2)"},
               ParamSpec{"random_blocks", ParamType::Int, int64_t{3}, 0, 1 << 20, {}, "random key blocks per query block"}};
   m.bf16 = sparse_bf16_support();
+  m.caps.additive_bias = true;  // SparseAttention adds it inside every segment's tiles
+  m.caps.no_additive_bias = "";
   m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<BigBird>(p, v); };
   return m;
 }

@@ -45,6 +45,8 @@ MechanismInfo dilated_info() {
   m.params = {ParamSpec{"window", ParamType::Int, int64_t{64}, 0, 1 << 24, {}, "steps on each side"},
               ParamSpec{"dilation", ParamType::Int, int64_t{2}, 1, 1 << 20, {}, "distance between attended keys"}};
   m.bf16 = sparse_bf16_support();
+  m.caps.additive_bias = true;  // SparseAttention adds it inside every segment's tiles
+  m.caps.no_additive_bias = "";
   m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<Dilated>(p, v); };
   return m;
 }

@@ -30,6 +30,7 @@
 #include <fmt/format.h>
 
 #include "attention_impls/kv_cache.hpp"
+#include "attention_impls/position_bias.hpp"
 #include "attention_impls/registry.hpp"
 #include "attention_impls/tiled_softmax.hpp"
 #include "core/vecmath.hpp"
@@ -48,6 +49,8 @@ TiledSoftmaxShape shape_of(const AttnProblem& p) {
   // share (Zen 5, N = 1024 ... 4096: 5-6% faster on one thread and 4-10% on two, docs/measurements).
   s.bwd_rows = 128;
   s.bwd_cols = 256;
+  // T5's bias sums its gradient per thread: a fixed hand-out of (b, h) keeps the sum's order.
+  s.static_schedule = p.bias.kind == PositionBiasKind::t5;
   return s;
 }
 
@@ -56,12 +59,15 @@ class Flash final : public Attention {
   explicit Flash(const AttnProblem& p)
       : p_(p),
         qk_(p.shape.D, p.strides.sn, p.strides.sn, 1.0f / std::sqrt(static_cast<float>(p.shape.D))),
-        core_(shape_of(p)) {}
+        core_(shape_of(p)),
+        bias_(p.bias, p.shape, p.causal, 1.0f / std::sqrt(static_cast<float>(p.shape.D)), p.threads),
+        biased_(&qk_, &bias_, TilePositions{}) {}
 
   void validate() const override {
     if (p_.dtype == Dtype::bf16 && !TiledSoftmax::dense_bf16_kernel(p_.shape.D))
       throw InvalidInput(fmt::format("flash --dtype bf16 needs D of 16, 32, 64 or 128 and a build for AVX512-BF16; got D={}",
                                      p_.shape.D));
+    if (p_.bias.active() && p_.dtype == Dtype::bf16) throw InvalidInput("flash adds a position encoding in float32 only (no --dtype bf16)");
   }
 
   double flops(Mode mode) const override {
@@ -77,28 +83,37 @@ class Flash final : public Attention {
       return KvCache::bytes(p_.shape, p_.shape.N + 1) +
              static_cast<size_t>(p_.threads) * kDecodeTile * sizeof(float);
     plan(mode);
-    return core_.working_bytes(mode);
+    return core_.working_bytes(mode) + bias_.working_bytes(mode);
   }
 
-  void setup(Mode mode, Rng&) override {
+  void setup(Mode mode, Rng& rng) override {
     if (mode == Mode::decode) {
+      if (bias_.active()) throw InvalidInput("flash decodes without a position encoding (the model adds it in its forward pass only)");
       cache_.allocate(p_.shape, p_.shape.N + 1);
       decode_tiles_ = Buffer<float>(static_cast<size_t>(p_.threads) * kDecodeTile);
       return;
     }
     plan(mode);
     core_.setup(mode);
+    bias_.setup(mode, rng);
   }
 
+  // With a position encoding, the engine's tiled path with the encoding added to each tile
+  // (the dense kernel takes plain s Q K^T only).
   void forward(const AttnArgs& a) override {
     qk_.bind(a.q, a.k);
-    core_.forward(qk_, a.v, a.o);
+    bias_.prepare(a.q);
+    core_.forward(source(), a.v, a.o);
   }
   void backward(const AttnArgs& a) override {
     qk_.bind(a.q, a.k);
     qk_.bind_grads(a.dq, a.dk);
-    core_.backward(qk_, a.v, a.o, a.dout, a.dv);
+    bias_.begin_backward();
+    core_.backward(source(), a.v, a.o, a.dout, a.dv);
+    if (bias_.active()) bias_.finish_backward(a.q, a.dq, p_.param_grads);
   }
+  std::vector<LearnedTensor> learned() override { return bias_.learned(); }
+  std::vector<DumpTensor> dump_tensors() const override { return bias_.dump_tensors(); }
 
   void set_dropout(const Dropout& d) override { core_.set_dropout(d); }
   void decode_prefill(const AttnArgs& a, int64_t n) override { cache_.prefill(a, n); }
@@ -107,14 +122,20 @@ class Flash final : public Attention {
  private:
   void plan(Mode mode) const {
     if (planned_ && planned_mode_ == mode) return;
-    core_.plan(mode, qk_);
+    core_.plan(mode, source());
     planned_ = true;
     planned_mode_ = mode;
+  }
+
+  const LogitsSource& source() const {
+    return bias_.active() ? static_cast<const LogitsSource&>(biased_) : static_cast<const LogitsSource&>(qk_);
   }
 
   AttnProblem p_;
   QKLogits qk_;
   mutable TiledSoftmax core_;
+  PositionBias bias_;
+  BiasedLogits biased_;
   mutable bool planned_ = false;
   mutable Mode planned_mode_ = Mode::fwd;
   KvCache cache_;
@@ -165,6 +186,8 @@ MechanismInfo flash_info() {
   m.complexity = "O(N^2 D) time, O(N D) memory";
   m.caps = Capabilities{.exact = true, .causal = true, .backward = true, .decode = true,
                         .constraints = "", .attn_dropout = true, .no_attn_dropout = ""};
+  m.caps.additive_bias = true;
+  m.caps.no_additive_bias = "";
   m.bf16 = Bf16Support{.available = true, .constraints = "forward; D of 16, 32, 64 or 128"};
   m.make = [](const AttnProblem& p, const ParamValues&) { return std::make_unique<Flash>(p); };
   return m;

@@ -70,6 +70,7 @@ MechanismInfo linear_info() {
                         .no_rope = "RoFormer applies the rotation to the feature maps in the numerator only (its section 3.3), which this kernel does not implement yet; rotating q and k before the feature map is not that form"};
   m.params = {ParamSpec{"chunk", ParamType::Int, int64_t{64}, 1, 4096, {},
                         "causal chunk length: masked chunk x chunk products inside, running state across"}};
+  m.caps.no_additive_bias = "its output is a ratio of feature-map sums and never forms a logit per (query, key) pair to add a bias to";
   m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<Linear>(p, v); };
   return m;
 }

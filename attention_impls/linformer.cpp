@@ -95,6 +95,7 @@ MechanismInfo linformer_info() {
   m.bf16 = Bf16Support{.available = true, .constraints = "forward; D of 16, 32, 64 or 128"};
   m.params = {ParamSpec{"k", ParamType::Int, int64_t{256}, 1, 1 << 20, {}, "projected length (clipped to N)"},
               ParamSpec{"share_kv", ParamType::Bool, false, 0, 0, {}, "use F = E"}};
+  m.caps.no_additive_bias = "its keys are learned mixtures of all positions (E K), so a logit has no key position to take an offset from";
   m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<Linformer>(p, v); };
   return m;
 }

@@ -55,6 +55,8 @@ MechanismInfo local_info() {
               ParamSpec{"lookback", ParamType::Int, int64_t{1}, 0, 1 << 20, {}, "earlier blocks attended"},
               ParamSpec{"lookahead", ParamType::Int, int64_t{1}, 0, 1 << 20, {}, "later blocks attended (0 when causal)"}};
   m.bf16 = sparse_bf16_support();
+  m.caps.additive_bias = true;  // SparseAttention adds it inside every segment's tiles
+  m.caps.no_additive_bias = "";
   m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<Local>(p, v); };
   return m;
 }

@@ -35,7 +35,7 @@ class Longformer final : public SparseAttention {
       for (int64_t r = 0; r < std::min(d, N - g); ++r) {  // the window over non-global keys
         Segment w = band(rows(g + r, (N - g - r + d - 1) / d, d), window_, window_, false);
         // With attention dropout, no diagonal kernel, so no global keys inside the bands.
-        fused = fused && !p_.attn_dropout && fuse_prefix_keys(w, g, p_.shape.D);
+        fused = fused && !p_.attn_dropout && !p_.bias.active() && fuse_prefix_keys(w, g, p_.shape.D);
         s.push_back(std::move(w));
       }
       if (!fused)  // some band cannot hold the global keys: none does
@@ -65,6 +65,8 @@ MechanismInfo longformer_info() {
               ParamSpec{"dilation", ParamType::Int, int64_t{1}, 1, 1 << 20, {}, "distance between window keys"},
               ParamSpec{"global", ParamType::Int, int64_t{16}, 0, 1 << 24, {}, "number of leading global tokens"}};
   m.bf16 = sparse_bf16_support();
+  m.caps.additive_bias = true;  // SparseAttention adds it inside every segment's tiles
+  m.caps.no_additive_bias = "";
   m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<Longformer>(p, v); };
   return m;
 }

@@ -116,6 +116,7 @@ MechanismInfo memory_compressed_info() {
                         .constraints = "", .attn_dropout = true, .no_attn_dropout = ""};
   m.bf16 = Bf16Support{.available = true, .constraints = "forward; D of 16, 32, 64 or 128"};
   m.params = {ParamSpec{"stride", ParamType::Int, int64_t{3}, 1, 4096, {}, "convolution kernel size and stride"}};
+  m.caps.no_additive_bias = "its keys are strided convolutions over several positions, so a logit has no single key position to take an offset from";
   m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<MemoryCompressed>(p, v); };
   return m;
 }

@@ -185,6 +185,7 @@ MechanismInfo performer_info() {
                         "causal chunk length: masked chunk x chunk products inside, running state across"},
               ParamSpec{"redraw", ParamType::Int, int64_t{0}, 0, 1 << 30, {},
                         "training: draw a fresh Omega every this many steps (0: never)"}};
+  m.caps.no_additive_bias = "its output is a ratio of random-feature sums and never forms a logit per (query, key) pair to add a bias to";
   m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<Performer>(p, v); };
   return m;
 }

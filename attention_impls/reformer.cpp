@@ -594,6 +594,7 @@ MechanismInfo reformer_info() {
               ParamSpec{"n_hashes", ParamType::Int, int64_t{4}, 1, 64, {}, "hashing rounds, combined by their log-sum-exp"},
               ParamSpec{"redraw", ParamType::Choice, std::string("step"), 0, 0, {"step", "never"},
                         "training: draw fresh rotations every step (the paper's training) or keep the first"}};
+  m.caps.no_additive_bias = "not implemented yet: the bias must follow each key's original position through the hash sort";
   m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<Reformer>(p, v); };
   return m;
 }

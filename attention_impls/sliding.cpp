@@ -46,6 +46,8 @@ MechanismInfo sliding_info() {
   m.caps = Capabilities{.exact = true, .causal = true, .backward = true, .decode = true, .constraints = "", .attn_dropout = true, .no_attn_dropout = ""};
   m.params = {ParamSpec{"window", ParamType::Int, int64_t{64}, 0, 1 << 24, {}, "one-sided window"}};
   m.bf16 = sparse_bf16_support();
+  m.caps.additive_bias = true;  // SparseAttention adds it inside every segment's tiles
+  m.caps.no_additive_bias = "";
   m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<Sliding>(p, v); };
   return m;
 }

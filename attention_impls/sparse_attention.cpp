@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "attention_impls/kv_cache.hpp"
+#include "attention_impls/position_bias.hpp"
 #include "core/vecmath.hpp"
 
 namespace ab {
@@ -29,12 +30,24 @@ struct SparseAttention::Part {
   Segment seg;
   bool direct = false;  // no earlier segment has these query rows: write O and lse directly
   QKLogits qk;
+  BiasedLogits biased;  // qk with the position encoding added (AttnProblem::bias)
   TiledSoftmax engine;
   Buffer<float> kg, vg, dkg, dvg;  // gathered keys and values, and their gradients
   bool gathered() const { return seg.gathered; }
 };
 
-SparseAttention::SparseAttention(const AttnProblem& p) : p_(p) {}
+SparseAttention::SparseAttention(const AttnProblem& p)
+    : p_(p), bias_(std::make_unique<PositionBias>(p.bias, p.shape, p.causal, 1.0f / std::sqrt(static_cast<float>(p.shape.D)), p.threads)) {
+  if (p.bias.active() && p.dtype == Dtype::bf16)
+    throw InvalidInput("the sparse patterns add a position encoding in float32 only (no --dtype bf16)");
+}
+
+const LogitsSource& SparseAttention::source(const Part& part) const {
+  return bias_->active() ? static_cast<const LogitsSource&>(part.biased) : static_cast<const LogitsSource&>(part.qk);
+}
+
+std::vector<LearnedTensor> SparseAttention::learned() { return bias_->learned(); }
+std::vector<DumpTensor> SparseAttention::dump_tensors() const { return bias_->dump_tensors(); }
 
 
 SparseAttention::~SparseAttention() = default;
@@ -76,8 +89,24 @@ void SparseAttention::build(Rng* rng) const {
     sh.diagonal = seg.diagonal && !p_.attn_dropout;
     sh.bf16_tiles = bf16();
     sh.prefix_keys = seg.prefix_keys;
+    // T5's bias sums its gradient per thread: a fixed hand-out of (b, h) keeps the sum's order.
+    sh.static_schedule = p_.bias.kind == PositionBiasKind::t5;
     part->engine = TiledSoftmax(sh);
     part->seg = std::move(seg);
+    // Where the engine's rows and keys are in the sequence, for the position encoding.
+    const Segment& sg = part->seg;
+    TilePositions at;
+    at.q_first = sg.queries.first;
+    at.q_step = sg.queries.step;
+    at.k_first = sg.keys.first;
+    at.k_step = sg.keys.step;
+    at.fold = sg.queries.fold;
+    at.heads = s.H;
+    if (sg.gathered) {
+      at.gather = sg.gather.data();
+      at.gather_n = sg.keys.n;
+    }
+    part->biased = BiasedLogits(&part->qk, bias_.get(), at);
     parts_.push_back(std::move(part));
   }
   // Which segments come first to all their rows, and whether some row is still new to a
@@ -142,13 +171,13 @@ size_t SparseAttention::working_bytes(Mode mode) const {
   const auto& s = p_.shape;
   size_t b = 0;
   for (auto& part : parts_) {
-    if (!planned_ || planned_mode_ != mode) part->engine.plan(mode, part->qk);
+    if (!planned_ || planned_mode_ != mode) part->engine.plan(mode, source(*part));
     b += part->engine.working_bytes(mode) + part->qk.working_bytes(p_.threads);
     if (part->gathered())
       b += (mode == Mode::fwdbwd ? 4 : 2) * gathered_floats(*part) * sizeof(float) +
            static_cast<size_t>(s.H * part->seg.keys.n) * sizeof(int64_t);
   }
-  b += pattern_bytes() + bf16_bytes();
+  b += pattern_bytes() + bf16_bytes() + bias_->working_bytes(mode);
   planned_ = true;
   planned_mode_ = mode;
   // The merged log-sum-exp.
@@ -172,6 +201,7 @@ size_t SparseAttention::ring_bytes(int64_t W) const {
 
 void SparseAttention::setup(Mode mode, Rng& rng) {
   if (mode == Mode::decode) {
+    if (bias_->active()) throw InvalidInput("the sparse patterns decode without a position encoding (the model adds it in its forward pass only)");
     const int64_t W = window_capacity();
     const auto& s = p_.shape;
     ring_k_ = Buffer<float>(static_cast<size_t>(s.B * s.H * W * s.D));
@@ -179,10 +209,11 @@ void SparseAttention::setup(Mode mode, Rng& rng) {
     ring_scores_ = Buffer<float>(static_cast<size_t>(p_.threads * W));
     return;
   }
+  bias_->setup(mode, rng);  // first: its parameters are then those flash draws from the same seed
   build(&rng);
   const auto& s = p_.shape;
   for (auto& part : parts_) {
-    part->engine.plan(mode, part->qk);
+    part->engine.plan(mode, source(*part));
     part->engine.setup(mode);
     part->qk.setup(p_.threads);
     if (part->gathered()) {
@@ -284,6 +315,7 @@ void SparseAttention::forward(const AttnArgs& args) {
       fill(lse_.data() + bh * s.N, s.N, kNegInf);
     }
   }
+  bias_->prepare(a.q);
   for (auto& part_ptr : parts_) {
     Part& part = *part_ptr;
     const Segment& seg = part.seg;
@@ -299,7 +331,7 @@ void SparseAttention::forward(const AttnArgs& args) {
     // Longformer's global keys held by a band (fuse_prefix_keys): rows 0 .. prefix_keys - 1.
     const TensorView prefix_v = rows_of(a.v, seg.prefix_keys);
     if (seg.prefix_keys > 0) part.qk.bind_prefix(rows_of(a.k, seg.prefix_keys));
-    part.engine.forward(part.qk, keys_view(part, a.v, part.vg), seg.queries.of(a.o), &lv, !part.direct,
+    part.engine.forward(source(part), keys_view(part, a.v, part.vg), seg.queries.of(a.o), &lv, !part.direct,
                         seg.prefix_keys > 0 ? &prefix_v : nullptr);
   }
 }
@@ -318,6 +350,7 @@ void SparseAttention::backward(const AttnArgs& a) {
       fill(a.dk.row(b, h, i), D, 0.0f);
       fill(a.dv.row(b, h, i), D, 0.0f);
     }
+  bias_->begin_backward();
   for (auto& part : parts_) {
     const Segment& seg = part->seg;
     if (part->gathered()) {
@@ -328,7 +361,7 @@ void SparseAttention::backward(const AttnArgs& a) {
     const LseView lv{l.data, l.strides.sb, l.strides.sh, l.strides.sn};
     part->qk.bind(seg.queries.of(a.q), keys_view(*part, a.k, part->kg));
     part->qk.bind_grads(seg.queries.of(a.dq), keys_view(*part, a.dk, part->dkg), true);
-    part->engine.backward(part->qk, keys_view(*part, a.v, part->vg), seg.queries.of(a.o),
+    part->engine.backward(source(*part), keys_view(*part, a.v, part->vg), seg.queries.of(a.o),
                           seg.queries.of(a.dout), keys_view(*part, a.dv, part->dvg), true, &lv);
     if (part->gathered())
       for_each_gathered(*part, [&](int64_t b, int64_t h, int64_t row, int64_t slot) {
@@ -343,6 +376,7 @@ void SparseAttention::backward(const AttnArgs& a) {
         }
       });
   }
+  if (bias_->active()) bias_->finish_backward(a.q, a.dq, p_.param_grads);
 }
 
 // ---- decode against the window: a ring of the last window_capacity() keys and values ----

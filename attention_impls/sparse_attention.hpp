@@ -25,6 +25,8 @@
 
 namespace ab {
 
+class PositionBias;
+
 // A set of rows of a (B, H, N, D) tensor: rows first + t * step for t < n of every (b, h); or,
 // folded, residues first + r (r < count) of every (b, h) as count separate sequences
 // first + r + t * step, t < n (Sparse Transformer's strided part: one segment for all residues).
@@ -78,6 +80,10 @@ class SparseAttention : public Attention {
   std::optional<double> admissible_fraction() const override { return pairs() / scored_pairs(); }
   void decode_prefill(const AttnArgs& a, int64_t n) override;
   void decode_step(const AttnArgs& t, int64_t pos) override;
+  // The position encoding's learned tensor (AttnProblem::bias), added inside every segment's
+  // tiles from the true positions of the pair.
+  std::vector<LearnedTensor> learned() override;
+  std::vector<DumpTensor> dump_tensors() const override;
 
  protected:
   explicit SparseAttention(const AttnProblem& p);
@@ -95,6 +101,7 @@ class SparseAttention : public Attention {
  private:
   struct Part;
   void build(Rng* rng) const;
+  const LogitsSource& source(const Part& part) const;  // qk, or qk with the position encoding
   template <typename Count>
   double sum_over_parts(Count count) const;
   size_t ring_bytes(int64_t W) const;
@@ -114,6 +121,7 @@ class SparseAttention : public Attention {
   mutable Mode planned_mode_ = Mode::fwd;
   mutable bool planned_ = false;
   Buffer<float> lse_;  // the merged row log-sum-exp, (B, H, N)
+  std::unique_ptr<PositionBias> bias_;
   // bf16: Q, K, V rounded, (B, H, N, bf16_row_floats()) floats each holding two bf16 numbers.
   bool bf16() const { return p_.dtype == Dtype::bf16; }
   int64_t bf16_row_floats() const { return (p_.shape.D + 1) / 2; }

@@ -101,6 +101,8 @@ MechanismInfo strided_info() {
               ParamSpec{"stride", ParamType::Int, int64_t{64}, 0, 1 << 20, {}, "stride l (0: round(sqrt(N)))"},
               ParamSpec{"summary", ParamType::Int, int64_t{8}, 1, 1 << 20, {}, "fixed: summary columns c per block"}};
   m.bf16 = sparse_bf16_support();
+  m.caps.additive_bias = true;  // SparseAttention adds it inside every segment's tiles
+  m.caps.no_additive_bias = "";
   m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<Strided>(p, v); };
   return m;
 }

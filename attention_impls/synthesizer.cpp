@@ -431,6 +431,7 @@ MechanismInfo synthesizer_info() {
                         "how the logits are made"},
               ParamSpec{"max_len", ParamType::Int, int64_t{0}, 0, 1 << 24, {}, "dense: columns of W2 (0 = N)"},
               ParamSpec{"k", ParamType::Int, int64_t{8}, 1, 4096, {}, "factorized: rank of R1 R2^T"}};
+  m.caps.no_additive_bias = "its logits do not come from (query, key) position pairs of the input but from the query alone or a learned table";
   m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<Synthesizer>(p, v); };
   return m;
 }

@@ -24,6 +24,7 @@
 #include <limits>
 
 #include "attention_impls/kv_cache.hpp"
+#include "attention_impls/position_bias.hpp"
 #include "attention_impls/registry.hpp"
 #include "core/vecmath.hpp"
 #include "core/matmul.hpp"
@@ -33,7 +34,8 @@ namespace {
 
 class Vanilla final : public Attention {
  public:
-  explicit Vanilla(const AttnProblem& p) : p_(p) {}
+  explicit Vanilla(const AttnProblem& p)
+      : p_(p), bias_(p.bias, p.shape, p.causal, 1.0f / std::sqrt(static_cast<float>(p.shape.D)), p.threads) {}
 
   double flops(Mode mode) const override {
     if (mode == Mode::decode) return softmax_decode_flops(p_.shape, p_.shape.N + 1);
@@ -50,11 +52,12 @@ class Vanilla final : public Attention {
     if (mode == Mode::decode) return KvCache::bytes(p_.shape, p_.shape.N + 1) + decode_scores_bytes();
     const Plan& pl = plan(mode);
     return scores_bytes() * (mode == Mode::fwd ? 1 : 2) + pl.scratch_bytes + bf16_bytes() +
-           pl.block_scratch_bytes * static_cast<size_t>(p_.threads);
+           pl.block_scratch_bytes * static_cast<size_t>(p_.threads) + bias_.working_bytes(mode);
   }
 
-  void setup(Mode mode, Rng&) override {
+  void setup(Mode mode, Rng& rng) override {
     if (mode == Mode::decode) {
+      if (bias_.active()) throw InvalidInput("vanilla decodes without a position encoding (the model adds it in its forward pass only)");
       cache_.allocate(p_.shape, p_.shape.N + 1);
       scores_ = Buffer<float>(decode_scores_bytes() / sizeof(float));
       return;
@@ -71,10 +74,12 @@ class Vanilla final : public Attention {
     block_scratch_ = Buffer<std::byte>(pl.block_scratch_bytes * static_cast<size_t>(p_.threads));
     for (Matmul* m : {&pl.qk_block, &pl.pv_block, &pl.qk_last, &pl.pv_last})
       if (m->spec().M) m->bind(p_.threads, block_scratch_.data(), pl.block_scratch_bytes);
+    bias_.setup(mode, rng);
   }
 
   // For each (batch, head) and block of R query rows (the threads share the blocks out):
   //   pass 1  S_blk = s Q_blk K^T     (R, N), into the materialised scores    (oneDNN)
+  //   pass 1' with a position encoding, its bias added to each row (position_bias.hpp)
   //   pass 2  causal: P[i, j > i] = 0 (the softmax of -inf), the row's softmax over j <= i
   //   pass 3  P_blk = softmax(S_blk) by rows, in place
   //   pass 3' with dropout, the dropped probabilities P~ = P * M go to the backward pass's
@@ -89,6 +94,7 @@ class Vanilla final : public Attention {
     const auto& s = p_.shape;
     const int64_t N = s.N, R = pl.block_rows, blocks = (N + R - 1) / R, items = s.B * s.H * blocks;
     float* dropped = dscores_.data() ? dscores_.data() : scores_.data();
+    bias_.prepare(a.q);
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t it = 0; it < items; ++it) {
       const int tid = omp_get_thread_num();
@@ -97,6 +103,9 @@ class Vanilla final : public Attention {
       float* S = scores_.data() + (bh * N + r0) * N;
       // Pass 1.
       (last ? pl.qk_last : pl.qk_block).run(tid, a.q.row(b, h, r0), a.k.head(b, h), S);
+      // Pass 1'.
+      if (bias_.active())
+        for (int64_t r = 0; r < rows; ++r) bias_.add_row(b, h, r0 + r, KeyPositions{}, N, S + r * N);
       // Passes 2, 3, 3'.
       for (int64_t r = 0; r < rows; ++r) {
         float* row = S + r * N;
@@ -121,6 +130,7 @@ class Vanilla final : public Attention {
   void validate() const override {
     if (bf16() && !(p_.strides == Strides3::contiguous(p_.shape)))
       throw InvalidInput("vanilla --dtype bf16 needs contiguous (B, H, N, D) inputs");
+    if (bf16() && p_.bias.active()) throw InvalidInput("vanilla adds a position encoding in float32 only (no --dtype bf16)");
   }
 
   void decode_prefill(const AttnArgs& a, int64_t n) override { cache_.prefill(a, n); }
@@ -142,6 +152,7 @@ class Vanilla final : public Attention {
 
   // dV = P^T dO; dP = dO V^T; dS = softmax_backward(P, dP); dQ = s dS K; dK = s dS^T Q.
   // With dropout: dV = P~^T dO (P~ in the dscores buffer), dP~ = dO V^T, dP = dP~ * M.
+  // With a position encoding: dS summed into its gradients by offset, and Shaw's term of dQ.
   void backward(const AttnArgs& a) override {
     const Plan& pl = *plan_;
     pl.dv.run(0, dropout_.active() ? dscores_.data() : scores_.data(), a.dout.data, a.dv.data);
@@ -151,7 +162,19 @@ class Vanilla final : public Attention {
     pl.softmax.backward(scores_.data(), dscores_.data());
     pl.dq.run(0, dscores_.data(), a.k.data, a.dq.data);
     pl.dk.run(0, dscores_.data(), a.q.data, a.dk.data);
+    if (bias_.active()) {
+      bias_.begin_backward();
+      const auto& s = p_.shape;
+      const int64_t N = s.N;
+#pragma omp parallel for schedule(static) num_threads(p_.threads)
+      for (int64_t bh = 0; bh < s.B * s.H; ++bh)
+        for (int64_t i = 0; i < N; ++i)
+          bias_.accumulate_row(omp_get_thread_num(), bh / s.H, bh % s.H, i, KeyPositions{}, N, dscores_.data() + (bh * N + i) * N);
+      bias_.finish_backward(a.q, a.dq, p_.param_grads);
+    }
   }
+  std::vector<LearnedTensor> learned() override { return bias_.learned(); }
+  std::vector<DumpTensor> dump_tensors() const override { return bias_.dump_tensors(); }
 
  private:
   // f(row of dst, r) for every score row r = (b H + h) N + i, dst's row a copy of src's first
@@ -289,6 +312,7 @@ class Vanilla final : public Attention {
   Buffer<uint16_t> bf16_;
   Buffer<std::byte> scratch_, block_scratch_;
   KvCache cache_;
+  PositionBias bias_;
 };
 
 }  // namespace
@@ -301,6 +325,8 @@ MechanismInfo vanilla_info() {
   m.complexity = "O(N^2 D) time, O(N^2) memory";
   m.caps = Capabilities{.exact = true, .causal = true, .backward = true, .decode = true,
                         .constraints = "", .attn_dropout = true, .no_attn_dropout = ""};
+  m.caps.additive_bias = true;
+  m.caps.no_additive_bias = "";
   m.bf16 = Bf16Support{.available = true, .constraints = "forward; contiguous inputs"};
   m.make = [](const AttnProblem& p, const ParamValues&) { return std::make_unique<Vanilla>(p); };
   return m;

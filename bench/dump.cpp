@@ -130,6 +130,14 @@ void dump_point(const PointId& id, uint64_t seed, const std::string& dir) {
                         {"causal", id.causal},       {"seed", seed},       {"scale", 1.0 / std::sqrt(double(s.D))},
                         {"tensors", files}};
   if (const std::string note = pp.impl->dump_note(); !note.empty()) cfg["note"] = note;
+  // The additive position encoding inside the mechanism (--positions): enough to recompute it
+  // (its learned table, if any, is among the tensors: position_bias or shaw_keys).
+  if (!id.train.positions.empty()) {
+    const PositionEncoding pe = parse_position_encoding(id.train.positions);
+    if (pe.bias.active())
+      cfg["positions"] = {{"encoding", to_string(pe.kind)}, {"buckets", pe.bias.buckets},
+                          {"max_distance", pe.bias.max_distance}, {"clip", pe.bias.clip}};
+  }
   const std::string text = cfg.dump(2) + "\n";
   FILE* f = std::fopen((tmp / "config.json").c_str(), "w");
   if (!f) throw std::runtime_error("cannot write " + (tmp / "config.json").string());

@@ -180,8 +180,10 @@ void GridOptions::add_to(CLI::App* app, Verb verb) {
         options_[key] = app->add_flag(f.option, flags[key], help);
         break;
       case PointFieldType::Text:
-        if (multi)
-          options_[key] = app->add_option(f.option, text[key], help + (f.scope == PointField::training ? " (list: a,b)" : ""))
+        // dump takes one point: of the words, only the position encoding inside the mechanism.
+        if (multi || key == "positions")
+          options_[key] = app->add_option(f.option, text[key],
+                                          help + (multi && (f.scope == PointField::training || key == "positions") ? " (list: a,b)" : ""))
                               ->capture_default_str();
         break;
       case PointFieldType::Int:
@@ -299,6 +301,11 @@ std::vector<PointId> GridOptions::grid() const {
       case PointFieldType::Text:
         if (key == "task") {
           v.push_back(ti ? ti->name : std::string("none"));
+          break;
+        }
+        // Not given: not in the point (a training run's recipe has a default for it, a run not).
+        if (f.named_when_set && (text_of(key).empty() || (!training && !given(key)))) {
+          v.push_back(std::string());
           break;
         }
         if (f.scope == PointField::real_data || key == "test_seq") {  // one path or one list of lengths, commas and all

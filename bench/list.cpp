@@ -13,12 +13,23 @@
 
 namespace ab {
 
+namespace {
+// The encodings a mechanism admits beyond the embedding's (sinusoidal, learned, none: every
+// mechanism): "all" (RoPE's rotation of q, k and the additive ones inside its kernels), "rope",
+// or "emb" (none beyond the embedding's). Short words: the fitted table keeps them whole.
+std::string admitted_positions(const Capabilities& c) {
+  if (c.rope && c.additive_bias) return "all";
+  if (c.rope) return "rope";
+  return c.additive_bias ? "additive" : "emb";
+}
+}  // namespace
+
 int cmd_list(const std::string& what, const std::string& name, int width) {
   if (what == "mechanisms") {
     // In full (--wide) one table; fitted, the capabilities in the table and each mechanism's
     // complexity and summary below it, wrapped.
     TextTable t;
-    t.header = {"mechanism", "family", "exact", "causal", "backward", "decode", "attn dropout", "bf16", "rope", "complexity", "summary"};
+    t.header = {"mechanism", "family", "exact", "causal", "backward", "decode", "attn dropout", "bf16", "positions", "complexity", "summary"};
     if (width > 0) t.header.resize(9);
     t.keep = {0, 1, 2, 3, 4, 5, 6, 7, 8};
     std::string details = width > 0 ? "\nWhat each computes and costs (attnbench list --wide: one table):\n" : "";
@@ -35,7 +46,7 @@ int cmd_list(const std::string& what, const std::string& name, int width) {
       std::vector<std::string> row = {m.name, m.family, m.caps.exact ? "exact" : "approximate", claim(m.caps.causal, prefix),
                                        m.caps.backward ? "yes" : "no", claim(m.caps.decode, decode),
                                        m.caps.attn_dropout ? "yes" : "no", m.bf16.available ? "yes" : "no",
-                                       m.caps.rope ? "yes" : "no", m.complexity, m.summary};
+                                       admitted_positions(m.caps), m.complexity, m.summary};
       if (width > 0) {
         row.resize(9);
         details += wrap_words(fmt::format("- {}: {}; {}", m.name, m.summary, m.complexity), width, "  ");
@@ -44,9 +55,15 @@ int cmd_list(const std::string& what, const std::string& name, int width) {
       if (!m.caps.attn_dropout)
         notes += wrap_words(fmt::format("- {}: no attention dropout: {}", m.name, m.caps.no_attn_dropout), width, "  ");
       if (!m.caps.rope) notes += wrap_words(fmt::format("- {}: no --positions rope: {}", m.name, m.caps.no_rope), width, "  ");
+      if (!m.caps.additive_bias)
+        notes += wrap_words(fmt::format("- {}: no --positions alibi, bias or shaw: {}", m.name, m.caps.no_additive_bias), width, "  ");
       if (m.bf16.available && !m.bf16.constraints.empty())
         notes += wrap_words(fmt::format("- {}: bf16 (--dtype bf16): {}", m.name, m.bf16.constraints), width, "  ");
     }
+    notes += wrap_words("positions: the --positions a model with this mechanism takes. emb: the embedding's only "
+                        "(sinusoidal, learned, none); rope: those and rope (q and k rotated before the mechanism); all: "
+                        "those and alibi, bias (T5) and shaw, added to its logits inside its kernels",
+                        width, "  ");
     notes += wrap_words("causal, decode: \"checked\" is a claim verified now on seeded inputs (CAB's checks): every "
                         "position's output unchanged when the later positions change, and token-by-token decoding equal to "
                         "the causal forward, to 1e-5 relative; \"FAILS\" a claim that does not hold",

@@ -113,10 +113,7 @@ std::string clip_mode_name(const char* opt, const std::string& text) {
     throw InvalidInput(fmt::format("unknown {} '{}'; clip modes: global, per-tensor", opt, text));
   return text;
 }
-std::string positions_name(const char*, const std::string& text) {
-  parse_positions(text);
-  return text;
-}
+std::string positions_name(const char*, const std::string& text) { return text.empty() ? text : canonical_positions(text); }
 std::string unit_interval_closed(const char* opt, const std::string& text) {
   const double v = number(opt, text);
   if (!(v > 0 && v <= 1)) throw InvalidInput(fmt::format("{} must be in (0, 1], got {}", opt, text));
@@ -288,8 +285,16 @@ std::vector<PointField> make_fields() {
       AB_TRAIN_TEXT("attn_dropout", "attn_dropout", "--attn-dropout", attn_dropout,
                     "dropout on the attention probabilities (mechanisms that form them; see attnbench list)", 25,
                     unit_interval),
-      AB_TRAIN_TEXT("positions", "positions", "--positions", positions,
-                    "sinusoidal | learned | none (added to the embedding) | rope (each layer's q, k rotated)", 26, positions_name),
+      // Every level: a training run always names its encoding; `run` only when given (the
+      // attention level takes the additive ones, which live inside the mechanism).
+      {"positions", "positions", "--positions", "training", 12, T::Text, PointField::all, 8,
+       [](P p) -> V { return p.train.positions; },
+       [](PointId& p, const V& v) { p.train.positions = positions_name("--positions", as_text(v)); },
+       [](P p) { return fmt::format("positions={}", p.train.positions); }, nullptr,
+       "sinusoidal | learned | none (added to the embedding) | rope (each layer's q, k rotated) | alibi | "
+       "bias[:BUCKETS:MAX_DISTANCE] | shaw[:CLIP] (added to the logits inside the kernels). The default is a training "
+       "run's; at the attention level only none (the mechanism alone, as without the option), alibi, bias and shaw apply",
+       nullptr, 26, true},
       AB_TRAIN_INT("eval_every", "eval_every", "--eval-every", eval_every,
                    "steps between validations (0: ten over the run); the best one's parameters are tested", 27,
                    not_negative),

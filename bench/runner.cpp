@@ -20,6 +20,7 @@
 
 #include <valgrind/callgrind.h>
 
+#include "attention_impls/position_bias.hpp"
 #include "core/matmul.hpp"
 #include "bench/warnings.hpp"
 #include "core/sysinfo.hpp"
@@ -66,6 +67,18 @@ double nmse(const float* out, const float* ref, size_t n) {
 
 namespace {
 
+// The attention level's --positions: the additive encodings, or none (the mechanism alone, as
+// without the option; a sweep over encodings names it). The others belong to a model's
+// embedding or to its rotation of q and k before the mechanism.
+PositionBiasSpec attention_bias(const PointId& id) {
+  if (id.train.positions.empty() || id.level == Level::model) return {};
+  const PositionEncoding pe = parse_position_encoding(id.train.positions);
+  if (!pe.bias.active() && pe.kind != Positions::none)
+    throw InvalidInput(fmt::format("--positions {} belongs to a model (--level model); the attention level takes none, alibi, bias or shaw",
+                                   id.train.positions));
+  return pe.bias;
+}
+
 AttnProblem problem_of(const PointId& id) {
   AttnProblem p;
   p.shape = id.shape;
@@ -73,6 +86,7 @@ AttnProblem problem_of(const PointId& id) {
   p.strides = Strides3::contiguous(id.shape);
   p.threads = id.threads;
   p.dtype = id.dtype;
+  p.bias = attention_bias(id);
   return p;
 }
 
@@ -116,6 +130,11 @@ ModelConfig model_config(const PointId& id) {
   c.threads = id.threads;
   c.causal = id.causal;
   c.dtype = id.dtype;
+  if (!id.train.positions.empty()) {  // else the task's
+    const PositionEncoding pe = parse_position_encoding(id.train.positions);
+    c.positions = pe.kind;
+    c.position_bias = pe.bias;
+  }
   return c;
 }
 
@@ -161,6 +180,11 @@ PreparedPoint prepare_point(const PointId& id, const RunOptions& opts) {
   if (id.mode == RunMode::fwdbwd && !caps.backward) {
     pp.status = Status::SKIPPED;
     pp.message = id.mechanism + " has no backward pass";
+    return pp;
+  }
+  if (id.level == Level::attention && attention_bias(id).active() && !caps.additive_bias) {
+    pp.status = Status::SKIPPED;
+    pp.message = fmt::format("--positions {} with {}: {}", id.train.positions, id.mechanism, caps.no_additive_bias);
     return pp;
   }
   if (id.mode == RunMode::decode && !caps.decode) {
@@ -385,13 +409,15 @@ PointResult run_point_impl(PreparedPoint& pp, const RunOptions& opts, PointResul
       // bf16 point's error is then what bf16 costs.
       const Shape4 s = input_shape(id);
       AttnProblem p{s, id.causal || decode, Strides3::contiguous(s), id.threads};
+      p.bias = attention_bias(id);
       Tensor o_ref(s);
       // The inputs are a function of the shape and the seed; so is flash's output on them.
       const std::string cached =
           opts.reference_dir.empty()
               ? ""
               : (std::filesystem::path(opts.reference_dir) /
-                 fmt::format("flash-B{}-H{}-N{}-D{}-causal{}-seed{}.f32", s.B, s.H, s.N, s.D, p.causal ? 1 : 0, opts.seed))
+                 fmt::format("flash-B{}-H{}-N{}-D{}-causal{}{}-seed{}.f32", s.B, s.H, s.N, s.D, p.causal ? 1 : 0,
+                             p.bias.active() ? "-" + to_string(p.bias) : std::string(), opts.seed))
                     .string();
       const size_t bytes = static_cast<size_t>(o_ref.size()) * sizeof(float);
       std::ifstream in;

@@ -153,7 +153,6 @@ TrainConfig train_config(const PointId& id) {
   c.data = task_options(id);
   c.data.seed = static_cast<uint64_t>(id.train.seed);
   c.model = model_config(id);
-  c.model.positions = parse_positions(id.train.positions);
   c.model.dropout = static_cast<float>(number_of(id.train.dropout));
   c.model.attn_dropout = static_cast<float>(number_of(id.train.attn_dropout));
   c.model.clip = static_cast<float>(number_of(id.train.clip));

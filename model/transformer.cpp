@@ -34,17 +34,71 @@ const char* to_string(Positions p) {
     case Positions::learned: return "learned";
     case Positions::none: return "none";
     case Positions::rope: return "rope";
+    case Positions::alibi: return "alibi";
+    case Positions::bias: return "bias";
+    case Positions::shaw: return "shaw";
   }
   return "?";
 }
 
-Positions parse_positions(const std::string& text) {
-  std::vector<std::string> names;
-  for (Positions p : kAllPositions) {
-    if (text == to_string(p)) return p;
-    names.emplace_back(to_string(p));
+PositionEncoding parse_position_encoding(const std::string& text) {
+  const size_t colon = text.find(':');
+  const std::string name = text.substr(0, colon);
+  std::vector<std::string> args;
+  for (size_t at = colon; at != std::string::npos;) {
+    const size_t next = text.find(':', at + 1);
+    args.push_back(text.substr(at + 1, next == std::string::npos ? std::string::npos : next - at - 1));
+    at = next;
   }
-  throw unknown_name("positions", text, names, "positions");
+  PositionEncoding e;
+  std::vector<std::string> names;
+  bool found = false;
+  for (Positions p : kAllPositions) {
+    names.emplace_back(to_string(p));
+    if (name == to_string(p)) {
+      e.kind = p;
+      found = true;
+    }
+  }
+  if (!found) throw unknown_name("positions", name, names, "positions");
+  const size_t takes = e.kind == Positions::bias ? 2 : e.kind == Positions::shaw ? 1 : 0;
+  if (args.size() > takes)
+    throw InvalidInput(fmt::format("--positions {} takes {}; got '{}'", name,
+                                   takes == 2 ? "bias:BUCKETS:MAX_DISTANCE" : takes == 1 ? "shaw:CLIP" : "no parameters", text));
+  auto count = [&](size_t k, int64_t def, const char* what) {
+    if (k >= args.size()) return def;
+    const std::string& a = args[k];
+    int64_t v = 0;
+    size_t used = 0;
+    try {
+      v = std::stoll(a, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (a.empty() || used != a.size() || v < 1 || v > (int64_t{1} << 20))
+      throw InvalidInput(fmt::format("--positions {}: {} must be a whole number from 1 to 2^20, got '{}'", name, what, a));
+    return v;
+  };
+  if (e.kind == Positions::alibi) e.bias.kind = PositionBiasKind::alibi;
+  if (e.kind == Positions::bias) {
+    e.bias.kind = PositionBiasKind::t5;
+    e.bias.buckets = count(0, 32, "the bucket count");
+    e.bias.max_distance = count(1, 128, "the maximum distance");
+  }
+  if (e.kind == Positions::shaw) {
+    e.bias.kind = PositionBiasKind::shaw;
+    e.bias.clip = count(0, 16, "the clip distance");
+  }
+  return e;
+}
+
+Positions parse_positions(const std::string& text) { return parse_position_encoding(text).kind; }
+
+std::string canonical_positions(const std::string& text) {
+  const PositionEncoding e = parse_position_encoding(text);
+  if (e.kind == Positions::bias) return fmt::format("bias:{}:{}", e.bias.buckets, e.bias.max_distance);
+  if (e.kind == Positions::shaw) return fmt::format("shaw:{}", e.bias.clip);
+  return to_string(e.kind);
 }
 
 ModelConfig model_config_for_task(const TaskInfo& task, const TaskOptions& options) {
@@ -134,6 +188,11 @@ TransformerModel::TransformerModel(const ModelConfig& c, ModelMode mode) : c_(c)
   attn_dropout_planned_ = p.attn_dropout;
   if (c.positions == Positions::rope && !info.caps.rope)
     throw InvalidInput(fmt::format("--positions rope with {}: {}", c.mechanism, info.caps.no_rope));
+  // The additive encodings' spec: as given, or their defaults when only the kind was set.
+  p.bias = c.position_bias;
+  if (parse_position_encoding(to_string(c.positions)).bias.kind != p.bias.kind) p.bias = parse_position_encoding(to_string(c.positions)).bias;
+  if (p.bias.active() && !info.caps.additive_bias)
+    throw InvalidInput(fmt::format("--positions {} with {}: {}", to_string(c.positions), c.mechanism, info.caps.no_additive_bias));
   if (c.positions == Positions::rope && Dh_ % 2)
     throw InvalidInput(fmt::format("--positions rope rotates pairs of a head's dimensions; the head size {} is odd", Dh_));
   for (int64_t l = 0; l < L; ++l) {

@@ -46,12 +46,28 @@ const std::array<const char*, kLayerTypes>& layer_type_names();
 enum class ModelMode { fwd, fwdbwd, train };
 const char* to_string(ModelMode m);  // fwd | fwdbwd | train
 
-// The positions added to the token embedding.
-// rope: no vector added; each layer rotates its queries and keys by their positions (RoFormer).
-enum class Positions { sinusoidal, learned, none, rope };
-inline constexpr Positions kAllPositions[] = {Positions::sinusoidal, Positions::learned, Positions::none, Positions::rope};
+// The position encoding.
+// sinusoidal, learned: a vector added to the token embedding; none: nothing.
+// rope: each layer rotates its queries and keys by their positions (RoFormer).
+// alibi, bias, shaw: each layer's mechanism adds a bias to its logits from the pair's positions,
+//   inside its kernels (AttnProblem::bias): ALiBi's fixed slopes, T5's learned bias per head and
+//   offset bucket ("bias:BUCKETS:MAX_DISTANCE", default 32:128), Shaw's learned key embeddings of
+//   the offset clipped to +-K ("shaw:K", default 16), one table per layer.
+enum class Positions { sinusoidal, learned, none, rope, alibi, bias, shaw };
+inline constexpr Positions kAllPositions[] = {Positions::sinusoidal, Positions::learned, Positions::none, Positions::rope,
+                                              Positions::alibi,      Positions::bias,    Positions::shaw};
 const char* to_string(Positions p);
-Positions parse_positions(const std::string& text);  // throws InvalidInput
+// An encoding as written ("shaw", "bias:64:256"): its kind and the mechanism-side spec
+// (PositionBiasKind::none for the first four). Throws InvalidInput naming what is wrong.
+struct PositionEncoding {
+  Positions kind = Positions::sinusoidal;
+  PositionBiasSpec bias;
+};
+PositionEncoding parse_position_encoding(const std::string& text);
+// The kind of a written encoding (parse_position_encoding(text).kind).
+Positions parse_positions(const std::string& text);
+// The canonical spelling: every parameter written ("bias" -> "bias:32:128").
+std::string canonical_positions(const std::string& text);
 
 // Gradient clipping before the optimizer step: none, the global norm of every gradient (LRA's
 // PyTorch ports), or each tensor's own norm ("Transformers are RNNs").
@@ -68,6 +84,7 @@ struct ModelConfig {
   int threads = 1;
   AdamW optimizer;
   Positions positions = Positions::sinusoidal;
+  PositionBiasSpec position_bias;  // alibi, bias, shaw: the mechanism's (parse_position_encoding)
   // Training: dropout on the embedding and on both residual branches, and on the attention
   // probabilities (mechanisms with the capability; 0 elsewhere). Evaluation runs without.
   float dropout = 0, attn_dropout = 0;

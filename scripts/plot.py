@@ -51,6 +51,14 @@ One line per mechanism through its configurations.
 
 usage: /usr/bin/python3 scripts/plot.py frontier RESULT.json OUT_PREFIX [--seq N] [--speed TIMED.json]
        [--attnbench build/attnbench]
+
+Length extrapolation across position encodings from a training result file whose runs were tested
+at other lengths (`attnbench train --test-seq`, the positions-extrapolation preset): test accuracy
+against the test length, one panel per task and trained length, one line per (mechanism,
+encoding), the trained length marked. A length a run could not be tested at (learned positions
+exist at the trained length only) is left out of its line.
+
+usage: /usr/bin/python3 scripts/plot.py extrapolation RESULT.json OUT_PREFIX
        [--attnbench build/attnbench]
        (writes OUT_PREFIX.png, OUT_PREFIX.svg)
 """
@@ -548,6 +556,49 @@ def frontier_main(argv):
     fig.savefig(a.prefix + ".svg")
 
 
+def extrapolation_main(argv):
+    import os
+    ap = argparse.ArgumentParser(description="test accuracy against test length, a line per position encoding")
+    ap.add_argument("result")
+    ap.add_argument("prefix")
+    ap.add_argument("--attnbench", default=None, help="unused; accepted like the other plots")
+    a = ap.parse_args(argv)
+    doc = read_result_file(a.result)
+    lines = defaultdict(dict)  # (task, trained N) -> {(mechanism, encoding): {length: accuracy}}
+    for b in doc.get("benchmarks", []):
+        p = b.get("point", {})
+        if b.get("run_type") != "iteration" or b.get("error_occurred") or "accuracy" not in b:
+            continue
+        acc = {p["seq"]: b["accuracy"]}
+        for k, v in b.items():
+            if k.startswith("accuracy_at_") and v is not None:
+                acc[int(k[len("accuracy_at_"):])] = v
+        lines[(p.get("task", "?"), p["seq"])][(p["attn"], p.get("positions", "?"))] = acc
+    if not lines:
+        raise SystemExit(f"plot.py extrapolation: {a.result} holds no finished training run")
+    panels = sorted(lines)
+    fig, axes = plt.subplots(1, len(panels), figsize=(7.5 * len(panels), 6), squeeze=False)
+    linestyles = {"flash": "-", "sliding": "--", "local": ":"}
+    encodings = sorted({e for per in lines.values() for (_, e) in per})
+    colours = plt.get_cmap("tab10")
+    for ax, (task, trained) in zip(axes[0], panels):
+        for (mech, enc), acc in sorted(lines[(task, trained)].items()):
+            ns = sorted(acc)
+            ax.plot(ns, [100 * acc[n] for n in ns], marker="o", markersize=4, linestyle=linestyles.get(mech, "-."),
+                    color=colours(encodings.index(enc) % 10), label=f"{mech}, {enc}")
+        ax.axvline(trained, color="grey", linewidth=0.8, linestyle=":")
+        ax.set(xscale="log", xlabel="test length N", ylabel="test accuracy (%)", title=f"{task}, trained at N = {trained}")
+        plain_log_axis(ax.xaxis, sorted({n for acc in lines[(task, trained)].values() for n in acc}))
+        ax.set_ylim(-2, 102)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"{os.path.basename(a.result)}: length extrapolation by position encoding\n"
+                 f"{doc.get('context', {}).get('command', '')[:140]}", fontsize=8)
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
+    fig.savefig(a.prefix + ".png", dpi=110)
+    fig.savefig(a.prefix + ".svg")
+
+
 def main():
     import os
     if len(sys.argv) > 1 and sys.argv[1] == "curves":
@@ -556,6 +607,8 @@ def main():
         return frontier_main(sys.argv[2:])
     if len(sys.argv) > 1 and sys.argv[1] == "bubbles":
         return bubbles_main(sys.argv[2:])
+    if len(sys.argv) > 1 and sys.argv[1] == "extrapolation":
+        return extrapolation_main(sys.argv[2:])
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("result")
     ap.add_argument("prefix")

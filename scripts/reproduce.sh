@@ -25,12 +25,14 @@ targets=(
   "decode|2 min|decoding one token after N = 1024..65536 of context (the RNN view of linear attention)"
   "lra-efficiency|15 min|LRA Table 2: the text model's training steps, N = 1K..4K, every mechanism, two threads"
   "peers|10 min|PyTorch's naive attention (default and tuned allocator) beside flash and vanilla, N = 256..4096, fwd and fwd+bwd, one thread (scripts/peers.py; needs python3-torch)"
+  "positions-cost|15 min|what ALiBi, T5's bias and Shaw's embeddings add inside each mechanism that admits them, fwd and fwd+bwd, N = 1024..16384, one thread"
   "task-rates|1 min|how fast each task generates a batch of its LRA size"
   "copy|2 h of one core|the copy task of \"Transformers are RNNs\": softmax, linear, LSH-1, LSH-4 (train --preset copy)"
   "lra-accuracy|44 h of one core|LRA Table 1 at CPU scale: every mechanism on five tasks (train --preset lra-accuracy)"
   "lra-knobs|10 h of one core|the Transformer of lra-accuracy on Image and Pathfinder with 3x and 4x the steps, and on Image at twice the width (train --preset lra-knobs)"
   "zoology-calibration|4 h of one core|what Zoology's MQAR settings need on this machine: flash at N 64, d_model 64 (train --preset zoology-calibration)"
   "zoology-mqar|24 h of one core|Zoology's Figure 2 at CPU scale: multi-query associative recall, every mechanism, with the recall-cost frontier (train --preset zoology-mqar)"
+  "positions-extrapolation|6 h of one core|length extrapolation across position encodings: induction heads trained at N 256 and tested at 64..4096, MQAR trained at 128 and tested at 256 and 512 (train --preset positions-extrapolation)"
 )
 
 list() {
@@ -119,12 +121,17 @@ run_target() {
       $py scripts/peers.py --attnbench "$exe" --seq 256:4096:x2 --mode fwd,fwdbwd --threads 1 --out "$work/peers.json"
       "$exe" table "$work/suite.json" "$work/peers.json" >"$work/peers.md"
       "$exe" table "$work/suite.json" "$work/peers.json" --metric gflops_per_s >>"$work/peers.md" ;;
+    positions-cost)
+      bench positions_cost --attn flash,local,sliding,dilated,strided,longformer,bigbird --seq 1024,4096 --positions none,alibi,bias,shaw --mode fwd,fwdbwd --threads 1 --reps 3
+      bench positions_cost_vanilla --attn vanilla --seq 1024,4096 --positions none,alibi,bias,shaw --mode fwd,fwdbwd --threads 1 --reps 3
+      bench positions_cost_16384 --attn flash,local,sliding,dilated,strided,longformer,bigbird --heads 1 --seq 16384 --positions none,alibi,bias,shaw --mode fwd,fwdbwd --threads 1 --reps 2
+      $py scripts/positions_cost.py "$work"/positions_cost*.json >"$work/positions_cost_overhead.md" ;;
     task-rates)
       commands+=("attnbench task rate --task T --reps 3, for every task")
       "$exe" list tasks --wide | awk -F'|' '/^\| / && NR > 2 { gsub(/ /, "", $2); if ($2 != "") print $2 }' | while read -r t; do
         "$exe" task rate --task "$t" --reps 3
       done >"$work/task_rates.txt" ;;
-    copy | lra-accuracy | lra-knobs | zoology-calibration | zoology-mqar)
+    copy | lra-accuracy | lra-knobs | zoology-calibration | zoology-mqar | positions-extrapolation)
       # Resumable: the result file and the runs' checkpoints stay where the last attempt left them.
       local file="results/studies/$name/$name.json" train="runs/$name"
       mkdir -p "results/studies/$name" "$train"
@@ -157,6 +164,11 @@ run_target() {
             $py scripts/plot.py frontier "$file" "$work/mqar_frontier_$n" --seq "$n" --speed "$work/mqar_speed.json" --attnbench "$exe"
           done
         fi
+      elif [ "$name" = positions-extrapolation ]; then
+        for metric in accuracy accuracy_at_64 accuracy_at_512 accuracy_at_1024 accuracy_at_2048 accuracy_at_4096 accuracy_at_256; do
+          "$exe" table "$file" --metric "$metric" 2>/dev/null && echo
+        done >"$work/positions-extrapolation.md"
+        $py scripts/plot.py extrapolation "$file" "$work/positions_extrapolation" --attnbench "$exe"
       elif [ "$name" = lra-knobs ]; then
         "$exe" table "$file" --metric accuracy >"$work/lra-knobs.md"
         $py scripts/plot.py curves "$work"/logs/*.jsonl "$work/lra_knobs_curves" --title "LRA at CPU scale, more steps or width: learning curves"

@@ -13,8 +13,8 @@ import sys
 import numpy as np
 
 
-def softmax_attention(q, k, v, causal):
-    s = np.einsum("bhid,bhjd->bhij", q, k) / np.sqrt(q.shape[-1])
+def softmax_attention(q, k, v, causal, bias=0.0):
+    s = np.einsum("bhid,bhjd->bhij", q, k) / np.sqrt(q.shape[-1]) + bias
     if causal:
         n = q.shape[2]
         s = np.where(np.tril(np.ones((n, n), dtype=bool)), s, -np.inf)
@@ -24,12 +24,59 @@ def softmax_attention(q, k, v, causal):
     return p, np.einsum("bhij,bhjd->bhid", p, v)
 
 
-def grads(q, k, v, dout, causal):
-    p, o = softmax_attention(q, k, v, causal)
+def grads(q, k, v, dout, causal, t=None, positions=None):
+    bias = position_bias(t, positions, causal) if positions else 0.0
+    p, o = softmax_attention(q, k, v, causal, bias)
     dv = np.einsum("bhij,bhid->bhjd", p, dout)
     dp = np.einsum("bhid,bhjd->bhij", dout, v)
     ds = p * (dp - (dp * p).sum(-1, keepdims=True)) / np.sqrt(q.shape[-1])
-    return np.einsum("bhij,bhjd->bhid", ds, k), np.einsum("bhij,bhid->bhjd", ds, q), dv
+    dq = np.einsum("bhij,bhjd->bhid", ds, k)
+    if positions and positions["encoding"] == "shaw":  # the logit s q_i . a_r(i,j) depends on q
+        dq += np.einsum("bhij,ijd->bhid", ds, t["shaw_keys"][shaw_index(q.shape[2], positions["clip"])])
+    return dq, np.einsum("bhij,bhid->bhjd", ds, q), dv
+
+
+def t5_bucket(offset, bidirectional, buckets, max_distance):
+    """T5's bucket of offset j - i (mesh-tensorflow's _relative_position_bucket), in float32."""
+    n = -offset
+    ret = 0
+    if bidirectional:
+        buckets //= 2
+        ret = np.where(n < 0, buckets, 0)
+        n = np.abs(n)
+    else:
+        n = np.maximum(n, 0)
+    exact = buckets // 2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        large = exact + (np.log(n.astype(np.float32) / np.float32(exact)) / np.log(np.float32(max_distance) / np.float32(exact))
+                         * np.float32(buckets - exact)).astype(np.int64)
+    return ret + np.where(n < exact, n, np.minimum(large, buckets - 1))
+
+
+def shaw_index(n, clip):
+    i = np.arange(n)
+    return np.clip(i[None, :] - i[:, None], -clip, clip) + clip  # [i, j] -> embedding of j - i
+
+
+def position_bias(t, positions, causal):
+    """The additive encoding of every (i, j), (B or 1, H, N, N), from its definition."""
+    q = t["q"]
+    _, h, n, d = q.shape
+    i = np.arange(n)
+    off = i[None, :] - i[:, None]  # j - i
+    enc = positions["encoding"]
+    if enc == "alibi":
+        p = 1 << (h.bit_length() - 1)
+        slopes = [2.0 ** (-8.0 * (x + 1) / p) for x in range(p)]
+        slopes += [2.0 ** (-8.0 * (x + 1) / (2 * p)) for x in range(0, 2 * p, 2)][: h - p]
+        return -np.array(slopes)[None, :, None, None] * np.abs(off)[None, None]
+    if enc == "bias":
+        b = t5_bucket(off, not causal, positions["buckets"], positions["max_distance"])
+        return t["position_bias"][:, b][None]
+    if enc == "shaw":
+        a = t["shaw_keys"][shaw_index(n, positions["clip"])]  # (N, N, D)
+        return np.einsum("bhid,ijd->bhij", q, a) / np.sqrt(d)
+    raise ValueError(enc)
 
 
 def feature_map_attention(fq, fk, v, causal):
@@ -141,8 +188,8 @@ def pattern_mask(mech, t, causal, params):
     return np.broadcast_to(m, (h, n, n))
 
 
-def masked_softmax_attention(q, k, v, mask):
-    s = np.einsum("bhid,bhjd->bhij", q, k) / np.sqrt(q.shape[-1])
+def masked_softmax_attention(q, k, v, mask, bias=0.0):
+    s = np.einsum("bhid,bhjd->bhij", q, k) / np.sqrt(q.shape[-1]) + bias
     s = np.where(mask[None], s, -np.inf)
     p = np.exp(s - s.max(-1, keepdims=True))
     p /= p.sum(-1, keepdims=True)
@@ -230,11 +277,12 @@ def reformer(t, causal, prm):
 PATTERNS = ("local", "sliding", "dilated", "strided", "longformer", "bigbird")
 
 
-def expected_output(mech, t, causal, params):
+def expected_output(mech, t, causal, params, positions=None):
+    bias = position_bias(t, positions, causal) if positions else 0.0
     if mech in PATTERNS:
-        return masked_softmax_attention(t["q"], t["k"], t["v"], pattern_mask(mech, t, causal, params))
+        return masked_softmax_attention(t["q"], t["k"], t["v"], pattern_mask(mech, t, causal, params), bias)
     if mech in ("vanilla", "flash"):
-        return softmax_attention(t["q"], t["k"], t["v"], causal)[1]
+        return softmax_attention(t["q"], t["k"], t["v"], causal, bias)[1]
     if mech == "linear":
         elu1 = lambda x: np.where(x > 0, x + 1, np.exp(np.minimum(x, 0)))
         return feature_map_attention(elu1(t["q"]), elu1(t["k"]), t["v"], causal)
@@ -260,10 +308,12 @@ def expected_output(mech, t, causal, params):
     raise ValueError(mech)
 
 
-def check(exe, work, mech, causal, params=(), n=37):
-    out = os.path.join(work, f"{mech}_{int(causal)}_{'_'.join(params)}".replace("=", "-"))
+def check(exe, work, mech, causal, params=(), n=37, positions=None):
+    out = os.path.join(work, f"{mech}_{int(causal)}_{'_'.join(params)}_{positions or ''}".replace("=", "-").replace(":", "-"))
     cmd = [exe, "dump", "--attn", mech, "--batch", "2", "--heads", "3", "--seq", str(n),
            "--dhead", "8", "--seed", "5", "--out", out] + (["--causal"] if causal else [])
+    if positions:
+        cmd += ["--positions", positions]
     for p in params:
         cmd += ["--param", p]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
@@ -287,6 +337,10 @@ def check(exe, work, mech, causal, params=(), n=37):
         nbk = prm["n_buckets"] or max(2, (N // prm["bucket_size"] + 1) // 2 * 2)
         declared.update({"rotations": (prm["n_hashes"], H, D, nbk // 2), "buckets": (B, H, prm["n_hashes"], N)})
         assert "not used" in cfg.get("note", ""), cfg
+    enc = cfg.get("positions")
+    assert bool(enc) == bool(positions), cfg
+    if enc:
+        declared.update({"position_bias": (H, enc["buckets"]), "shaw_keys": (2 * enc["clip"] + 1, D)})
     if "random_blocks" in cfg["tensors"]:
         declared["random_blocks"] = (H, N // prm["block"], prm["random_blocks"])
     own = {"performer": {"omega"}, "linformer": {"E", "F"}, "memory_compressed": {"Wk", "Wv"},
@@ -301,18 +355,20 @@ def check(exe, work, mech, causal, params=(), n=37):
         assert arr.shape == declared.get(name, shape), (name, arr.shape)
         t[name] = arr.astype(np.float64)
     want = {"q", "k", "v", "out", "dout", "dq", "dk", "dv"} | own.get(mech, set())
+    if enc:
+        want |= {"bias": {"position_bias"}, "shaw": {"shaw_keys"}}.get(enc["encoding"], set())
     assert set(t) == want, set(t)
-    np.testing.assert_allclose(t["out"], expected_output(mech, t, causal, prm), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(t["out"], expected_output(mech, t, causal, prm, enc), rtol=1e-4, atol=1e-5)
     if mech not in ("vanilla", "flash"):
         return  # other gradients are checked in the C++ tests
-    dq, dk, dv = grads(t["q"], t["k"], t["v"], t["dout"], causal)
+    dq, dk, dv = grads(t["q"], t["k"], t["v"], t["dout"], causal, t, enc)
     for name, want in (("dq", dq), ("dk", dk), ("dv", dv)):
         np.testing.assert_allclose(t[name], want, rtol=1e-3, atol=1e-4, err_msg=name)
 
 
 def covered():
     """The mechanisms some case below dumps and checks (for the registry consistency test)."""
-    return sorted({mech for mech, _, _, _ in cases()})
+    return sorted({case[0] for case in cases()})
 
 
 def cases():
@@ -331,6 +387,11 @@ def cases():
     out += [("reformer", c, ("bucket_size=8", "n_buckets=4", "n_hashes=3"), 40) for c in (False, True)]
     out += [("synthesizer", c, (f"variant={v}", "max_len=40", "k=4"), 37)
             for v in ("dense", "random", "factorized") for c in (False, True)]
+    # The additive position encodings inside the kernels, recomputed from the dumped tables.
+    out += [(m, c, (), 37, e) for m in ("vanilla", "flash") for c in (False, True)
+            for e in ("alibi", "bias:8:20", "shaw:3")]
+    out += [("sliding", True, ("window=5",), 37, "bias:8:20"), ("strided", False, ("pattern=fixed", "stride=8", "summary=2"), 37, "shaw:3"),
+            ("dilated", False, ("window=4", "dilation=3"), 37, "alibi"), ("bigbird", False, ("block=4", "random_blocks=2"), 36, "shaw:3")]
     return out
 
 
@@ -342,12 +403,12 @@ def main():
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     passed = failed = 0
-    for mech, causal, params, n in cases():
+    for mech, causal, params, n, *positions in cases():
         try:
-            check(exe, work, mech, causal, params, n)
+            check(exe, work, mech, causal, params, n, *positions)
             passed += 1
         except Exception as e:  # report every case, then fail
-            print(f"FAIL {mech} causal={causal} {params}: {e!r}")
+            print(f"FAIL {mech} causal={causal} {params} {positions}: {e!r}")
             failed += 1
     print(f"{passed} passed, {failed} failed")
     sys.exit(1 if failed else 0)

@@ -4,6 +4,7 @@
 // combinations that are refused.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <vector>
@@ -159,5 +160,69 @@ TEST(Rope, ACheckpointRefusesAnotherEncoding) {
   e = test::exec(run + " --positions rope --resume");
   EXPECT_EQ(e.code, 2) << e.out;
   EXPECT_NE(e.out.find("positions:rope"), std::string::npos) << e.out;
+  std::filesystem::remove_all(dir);
+}
+
+// ---- the additive encodings (alibi, bias, shaw) at the model level ----
+
+class AdditiveGradients : public ::testing::TestWithParam<std::tuple<RopeCase, Positions>> {};
+
+// Every model parameter through the encoding inside the mechanism (its own table's gradient is
+// checked against the reference in test_position_bias.cpp).
+TEST_P(AdditiveGradients, EveryParameterMatchesFiniteDifferences) {
+  const auto& [g, p] = GetParam();
+  ModelConfig c = tiny_rope(g.task, g.mech, g.params, 32, p);
+  TransformerModel m(c, ModelMode::fwdbwd);
+  m.setup(3);
+  const int checked = test::check_model_gradients(m, batch_of(g.task, 32, c.batch), 4, 2e-3, 3e-2);
+  EXPECT_GE(checked, static_cast<int>(m.parameters().size()));
+}
+
+INSTANTIATE_TEST_SUITE_P(Mechanisms, AdditiveGradients,
+                         ::testing::Values(std::tuple{RopeCase{"copy", "flash", {}}, Positions::alibi},
+                                           std::tuple{RopeCase{"listops", "sliding", {"window=8"}}, Positions::bias},
+                                           std::tuple{RopeCase{"copy", "local", {"block=8"}}, Positions::shaw},
+                                           std::tuple{RopeCase{"listops", "vanilla", {}}, Positions::shaw}));
+
+// The encoding reaches the logits, exact mechanisms agree under it (their tables are drawn alike
+// from the layer's seed), and a training step moves the learned table.
+TEST(AdditivePositions, ChangeTheLossExactMechanismsAgreeAndTablesTrain) {
+  const Batch b = batch_of("listops", 32, 2);
+  for (Positions p : {Positions::alibi, Positions::bias, Positions::shaw}) {
+    SCOPED_TRACE(to_string(p));
+    auto loss_of = [&](const std::string& mech, std::vector<std::string> params, Positions pp) {
+      TransformerModel m(tiny_rope("listops", mech, params, 32, pp), ModelMode::fwdbwd);
+      m.setup(3);
+      return m.loss(b);
+    };
+    const double with = loss_of("flash", {}, p);
+    EXPECT_GT(std::abs(with - loss_of("flash", {}, Positions::none)), 1e-4);
+    EXPECT_NEAR(loss_of("vanilla", {}, p), with, 1e-5 * std::abs(with));
+    EXPECT_NEAR(loss_of("local", {"block=32", "lookback=0", "lookahead=0"}, p), with, 1e-5 * std::abs(with));
+    if (p == Positions::alibi) continue;
+    TransformerModel m(tiny_rope("listops", "flash", {}, 32, p), ModelMode::train);
+    m.setup(3);
+    const auto tensors = m.trained_tensors();
+    auto table = std::find_if(tensors.begin(), tensors.end(), [](const auto& t) { return t.name.find("mechanism.") != std::string::npos; });
+    ASSERT_NE(table, tensors.end());
+    const std::vector<float> before(table->data, table->data + table->count);
+    m.step(b);
+    EXPECT_NE(std::vector<float>(table->data, table->data + table->count), before) << table->name;
+  }
+}
+
+// A checkpoint belongs to its encoding's parameters too: shaw:8 does not resume shaw:4.
+TEST(AdditivePositions, ACheckpointRefusesOtherParameters) {
+  const std::string dir = test::temp_path("shaw_ck"), out = test::temp_path("shaw_ck.json");
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove(out);
+  const std::string run = "train --task copy --seq 16 --layers 1 --dmodel 16 --heads 2 --mlp 16 --batch 4 --steps 4 "
+                          "--attn flash --checkpoint " + dir + " --out " + out;
+  auto e = test::exec(run + " --positions shaw:4");
+  ASSERT_EQ(e.code, 0) << e.out;
+  std::filesystem::remove(out);
+  e = test::exec(run + " --positions shaw:8 --resume");
+  EXPECT_EQ(e.code, 2) << e.out;
+  EXPECT_NE(e.out.find("positions:shaw:8"), std::string::npos) << e.out;
   std::filesystem::remove_all(dir);
 }

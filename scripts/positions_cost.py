@@ -1,0 +1,63 @@
+#!/usr/bin/python3
+"""What each additive position encoding adds to a mechanism: a markdown table from `attnbench run
+--positions none,alibi,bias,shaw` result files. Per mechanism, N and mode: the median time without
+an encoding, then each encoding's median time as a change against it (the medians of every kept
+repetition), and the tracked peak memory without and with each.
+
+usage: positions_cost.py RESULTS.json [RESULTS.json ...] > table.md
+"""
+import json
+import statistics
+import sys
+from collections import defaultdict
+
+ENCODINGS = ("alibi", "bias", "shaw")
+
+
+def encoding(name):
+    """The family of a point's --positions value ("bias:32:128" -> "bias")."""
+    return (name or "none").split(":")[0]
+
+
+def main(paths):
+    times = defaultdict(list)
+    peak = {}
+    spelled = {}
+    for path in paths:
+        with open(path) as f:
+            data = json.load(f)
+        for b in data["benchmarks"]:
+            if b.get("run_type") != "iteration" or "real_time" not in b:
+                continue
+            p = b["point"]
+            params = " ".join(f"{k}={v}" for k, v in sorted(p.get("params", {}).items()))
+            key = (p["attn"], params, p["heads"], p["seq"], p["mode"])
+            enc = encoding(p.get("positions"))
+            spelled[enc] = p.get("positions") or "none"
+            times[key + (enc,)].append(b["real_time"])
+            peak[key + (enc,)] = b.get("peak_bytes", 0.0)
+    rows = sorted({k[:5] for k in times}, key=lambda k: (k[0], k[1], k[3], k[4]))
+    head = ["mechanism", "params", "H", "N", "mode", "none ms"] + [f"{spelled.get(e, e)}" for e in ENCODINGS]
+    head += ["peak MiB none"] + [f"peak MiB {e}" for e in ENCODINGS]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "|".join(["---"] * 5 + ["---:"] * (len(head) - 5)) + "|")
+    for k in rows:
+        base = times.get(k + ("none",))
+        if not base:
+            continue
+        b = statistics.median(base)
+        cells = [k[0], k[1] or "", str(k[2]), str(k[3]), k[4], f"{b:.4g}"]
+        for e in ENCODINGS:
+            t = times.get(k + (e,))
+            cells.append(f"{statistics.median(t):.4g} ({100 * (statistics.median(t) / b - 1):+.0f}%)" if t else "")
+        cells.append(f"{peak.get(k + ('none',), 0) / 2**20:.2f}")
+        for e in ENCODINGS:
+            cells.append(f"{peak[k + (e,)] / 2**20:.2f}" if k + (e,) in peak else "")
+        print("| " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        print(__doc__, file=sys.stderr)
+        sys.exit(2)
+    main(sys.argv[1:])
