@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include "core/vecmath.hpp"
+
 namespace ab {
 
 std::string to_string(const PositionBiasSpec& s) {
@@ -161,23 +163,32 @@ void PositionBias::prepare(const TensorView& q) {
       for (int64_t i = 0; i < N; ++i) {
         const float* qi = q.row(b, h, i);
         float* R = tables_.data() + (bh * N + i) * rf;
-        for (int64_t r = 0; r < rf; ++r) {
-          float acc = 0.0f;
-          for (int64_t d = 0; d < D; ++d) acc += qi[d] * A[r * D + d];
-          R[r] = scale_ * acc;
-        }
+        for (int64_t r = 0; r < rf; ++r) R[r] = scale_ * dot(qi, A + r * D, D);
       }
     }
   }
 }
 
+namespace {
+// Consecutive keys first .. first + cols - 1 against query i: the columns whose offset is below
+// -K, within [-K, K], and above K, as [0, lo), [lo, hi), [hi, cols).
+std::pair<int64_t, int64_t> clamp_split(int64_t first, int64_t i, int64_t cols, int64_t K) {
+  const int64_t lo = std::clamp<int64_t>(i - K - first, 0, cols), hi = std::clamp<int64_t>(i + K + 1 - first, lo, cols);
+  return {lo, hi};
+}
+}  // namespace
+
 void PositionBias::add_row(int64_t b, int64_t h, int64_t i, const KeyPositions& keys, int64_t cols, float* S) const {
   const float* R = row_table(b, h, i);
   const int64_t K = reach();
-  if (!keys.index && keys.step == 1 && spec_.kind != PositionBiasKind::shaw) {  // every offset in the table
+  if (!keys.index && keys.step == 1) {  // consecutive keys: a clamped run, a slice, a clamped run
+    const auto [lo, hi] = clamp_split(keys.first, i, cols, K);
+    const float left = R[-K], right = R[K];
     const float* Ri = R + (keys.first - i);
+    for (int64_t c = 0; c < lo; ++c) S[c] += left;
 #pragma omp simd
-    for (int64_t c = 0; c < cols; ++c) S[c] += Ri[c];
+    for (int64_t c = lo; c < hi; ++c) S[c] += Ri[c];
+    for (int64_t c = hi; c < cols; ++c) S[c] += right;
     return;
   }
   for (int64_t c = 0; c < cols; ++c) S[c] += R[std::clamp(keys.at(c) - i, -K, K)];
@@ -193,10 +204,18 @@ void PositionBias::accumulate_row(int tid, int64_t b, int64_t h, int64_t i, cons
   const int64_t K = reach(), rf = row_floats();
   float* G = spec_.kind == PositionBiasKind::shaw ? accum_.data() + ((b * shape_.H + h) * shape_.N + i) * rf + K
                                                   : accum_.data() + (static_cast<int64_t>(tid) * shape_.H + h) * rf + K;
-  if (!keys.index && keys.step == 1 && spec_.kind == PositionBiasKind::t5) {
+  if (!keys.index && keys.step == 1) {
+    const auto [lo, hi] = clamp_split(keys.first, i, cols, K);
+    float left = 0.0f, right = 0.0f;
+#pragma omp simd reduction(+ : left)
+    for (int64_t c = 0; c < lo; ++c) left += dS[c];
+#pragma omp simd reduction(+ : right)
+    for (int64_t c = hi; c < cols; ++c) right += dS[c];
+    G[-K] += left;
+    G[K] += right;
     float* Gi = G + (keys.first - i);
 #pragma omp simd
-    for (int64_t c = 0; c < cols; ++c) Gi[c] += dS[c];
+    for (int64_t c = lo; c < hi; ++c) Gi[c] += dS[c];
     return;
   }
   for (int64_t c = 0; c < cols; ++c) G[std::clamp(keys.at(c) - i, -K, K)] += dS[c];
