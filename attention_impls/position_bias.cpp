@@ -181,7 +181,7 @@ std::pair<int64_t, int64_t> clamp_split(int64_t first, int64_t i, int64_t cols, 
 void PositionBias::add_row(int64_t b, int64_t h, int64_t i, const KeyPositions& keys, int64_t cols, float* S) const {
   const float* R = row_table(b, h, i);
   const int64_t K = reach();
-  if (!keys.index && keys.step == 1) {  // consecutive keys: a clamped run, a slice, a clamped run
+  if (keys.consecutive()) {  // consecutive keys: a clamped run, a slice, a clamped run
     const auto [lo, hi] = clamp_split(keys.first, i, cols, K);
     const float left = R[-K], right = R[K];
     const float* Ri = R + (keys.first - i);
@@ -204,7 +204,7 @@ void PositionBias::accumulate_row(int tid, int64_t b, int64_t h, int64_t i, cons
   const int64_t K = reach(), rf = row_floats();
   float* G = spec_.kind == PositionBiasKind::shaw ? accum_.data() + ((b * shape_.H + h) * shape_.N + i) * rf + K
                                                   : accum_.data() + (static_cast<int64_t>(tid) * shape_.H + h) * rf + K;
-  if (!keys.index && keys.step == 1) {
+  if (keys.consecutive()) {
     const auto [lo, hi] = clamp_split(keys.first, i, cols, K);
     float left = 0.0f, right = 0.0f;
 #pragma omp simd reduction(+ : left)

@@ -34,11 +34,14 @@ int64_t t5_bucket(int64_t offset, bool bidirectional, int64_t buckets, int64_t m
 // those of the largest power of two below H, then every other slope of twice that many.
 std::vector<float> alibi_slopes(int64_t H);
 
-// Key positions of a tile's columns: first + c * step, or index[c] (gathered keys).
+// Key positions of a tile's columns: first + c * step, or index[c] (gathered keys), or
+// index32[c] (a sorted order: reformer's permutation).
 struct KeyPositions {
   int64_t first = 0, step = 1;
   const int64_t* index = nullptr;
-  int64_t at(int64_t c) const { return index ? index[c] : first + c * step; }
+  const int32_t* index32 = nullptr;
+  int64_t at(int64_t c) const { return index ? index[c] : index32 ? index32[c] : first + c * step; }
+  bool consecutive() const { return !index && !index32 && step == 1; }
 };
 
 class PositionBias {

@@ -50,6 +50,7 @@
 
 #include "attention_impls/lsh_hash.hpp"
 #include "attention_impls/per_head_attention.hpp"
+#include "attention_impls/position_bias.hpp"
 #include "attention_impls/registry.hpp"
 #include "core/matmul.hpp"
 #include "core/vecmath.hpp"  // and <immintrin.h> on AVX2 + FMA and AVX-512 builds
@@ -76,7 +77,21 @@ class Reformer final : public PerHeadAttention {
         n_hashes_(v.get_int("n_hashes")),
         n_buckets_(v.get_int("n_buckets") > 0 ? v.get_int("n_buckets") : default_buckets(p.shape.N, v.get_int("bucket_size"))),
         nchunks_(p.shape.N / std::max<int64_t>(1, v.get_int("bucket_size"))),
-        redraw_each_step_(v.get_choice("redraw") == "step") {}
+        redraw_each_step_(v.get_choice("redraw") == "step"),
+        bias_(p.bias, p.shape, p.causal, 1.0f / std::sqrt(static_cast<float>(p.shape.D)), p.threads) {}
+
+  // A position encoding (AttnProblem::bias) is added to each chunk's logits from the sorted
+  // order's original positions (the permutation), so a pair's bias is that of its true offset.
+  void forward(const AttnArgs& a) override {
+    bias_.prepare(a.q);
+    PerHeadAttention::forward(a);
+  }
+  void backward(const AttnArgs& a) override {
+    bias_.begin_backward();
+    PerHeadAttention::backward(a);
+    if (bias_.active()) bias_.finish_backward(a.q, a.dq, p_.param_grads);
+  }
+  std::vector<LearnedTensor> learned() override { return bias_.learned(); }
 
   // Training: fresh rotations every step (as the Reformer paper trains), unless redraw=never.
   void begin_train_step(int64_t, Rng& rng) override {
@@ -110,11 +125,13 @@ class Reformer final : public PerHeadAttention {
     plan(mode);
     const Layout L = layout(mode);
     return persistent_bytes() +
-           static_cast<size_t>(p_.threads) * (L.floats * sizeof(float) + L.ints * sizeof(int32_t)) + scratchpad_bytes();
+           static_cast<size_t>(p_.threads) * (L.floats * sizeof(float) + L.ints * sizeof(int32_t)) + scratchpad_bytes() +
+           bias_.working_bytes(mode);
   }
 
   void setup(Mode mode, Rng& rng) override {
     plan(mode);  // the layout below depends on the products' scratchpads
+    bias_.setup(mode, rng);  // first: its table is then the one flash draws from the same seed
     const auto& s = p_.shape;
     rotations_ = Buffer<float>(static_cast<size_t>(n_hashes_ * s.H * s.D * (n_buckets_ / 2)));
     rng.fill_normal(rotations_.data(), static_cast<int64_t>(rotations_.size()));
@@ -131,8 +148,10 @@ class Reformer final : public PerHeadAttention {
 
   std::vector<DumpTensor> dump_tensors() const override {
     const auto& s = p_.shape;
-    return {DumpTensor{"rotations", {n_hashes_, s.H, s.D, n_buckets_ / 2}, rotations_.data(), nullptr},
-            DumpTensor{"buckets", {s.B, s.H, n_hashes_, s.N}, nullptr, buckets_.data()}};
+    std::vector<DumpTensor> t = {DumpTensor{"rotations", {n_hashes_, s.H, s.D, n_buckets_ / 2}, rotations_.data(), nullptr},
+                                 DumpTensor{"buckets", {s.B, s.H, n_hashes_, s.N}, nullptr, buckets_.data()}};
+    for (const DumpTensor& e : bias_.dump_tensors()) t.push_back(e);
+    return t;
   }
   std::string dump_note() const override {
     return "shared query-key: the keys are Q_j/||Q_j||; the K input is not used and dk is zero";
@@ -412,6 +431,8 @@ class Reformer final : public PerHeadAttention {
           const float nq = std::max(inv[perm[q0 + rr]] > 0.0f ? 1.0f / inv[perm[q0 + rr]] : 0.0f,
                                     std::numeric_limits<float>::min());
           scale_inplace(Sr, W, nq);
+          if (bias_.active() && bsort[q0 + rr] >= 0)  // masked keys stay -inf; padding keys are masked
+            bias_.add_row(b, h, perm[q0 + rr], KeyPositions{0, 1, nullptr, perm + w0}, W, Sr);
           const float m = max_of(Sr, W);
           const float sum = exp_shift_sum(Sr, Sr, W, m);
           lc[rr] = m + std::log(sum);
@@ -525,10 +546,14 @@ class Reformer final : public PerHeadAttention {
           }
           float* Ar = A + rr * W;
           float* dAr = dA + rr * W;
+          const bool biased = bias_.active() && bsort[q0 + rr] >= 0;
+          const KeyPositions keys{0, 1, nullptr, perm + w0};
+          if (biased) bias_.add_row(b, h, perm[q0 + rr], keys, W, Ar);
           exp_shift_sum(Ar, Ar, W, Lc[rr]);
           const float dl = dc[rr];
 #pragma omp simd
           for (int64_t k = 0; k < W; ++k) dAr[k] = Ar[k] * (dAr[k] - dl);
+          if (biased) bias_.accumulate_row(tid, b, h, perm[q0 + rr], keys, W, dAr);
         }
         mm_.run(tid, spec_dq(), dA, win.K, dQc);
         mm_.run(tid, spec_dk(), dA, Qc, dKw);
@@ -573,6 +598,7 @@ class Reformer final : public PerHeadAttention {
 
   int64_t bucket_size_, n_hashes_, n_buckets_, nchunks_;
   bool redraw_each_step_;
+  mutable PositionBias bias_;  // backward_head (const) sums into its accumulators
   Buffer<float> rotations_, lse_, work_floats_;
   std::vector<RotationHash> hashes_;  // per head: its rounds' rotations, quantised
   Buffer<int64_t> buckets_;
@@ -594,7 +620,8 @@ MechanismInfo reformer_info() {
               ParamSpec{"n_hashes", ParamType::Int, int64_t{4}, 1, 64, {}, "hashing rounds, combined by their log-sum-exp"},
               ParamSpec{"redraw", ParamType::Choice, std::string("step"), 0, 0, {"step", "never"},
                         "training: draw fresh rotations every step (the paper's training) or keep the first"}};
-  m.caps.no_additive_bias = "not implemented yet: the bias must follow each key's original position through the hash sort";
+  m.caps.additive_bias = true;  // from each key's original position through the sort
+  m.caps.no_additive_bias = "";
   m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<Reformer>(p, v); };
   return m;
 }

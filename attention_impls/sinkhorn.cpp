@@ -491,7 +491,7 @@ MechanismInfo sinkhorn_info() {
   m.params = {ParamSpec{"block", ParamType::Int, int64_t{64}, 1, 1 << 20, {}, "tokens per block (N must be a multiple)"},
               ParamSpec{"sinkhorn_iters", ParamType::Int, int64_t{8}, 0, 1000, {}, "rounds of row and column normalisation"},
               ParamSpec{"temperature", ParamType::Float, 0.75, 1e-3, 1e3, {}, "divides the sorting logits before normalisation"}};
-  m.caps.no_additive_bias = "not implemented yet: the bias must follow each key's original position through the block sort";
+  m.caps.no_additive_bias = "its sorted blocks are soft mixtures of the original blocks (a learned Sinkhorn permutation), so a key has no single position to take an offset from; not implemented";
   m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<Sinkhorn>(p, v); };
   return m;
 }

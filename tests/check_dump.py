@@ -226,7 +226,7 @@ def sinkhorn(t, prm):
     return np.einsum("bhcij,bhcjd->bhcid", a, vv).reshape(B, H, N, D)
 
 
-def reformer(t, causal, prm):
+def reformer(t, causal, prm, bias=None):
     """Recomputes the buckets from Q and the rotations (checked against the dump, up to float
     near-ties), then the output from the dumped buckets: sort, chunks with look-back, the
     bucket, causal and self rules, and the log-sum-exp combination of rounds. Causal: the chunks
@@ -263,6 +263,8 @@ def reformer(t, causal, prm):
                         window = set(order[c * bs:(c + 1) * bs]) | set(order[((c - 1) % nch) * bs:((c - 1) % nch + 1) * bs])
                     keys = sorted(j for j in window if bk[j] == bk[i] and j != i and (not causal or j <= i)) or [i]
                     sc = key[b, h, keys] @ q[b, h, i] / np.sqrt(D)
+                    if bias is not None:  # the position encoding of the original positions
+                        sc = sc + bias[min(b, bias.shape[0] - 1), h, i, keys]
                     m = sc.max()
                     lse_r[i] = m + np.log(np.exp(sc - m).sum())
                     o_r[i] = np.exp(sc - lse_r[i]) @ v[b, h, keys]
@@ -301,7 +303,7 @@ def expected_output(mech, t, causal, params, positions=None):
     if mech == "sinkhorn":
         return sinkhorn(t, params)
     if mech == "reformer":
-        return reformer(t, causal, params)
+        return reformer(t, causal, params, bias if positions else None)
     if mech == "synthesizer":
         a = synthesized_logits(t, params["variant"], t["q"].shape[2])
         return np.einsum("bhij,bhjd->bhid", softmax_rows(a, causal), t["v"])
@@ -392,6 +394,8 @@ def cases():
             for e in ("alibi", "bias:8:20", "shaw:3")]
     out += [("sliding", True, ("window=5",), 37, "bias:8:20"), ("strided", False, ("pattern=fixed", "stride=8", "summary=2"), 37, "shaw:3"),
             ("dilated", False, ("window=4", "dilation=3"), 37, "alibi"), ("bigbird", False, ("block=4", "random_blocks=2"), 36, "shaw:3")]
+    out += [("reformer", c, ("bucket_size=8", "n_buckets=4", "n_hashes=3"), 40, e) for c in (False, True)
+            for e in ("alibi", "bias:8:20", "shaw:3")]
     return out
 
 
