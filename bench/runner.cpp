@@ -182,10 +182,19 @@ PreparedPoint prepare_point(const PointId& id, const RunOptions& opts) {
     pp.message = id.mechanism + " has no backward pass";
     return pp;
   }
-  if (id.level == Level::attention && attention_bias(id).active() && !caps.additive_bias) {
-    pp.status = Status::SKIPPED;
-    pp.message = fmt::format("--positions {} with {}: {}", id.train.positions, id.mechanism, caps.no_additive_bias);
-    return pp;
+  // An encoding the mechanism does not admit: SKIPPED with the reason in a grid of points (a
+  // training run refuses it instead, exit 2, from the model).
+  if (!id.train.positions.empty() && !id.training()) {
+    const PositionEncoding pe = parse_position_encoding(id.train.positions);
+    attention_bias(id);  // the attention level takes the additive ones only (InvalidInput)
+    const std::string why = pe.bias.active() && !caps.additive_bias ? caps.no_additive_bias
+                            : pe.kind == Positions::rope && !caps.rope ? caps.no_rope
+                                                                         : std::string();
+    if (!why.empty()) {
+      pp.status = Status::SKIPPED;
+      pp.message = fmt::format("--positions {} with {}: {}", id.train.positions, id.mechanism, why);
+      return pp;
+    }
   }
   if (id.mode == RunMode::decode && !caps.decode) {
     pp.status = Status::SKIPPED;

@@ -25,7 +25,7 @@ targets=(
   "decode|2 min|decoding one token after N = 1024..65536 of context (the RNN view of linear attention)"
   "lra-efficiency|15 min|LRA Table 2: the text model's training steps, N = 1K..4K, every mechanism, two threads"
   "peers|10 min|PyTorch's naive attention (default and tuned allocator) beside flash and vanilla, N = 256..4096, fwd and fwd+bwd, one thread (scripts/peers.py; needs python3-torch)"
-  "positions-cost|15 min|what ALiBi, T5's bias and Shaw's embeddings add inside each mechanism that admits them, fwd and fwd+bwd, N = 1024..16384, one thread"
+  "positions-cost|30 min|what ALiBi, T5's bias and Shaw's embeddings add inside each mechanism that admits them, fwd and fwd+bwd, N = 1024..16384, one thread"
   "task-rates|1 min|how fast each task generates a batch of its LRA size"
   "copy|2 h of one core|the copy task of \"Transformers are RNNs\": softmax, linear, LSH-1, LSH-4 (train --preset copy)"
   "lra-accuracy|44 h of one core|LRA Table 1 at CPU scale: every mechanism on five tasks (train --preset lra-accuracy)"
@@ -122,9 +122,9 @@ run_target() {
       "$exe" table "$work/suite.json" "$work/peers.json" >"$work/peers.md"
       "$exe" table "$work/suite.json" "$work/peers.json" --metric gflops_per_s >>"$work/peers.md" ;;
     positions-cost)
-      bench positions_cost --attn flash,local,sliding,dilated,strided,longformer,bigbird --seq 1024,4096 --positions none,alibi,bias,shaw --mode fwd,fwdbwd --threads 1 --reps 3
-      bench positions_cost_vanilla --attn vanilla --seq 1024,4096 --positions none,alibi,bias,shaw --mode fwd,fwdbwd --threads 1 --reps 3
-      bench positions_cost_16384 --attn flash,local,sliding,dilated,strided,longformer,bigbird --heads 1 --seq 16384 --positions none,alibi,bias,shaw --mode fwd,fwdbwd --threads 1 --reps 2
+      bench positions_cost --attn flash,local,sliding,dilated,strided,longformer,bigbird --seq 1024,4096 --positions none,alibi,bias,shaw --mode fwd,fwdbwd --threads 1 --reps 3 --rounds 3
+      bench positions_cost_vanilla --attn vanilla --seq 1024,4096 --positions none,alibi,bias,shaw --mode fwd,fwdbwd --threads 1 --reps 3 --rounds 3
+      bench positions_cost_16384 --attn flash,local,sliding,dilated,strided,longformer,bigbird --heads 1 --seq 16384 --positions none,alibi,bias,shaw --mode fwd,fwdbwd --threads 1 --reps 2 --rounds 2
       $py scripts/positions_cost.py "$work"/positions_cost*.json >"$work/positions_cost_overhead.md" ;;
     task-rates)
       commands+=("attnbench task rate --task T --reps 3, for every task")

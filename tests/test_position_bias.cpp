@@ -303,6 +303,12 @@ TEST(BiasRefusals, UndefinedCombinationsExitTwoNamingMechanismAndEncoding) {
   const auto bad = test::exec("train --attn flash --task copy --seq 32 --positions bias:7x --out " + test::temp_path("bad.json"));
   EXPECT_EQ(bad.code, 2) << bad.out;
   EXPECT_NE(bad.out.find("bucket count"), std::string::npos) << bad.out;
+  // In a grid of timed points (run, sweep) such a point is SKIPPED with the reason, at either level.
+  for (const char* level : {"attention", "model --task listops --batch 2"}) {
+    const auto grid = test::exec(fmt::format("run --level {} --attn flash,linear --seq 64 --positions alibi --mode fwd --reps 1 --min-time 0", level));
+    EXPECT_EQ(grid.code, 0) << grid.out;
+    EXPECT_NE(grid.out.find("SKIPPED: --positions alibi with linear"), std::string::npos) << grid.out;
+  }
   // `list` says which encodings each mechanism takes.
   const auto list = test::exec("list mechanisms --wide");
   for (const auto& line : test::lines_of(list.out)) {
