@@ -587,6 +587,8 @@ def extrapolation_main(argv):
             ax.plot(ns, [100 * acc[n] for n in ns], marker="o", markersize=4, linestyle=linestyles.get(mech, "-."),
                     color=colours(encodings.index(enc) % 10), label=f"{mech}, {enc}")
         ax.axvline(trained, color="grey", linewidth=0.8, linestyle=":")
+        if task == "induction":  # the answer is one of the 15 ordinary tokens
+            ax.axhline(100 / 15, color="grey", linewidth=0.8, linestyle="--", label="chance (1/15)")
         ax.set(xscale="log", xlabel="test length N", ylabel="test accuracy (%)", title=f"{task}, trained at N = {trained}")
         plain_log_axis(ax.xaxis, sorted({n for acc in lines[(task, trained)].values() for n in acc}))
         ax.set_ylim(-2, 102)

@@ -2,7 +2,9 @@
 """What each additive position encoding adds to a mechanism: a markdown table from `attnbench run
 --positions none,alibi,bias,shaw` result files. Per mechanism, N and mode: the median time without
 an encoding, then each encoding's median time as a change against it (the medians of every kept
-repetition), and the tracked peak memory without and with each.
+repetition), the tracked peak memory without and with each, and the largest spread (coefficient
+of variation of the repetitions) among the row's points: a row above 10% was measured while
+something else ran and says less than the others.
 
 usage: positions_cost.py RESULTS.json [RESULTS.json ...] > table.md
 """
@@ -38,7 +40,7 @@ def main(paths):
             peak[key + (enc,)] = b.get("peak_bytes", 0.0)
     rows = sorted({k[:5] for k in times}, key=lambda k: (k[0], k[1], k[3], k[4]))
     head = ["mechanism", "params", "H", "N", "mode", "none ms"] + [f"{spelled.get(e, e)}" for e in ENCODINGS]
-    head += ["peak MiB none"] + [f"peak MiB {e}" for e in ENCODINGS]
+    head += ["peak MiB none"] + [f"peak MiB {e}" for e in ENCODINGS] + ["max cv %"]
     print("| " + " | ".join(head) + " |")
     print("|" + "|".join(["---"] * 5 + ["---:"] * (len(head) - 5)) + "|")
     for k in rows:
@@ -53,6 +55,9 @@ def main(paths):
         cells.append(f"{peak.get(k + ('none',), 0) / 2**20:.2f}")
         for e in ENCODINGS:
             cells.append(f"{peak[k + (e,)] / 2**20:.2f}" if k + (e,) in peak else "")
+        cvs = [statistics.pstdev(t) / statistics.mean(t) for e in ("none",) + ENCODINGS
+               if len(t := times.get(k + (e,), [])) > 1]
+        cells.append(f"{100 * max(cvs):.0f}" if cvs else "")
         print("| " + " | ".join(cells) + " |")
 
 
