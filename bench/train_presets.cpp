@@ -199,9 +199,9 @@ std::vector<PointId> recall_runs(TaskRecipe r, const std::vector<std::string>& m
 
 // ---- positions-extrapolation: length extrapolation across position encodings ----
 // The Mamba paper's induction-heads experiment (section 4.1.2, Table 11): 2-layer attention
-// models trained at N 256, tested at 64 ... 4096. Its models train 25 epochs of 8,192 steps at a
-// batch of 8 (1.6 M sequences); here 4,000 steps at a batch of 32 (128,000 sequences, fresh
-// each step), d_model 64, 4 heads of 16, MLP 128, AdamW at 1e-3 on a cosine with 200 warm-up
+// models trained at N 256, tested at 64 ... 4096. Its models (137K parameters) train on fresh
+// batches of 8; here 4,000 steps at a batch of 32 (128,000 sequences, fresh each step; not yet
+// enough: docs/reproductions.md), d_model 64, 4 heads of 16, MLP 128, AdamW at 1e-3 on a cosine with 200 warm-up
 // steps, evaluation on 1,000 sequences and the test on 500 per length (a sequence of 4096 costs
 // 16 times one of 256). Every encoding with flash (the paper's rows are absolute (learned),
 // RoPE and xPos; the suite has no xPos), and the efficient mechanisms that admit them: sliding
