@@ -190,7 +190,8 @@ TransformerModel::TransformerModel(const ModelConfig& c, ModelMode mode) : c_(c)
     throw InvalidInput(fmt::format("--positions rope with {}: {}", c.mechanism, info.caps.no_rope));
   // The additive encodings' spec: as given, or their defaults when only the kind was set.
   p.bias = c.position_bias;
-  if (parse_position_encoding(to_string(c.positions)).bias.kind != p.bias.kind) p.bias = parse_position_encoding(to_string(c.positions)).bias;
+  if (const PositionBiasSpec kind_default = parse_position_encoding(to_string(c.positions)).bias; kind_default.kind != p.bias.kind)
+    p.bias = kind_default;
   if (p.bias.active() && !info.caps.additive_bias)
     throw InvalidInput(fmt::format("--positions {} with {}: {}", to_string(c.positions), c.mechanism, info.caps.no_additive_bias));
   if (c.positions == Positions::rope && Dh_ % 2)

@@ -147,21 +147,25 @@ TEST(Rope, RefusedCombinationsExitTwoNamingTheMechanism) {
   EXPECT_NE(e.out.find("odd"), std::string::npos) << e.out;
 }
 
-// A checkpoint belongs to its encoding: one saved without positions does not resume with rope.
-TEST(Rope, ACheckpointRefusesAnotherEncoding) {
-  const std::string dir = test::temp_path("rope_ck"), out = test::temp_path("rope_ck.json");
+// Trains 4 steps with --positions `saved` into a checkpoint, then resumes it with `resumed`:
+// exit 2 naming the resumed point's encoding. Removes only the test's own temporary paths.
+static void expect_checkpoint_refuses(const std::string& name, const std::string& saved, const std::string& resumed) {
+  const std::string dir = test::temp_path(name), out = test::temp_path(name + ".json");
   std::filesystem::remove_all(dir);
   std::filesystem::remove(out);
   const std::string run = "train --task copy --seq 16 --layers 1 --dmodel 16 --heads 2 --mlp 16 --batch 4 --steps 4 "
                           "--attn flash --checkpoint " + dir + " --out " + out;
-  auto e = test::exec(run + " --positions none");
+  auto e = test::exec(run + " --positions " + saved);
   ASSERT_EQ(e.code, 0) << e.out;
   std::filesystem::remove(out);
-  e = test::exec(run + " --positions rope --resume");
+  e = test::exec(run + " --positions " + resumed + " --resume");
   EXPECT_EQ(e.code, 2) << e.out;
-  EXPECT_NE(e.out.find("positions:rope"), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("positions:" + resumed), std::string::npos) << e.out;
   std::filesystem::remove_all(dir);
 }
+
+// A checkpoint belongs to its encoding: one saved without positions does not resume with rope.
+TEST(Rope, ACheckpointRefusesAnotherEncoding) { expect_checkpoint_refuses("rope_ck", "none", "rope"); }
 
 // ---- the additive encodings (alibi, bias, shaw) at the model level ----
 
@@ -212,17 +216,4 @@ TEST(AdditivePositions, ChangeTheLossExactMechanismsAgreeAndTablesTrain) {
 }
 
 // A checkpoint belongs to its encoding's parameters too: shaw:8 does not resume shaw:4.
-TEST(AdditivePositions, ACheckpointRefusesOtherParameters) {
-  const std::string dir = test::temp_path("shaw_ck"), out = test::temp_path("shaw_ck.json");
-  std::filesystem::remove_all(dir);
-  std::filesystem::remove(out);
-  const std::string run = "train --task copy --seq 16 --layers 1 --dmodel 16 --heads 2 --mlp 16 --batch 4 --steps 4 "
-                          "--attn flash --checkpoint " + dir + " --out " + out;
-  auto e = test::exec(run + " --positions shaw:4");
-  ASSERT_EQ(e.code, 0) << e.out;
-  std::filesystem::remove(out);
-  e = test::exec(run + " --positions shaw:8 --resume");
-  EXPECT_EQ(e.code, 2) << e.out;
-  EXPECT_NE(e.out.find("positions:shaw:8"), std::string::npos) << e.out;
-  std::filesystem::remove_all(dir);
-}
+TEST(AdditivePositions, ACheckpointRefusesOtherParameters) { expect_checkpoint_refuses("shaw_ck", "shaw:4", "shaw:8"); }
