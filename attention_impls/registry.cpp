@@ -21,6 +21,8 @@ MechanismInfo memory_compressed_info();
 MechanismInfo synthesizer_info();
 MechanismInfo reformer_info();
 MechanismInfo sinkhorn_info();
+MechanismInfo lightconv_info();
+MechanismInfo dynamicconv_info();
 
 const std::vector<MechanismInfo>& mechanisms() {
   static const std::vector<MechanismInfo> all = {
@@ -39,6 +41,8 @@ const std::vector<MechanismInfo>& mechanisms() {
       sinkhorn_info(),
       linear_info(),
       performer_info(),
+      lightconv_info(),
+      dynamicconv_info(),
   };
   return all;
 }

@@ -307,7 +307,37 @@ def expected_output(mech, t, causal, params, positions=None):
     if mech == "synthesizer":
         a = synthesized_logits(t, params["variant"], t["q"].shape[2])
         return np.einsum("bhij,bhjd->bhid", softmax_rows(a, causal), t["v"])
+    if mech in CONVOLUTIONS:
+        return softmax_conv(t, mech, causal)[0]
     raise ValueError(mech)
+
+
+CONVOLUTIONS = ("lightconv", "dynamicconv")
+
+
+def softmax_conv(t, mech, causal):
+    """lightconv / dynamicconv: O_i = sum_t w_{i,t} V_{i-pad+t} with zero padding, w the softmax
+    over the K taps of theta_h (lightconv) or of q_i W_h + b_h (dynamicconv); pad K-1 when
+    causal, else (K-1)//2. Returns O, dQ, dK, dV for the dumped dO."""
+    q, v, dout = t["q"], t["v"], t["dout"]
+    B, H, N, D = v.shape
+    if mech == "lightconv":
+        w = np.broadcast_to(softmax_rows(t["theta"][None, :, None, :], False), (B, H, N, t["theta"].shape[1]))
+    else:
+        w = softmax_rows(np.einsum("bhnd,hdk->bhnk", q, t["W"]) + t["b"][None, :, None, :], False)
+    K = w.shape[-1]
+    pad = K - 1 if causal else (K - 1) // 2
+    vp = np.pad(v, ((0, 0), (0, 0), (pad, K - 1 - pad), (0, 0)))
+    out = sum(w[..., s, None] * vp[:, :, s:s + N] for s in range(K))
+    dvp = np.zeros_like(vp)
+    for s in range(K):
+        dvp[:, :, s:s + N] += w[..., s, None] * dout
+    g = np.stack([(dout * vp[:, :, s:s + N]).sum(-1) for s in range(K)], axis=-1)
+    dq = np.zeros_like(q)
+    if mech == "dynamicconv":
+        dl = w * (g - (w * g).sum(-1, keepdims=True))
+        dq = np.einsum("bhnk,hdk->bhnd", dl, t["W"])
+    return out, dq, np.zeros_like(q), dvp[:, :, pad:pad + N]
 
 
 def check(exe, work, mech, causal, params=(), n=37, positions=None):
@@ -331,7 +361,12 @@ def check(exe, work, mech, causal, params=(), n=37, positions=None):
     declared = {"omega": (prm.get("features", 0), D), "E": (H, k, N), "F": (H, k, N),
                 "Wk": (H, stride, D, D), "Wv": (H, stride, D, D), "W1": (H, D, D), "b1": (H, D),
                 "W2": (H, D, max_len), "b2": (H, max_len), "R": (H, N, N),
-                "R1": (H, N, prm.get("k", 0)), "R2": (H, N, prm.get("k", 0))}
+                "R1": (H, N, prm.get("k", 0)), "R2": (H, N, prm.get("k", 0)),
+                "theta": (H, prm.get("kernel", 0))}
+    if mech == "dynamicconv":
+        declared.update({"W": (H, D, prm["kernel"]), "b": (H, prm["kernel"])})
+    if mech in CONVOLUTIONS:
+        assert "not used" in cfg.get("note", ""), cfg
     if mech == "sinkhorn":
         nb = N // prm["block"]
         declared.update({"W2": (H, D, nb), "P": (B, H, nb, nb)})
@@ -346,7 +381,7 @@ def check(exe, work, mech, causal, params=(), n=37, positions=None):
     if "random_blocks" in cfg["tensors"]:
         declared["random_blocks"] = (H, N // prm["block"], prm["random_blocks"])
     own = {"performer": {"omega"}, "linformer": {"E", "F"}, "memory_compressed": {"Wk", "Wv"},
-           "bigbird": {"random_blocks"}, "sinkhorn": {"W1", "W2", "P"}, "reformer": {"rotations", "buckets"},
+           "bigbird": {"random_blocks"}, "lightconv": {"theta"}, "dynamicconv": {"W", "b"}, "sinkhorn": {"W1", "W2", "P"}, "reformer": {"rotations", "buckets"},
            "synthesizer": {"dense": {"W1", "b1", "W2", "b2"}, "random": {"R"},
                            "factorized": {"R1", "R2"}}.get(prm.get("variant"), set())}
     t = {}
@@ -361,9 +396,12 @@ def check(exe, work, mech, causal, params=(), n=37, positions=None):
         want |= {"bias": {"position_bias"}, "shaw": {"shaw_keys"}}.get(enc["encoding"], set())
     assert set(t) == want, set(t)
     np.testing.assert_allclose(t["out"], expected_output(mech, t, causal, prm, enc), rtol=1e-4, atol=1e-5)
-    if mech not in ("vanilla", "flash"):
+    if mech in CONVOLUTIONS:
+        dq, dk, dv = softmax_conv(t, mech, causal)[1:]
+    elif mech in ("vanilla", "flash"):
+        dq, dk, dv = grads(t["q"], t["k"], t["v"], t["dout"], causal, t, enc)
+    else:
         return  # other gradients are checked in the C++ tests
-    dq, dk, dv = grads(t["q"], t["k"], t["v"], t["dout"], causal, t, enc)
     for name, want in (("dq", dq), ("dk", dk), ("dv", dv)):
         np.testing.assert_allclose(t[name], want, rtol=1e-3, atol=1e-4, err_msg=name)
 
@@ -389,6 +427,7 @@ def cases():
     out += [("reformer", c, ("bucket_size=8", "n_buckets=4", "n_hashes=3"), 40) for c in (False, True)]
     out += [("synthesizer", c, (f"variant={v}", "max_len=40", "k=4"), 37)
             for v in ("dense", "random", "factorized") for c in (False, True)]
+    out += [(m, c, (f"kernel={k}",), 37) for m in CONVOLUTIONS for c in (False, True) for k in (5, 4)]
     # The additive position encodings inside the kernels, recomputed from the dumped tables.
     out += [(m, c, (), 37, e) for m in ("vanilla", "flash") for c in (False, True)
             for e in ("alibi", "bias:8:20", "shaw:3")]

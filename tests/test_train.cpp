@@ -610,11 +610,13 @@ TEST(TrainCli, CompareGatesAnAccuracyDrop) {
 // ListOps, the Transformer's other seeds, the rest).
 TEST(TrainPresets, GridsHoldTheComparisonsInOrder) {
   const auto copy = train_preset_grid("copy", TrainPresetOptions{});
-  ASSERT_EQ(copy.size(), 4u);
+  ASSERT_EQ(copy.size(), 6u);
   EXPECT_EQ(copy[0].mechanism, "flash");
   EXPECT_EQ(copy[1].mechanism, "linear");
   EXPECT_NE(params_text(copy[2].params).find("n_hashes=1"), std::string::npos);
   EXPECT_NE(params_text(copy[3].params).find("n_hashes=4"), std::string::npos);
+  EXPECT_EQ(copy[4].mechanism, "lightconv");
+  EXPECT_EQ(copy[5].mechanism, "dynamicconv");
   for (const auto& p : copy) EXPECT_TRUE(p.causal && p.training() && p.task == "copy");
   const auto lra = train_preset_grid("lra-accuracy", TrainPresetOptions{});
   const size_t mechs = mechanism_names().size();

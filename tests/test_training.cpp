@@ -200,7 +200,9 @@ TEST(LearnedTensors, GradientsMatchFiniteDifferences) {
       {"memory_compressed", {"stride=3"}, false}, {"synthesizer", {"variant=dense", "max_len=40"}, false},
       {"synthesizer", {"variant=dense"}, true}, {"synthesizer", {"variant=random"}, false},
       {"synthesizer", {"variant=random"}, true}, {"synthesizer", {"variant=factorized", "k=3"}, true},
-      {"sinkhorn", {"block=8"}, false},        {"sinkhorn", {"block=4", "temperature=0.5"}, false}};
+      {"sinkhorn", {"block=8"}, false},        {"sinkhorn", {"block=4", "temperature=0.5"}, false},
+      {"lightconv", {"kernel=5"}, false},      {"lightconv", {"kernel=31"}, true},
+      {"dynamicconv", {"kernel=5"}, false},    {"dynamicconv", {"kernel=6"}, true}};
   std::set<std::string> covered;
   for (const auto& c : cases) {
     SCOPED_TRACE(c.mech + " " + (c.params.empty() ? "" : c.params.back()) + (c.causal ? " causal" : ""));

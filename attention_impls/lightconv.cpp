@@ -1,0 +1,52 @@
+// lightconv: lightweight convolution in the place of attention.
+// Paper: Wu, Fan, Baevski, Dauphin, Auli 2019, "Pay Less Attention with Lightweight and Dynamic
+//   Convolutions" (reference code: fairseq's modules/lightweight_convolution.py).
+// Computes: O_i = sum_t softmax(theta_h)_t V_{i - pad + t}, a depthwise 1-D convolution of width
+//   `kernel` along the sequence, one softmax-normalised kernel per head shared by the head's D
+//   channels; causal by left padding (pad = K - 1), else centred (pad = (K - 1) / 2), zeros
+//   outside the sequence. theta (H, K) is learned (Xavier-uniform init, as fairseq). The mixed
+//   input is V; Q and K are not used (softmax_conv.hpp says why).
+// Complexity: O(N K D) time, O(H K) memory beyond the inputs; decode O(K D) time and state per
+//   head, whatever the context: no N^2 term anywhere.
+// Optimises: each output row is a weighted sum of the K rows of V it reaches, accumulated 32
+//   columns at a time in registers and stored once; the padding taps are skipped rather than
+//   multiplied by zero; the kernel's softmax once per call.
+// Backward: dV the same way over the transposed taps (rows of dO); the kernel's gradient (dot
+//   products of dO and V rows, then the softmax's backward) only when parameters are trained,
+//   summed per thread in a fixed order. dQ = dK = 0.
+// Decode: a ring of the last K rows of V per head; a step is O(K D) time and its state K D floats
+//   per head, whatever the context.
+// Leaves out: fairseq's DropConnect on the kernel (weight_dropout), its GLU input projection and
+//   output projection (the model's own projections stand in), the CUDA kernels' band layouts.
+//   It is a mixer, not attention: no logits per (query, key) pair, so no attention dropout, RoPE
+//   or additive position encodings, and on associative recall it is the negative control (it
+//   sees K positions back and cannot look anything up by content).
+#include "attention_impls/registry.hpp"
+#include "attention_impls/softmax_conv.hpp"
+
+namespace ab {
+
+// The capabilities lightconv and dynamicconv share.
+Capabilities softmax_conv_capabilities() {
+  return Capabilities{.exact = false, .causal = true, .backward = true, .decode = true,
+                      .constraints = "", .attn_dropout = false,
+                      .no_attn_dropout = "it forms no attention probabilities; fairseq's DropConnect on the kernel is not implemented",
+                      .rope = false,
+                      .no_rope = "it takes no q·k products: its weights depend on the offset alone (lightconv) or on the query alone (dynamicconv), so a rotation has nothing to act on",
+                      .additive_bias = false,
+                      .no_additive_bias = "it forms no logit per (query, key) pair; its kernel already weights each offset"};
+}
+
+MechanismInfo lightconv_info() {
+  MechanismInfo m;
+  m.name = "lightconv";
+  m.family = "convolution";
+  m.summary = "lightweight convolution: V mixed by a softmax-normalised kernel of width K per head";
+  m.complexity = "O(N K D) time, O(H K) memory; decode O(K D) per token";
+  m.caps = softmax_conv_capabilities();
+  m.params = {ParamSpec{"kernel", ParamType::Int, int64_t{31}, 1, 4095, {}, "kernel width K (taps)"}};
+  m.make = [](const AttnProblem& p, const ParamValues& v) { return make_softmax_conv(p, v.get_int("kernel"), false); };
+  return m;
+}
+
+}  // namespace ab
