@@ -80,6 +80,7 @@ void dump_point(const PointId& id, uint64_t seed, const std::string& dir) {
   RunOptions opts;
   opts.seed = seed;
   opts.mem_limit = default_memory_limit();  // a shape no machine holds is refused as `run` refuses it
+  opts.param_grads = true;                   // the learned tensors' gradients, as training computes them
   PointId pid = id;
   const MechanismInfo& info = find_mechanism(id.mechanism);
   pid.mode = info.caps.backward ? RunMode::fwdbwd : RunMode::fwd;
@@ -116,12 +117,25 @@ void dump_point(const PointId& id, uint64_t seed, const std::string& dir) {
     put("dk", data.dk);
     put("dv", data.dv);
   }
-  for (const auto& t : pp.impl->dump_tensors()) {
+  const std::vector<DumpTensor> own = pp.impl->dump_tensors();
+  for (const auto& t : own) {
     const std::string file = t.name + ".npy";
     if (t.f32) write_npy((tmp / file).string(), t.f32, t.shape);
     else write_npy((tmp / file).string(), t.i64, t.shape);
     files[t.name] = file;
   }
+  // The gradient of each learned tensor of the mechanism (the loss sum(dout * out)), "d" + its
+  // name, in the tensor's dumped shape: what the trainer's optimiser receives.
+  if (bwd)
+    for (const auto& l : pp.impl->learned()) {
+      if (!l.grad) throw std::logic_error(id.mechanism + ": no gradient for the learned tensor " + l.name);
+      std::vector<int64_t> shape = {l.count};
+      for (const auto& t : own)
+        if (t.name == l.name) shape = t.shape;
+      const std::string name = "d" + l.name;
+      write_npy((tmp / (name + ".npy")).string(), l.grad, shape);
+      files[name] = name + ".npy";
+    }
   nlohmann::json params = nlohmann::json::object();
   for (const auto& [k, v] : id.params.items())
     std::visit([&](const auto& x) { params[k] = x; }, v);

@@ -237,7 +237,9 @@ PreparedPoint prepare_point(const PointId& id, const RunOptions& opts) {
     return std::move(pp);
   };
   if (opts.mem_limit && io_bytes(id) > opts.mem_limit) return over_limit(io_bytes(id));
-  pp.impl = pp.info->make(problem_of(id), id.params);
+  AttnProblem problem = problem_of(id);
+  problem.param_grads = opts.param_grads;
+  pp.impl = pp.info->make(problem, id.params);
   pp.impl->validate();
   const Mode mode = attention_mode(id.mode);
   pp.flops = pp.impl->flops(mode);

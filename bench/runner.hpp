@@ -31,6 +31,9 @@ struct RunOptions {
   // points of a sweep on the same inputs compute the reference once (at N = 16384 one flash
   // call is seconds). Empty: computed every time.
   std::string reference_dir;
+  // The backward pass also writes the gradients of the mechanism's own learned tensors
+  // (AttnProblem::param_grads; `dump` writes them beside the tensors).
+  bool param_grads = false;
 };
 
 // Model level: distinct batches generated before timing and cycled through by the steps.

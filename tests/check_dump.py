@@ -201,6 +201,36 @@ def logsumexp(x, axis):
     return m + np.log(np.exp(x - m).sum(axis=axis, keepdims=True))
 
 
+# Off while a parameter is perturbed: intermediate tensors the dump holds (sinkhorn's P) then
+# differ from the recomputation by design.
+CHECK_INTERMEDIATES = True
+
+
+def check_parameter_gradient(mech, t, causal, prm, enc, name, samples):
+    """The dumped gradient d<name> against central differences of sum(dout * out), out recomputed
+    in float64 from the dumped tensors with <name> perturbed, at `samples` elements spread over it."""
+    global CHECK_INTERMEDIATES
+    grad = t["d" + name].reshape(-1)
+    flat = t[name].reshape(-1)  # a view: perturbing it perturbs t[name]
+    eps = 1e-5
+    picked = np.unique(np.linspace(0, flat.size - 1, samples).astype(np.int64))
+    fd = np.zeros(picked.size)
+    CHECK_INTERMEDIATES = False
+    try:
+        for n, i in enumerate(picked):
+            keep = flat[i]
+            loss = []
+            for sign in (1, -1):
+                flat[i] = keep + sign * eps
+                loss.append((expected_output(mech, t, causal, prm, enc) * t["dout"]).sum())
+            flat[i] = keep
+            fd[n] = (loss[0] - loss[1]) / (2 * eps)
+    finally:
+        CHECK_INTERMEDIATES = True
+    np.testing.assert_allclose(grad[picked], fd, rtol=2e-3, atol=1e-4 * max(1.0, np.abs(grad).max()),
+                               err_msg="d" + name + " against finite differences")
+
+
 def sinkhorn(t, prm):
     """Recomputes everything from Q, K, V, W1, W2 (P included, checked against the dump)."""
     q, k, v = t["q"], t["k"], t["v"]
@@ -215,7 +245,8 @@ def sinkhorn(t, prm):
         lg = lg - logsumexp(lg, 3)
         lg = lg - logsumexp(lg, 2)
     p = np.exp(lg)
-    np.testing.assert_allclose(t["P"], p, rtol=1e-4, atol=1e-6, err_msg="P")
+    if CHECK_INTERMEDIATES:
+        np.testing.assert_allclose(t["P"], p, rtol=1e-4, atol=1e-6, err_msg="P")
     ks = np.einsum("bhce,bhejd->bhcjd", p, blocks(k))
     vs = np.einsum("bhce,bhejd->bhcjd", p, blocks(v))
     kk = np.concatenate([blocks(k), ks], axis=3)
@@ -384,6 +415,7 @@ def check(exe, work, mech, causal, params=(), n=37, positions=None):
            "bigbird": {"random_blocks"}, "lightconv": {"theta"}, "dynamicconv": {"W", "b"}, "sinkhorn": {"W1", "W2", "P"}, "reformer": {"rotations", "buckets"},
            "synthesizer": {"dense": {"W1", "b1", "W2", "b2"}, "random": {"R"},
                            "factorized": {"R1", "R2"}}.get(prm.get("variant"), set())}
+    declared.update({"d" + name: dims for name, dims in list(declared.items())})  # a gradient has its tensor's shape
     t = {}
     for name, file in cfg["tensors"].items():
         arr = np.load(os.path.join(out, file))
@@ -391,11 +423,24 @@ def check(exe, work, mech, causal, params=(), n=37, positions=None):
         assert arr.dtype == want_dtype, (name, arr.dtype)
         assert arr.shape == declared.get(name, shape), (name, arr.shape)
         t[name] = arr.astype(np.float64)
+    # The learned tensors: each has its gradient beside it, "d" + its name.
+    learned = {"linformer": {"E"} if prm.get("share_kv") else {"E", "F"}, "memory_compressed": {"Wk", "Wv"},
+               "sinkhorn": {"W1", "W2"}, "lightconv": {"theta"}, "dynamicconv": {"W", "b"},
+               "synthesizer": own["synthesizer"]}.get(mech, set())
     want = {"q", "k", "v", "out", "dout", "dq", "dk", "dv"} | own.get(mech, set())
     if enc:
+        learned = learned | {"bias": {"position_bias"}, "shaw": {"shaw_keys"}}.get(enc["encoding"], set())
         want |= {"bias": {"position_bias"}, "shaw": {"shaw_keys"}}.get(enc["encoding"], set())
+    want |= {"d" + name for name in learned}
     assert set(t) == want, set(t)
+    for name in learned:
+        assert t["d" + name].shape == t[name].shape, name
+    if mech == "linformer" and prm.get("share_kv"):
+        np.testing.assert_array_equal(t["E"], t["F"])
+        t["F"] = t["E"]  # one map: a perturbation of E is one of F
     np.testing.assert_allclose(t["out"], expected_output(mech, t, causal, prm, enc), rtol=1e-4, atol=1e-5)
+    for name in sorted(learned):
+        check_parameter_gradient(mech, t, causal, prm, enc, name, 4 if mech == "reformer" else 8)
     if mech in CONVOLUTIONS:
         dq, dk, dv = softmax_conv(t, mech, causal)[1:]
     elif mech in ("vanilla", "flash"):
