@@ -26,6 +26,7 @@ targets=(
   "lra-efficiency|15 min|LRA Table 2: the text model's training steps, N = 1K..4K, every mechanism, two threads"
   "peers|10 min|PyTorch's naive attention (default and tuned allocator) beside flash and vanilla, N = 256..4096, fwd and fwd+bwd, one thread (scripts/peers.py; needs python3-torch)"
   "positions-cost|30 min|what ALiBi, T5's bias and Shaw's embeddings add inside each mechanism that admits them, fwd and fwd+bwd, N = 1024..16384, one thread"
+  "convolution|5 min|lightconv and dynamicconv against flash: time, GFLOP/s against the GEMM rate and memory, fwd and fwd+bwd, N = 1024..16384, one thread, and their decode"
   "task-rates|1 min|how fast each task generates a batch of its LRA size"
   "copy|2 h of one core|the copy task of \"Transformers are RNNs\": softmax, linear, LSH-1, LSH-4 (train --preset copy)"
   "lra-accuracy|44 h of one core|LRA Table 1 at CPU scale: every mechanism on five tasks (train --preset lra-accuracy)"
@@ -126,6 +127,12 @@ run_target() {
       bench positions_cost_vanilla --attn vanilla --seq 1024,4096 --positions none,alibi,bias,shaw --mode fwd,fwdbwd --threads 1 --reps 3 --rounds 3
       bench positions_cost_16384 --attn flash,local,sliding,dilated,strided,longformer,bigbird --heads 1 --seq 16384 --positions none,alibi,bias,shaw --mode fwd,fwdbwd --threads 1 --reps 2 --rounds 2
       $py scripts/positions_cost.py "$work"/positions_cost*.json >"$work/positions_cost_overhead.md" ;;
+    convolution)
+      bench convolution --attn lightconv,dynamicconv --seq 1024:16384:x2 --mode fwd,fwdbwd --threads 1 --rounds 3
+      bench convolution_causal --attn lightconv,dynamicconv --seq 1024:16384:x2 --mode fwd,fwdbwd --threads 1 --rounds 3 --causal
+      bench convolution_flash --attn flash --seq 1024,4096 --mode fwd,fwdbwd --threads 1 --rounds 3
+      bench convolution_decode --attn lightconv,dynamicconv,flash,linear --seq 1024:65536:x4 --mode decode --threads 1 --rounds 3
+      $py scripts/plot.py "$work/convolution.json" "$work/convolution" --attnbench "$exe" ;;
     task-rates)
       commands+=("attnbench task rate --task T --reps 3, for every task")
       "$exe" list tasks --wide | awk -F'|' '/^\| / && NR > 2 { gsub(/ /, "", $2); if ($2 != "") print $2 }' | while read -r t; do
