@@ -46,21 +46,27 @@ inline void axpy(float* y, float a, const float* x, int64_t n) {
   for (int64_t d = 0; d < n; ++d) y[d] += a * x[d];
 }
 
-// y (D) = sum over k < n of a[k a_step] * x[k x_step .. + D): the weighted sum of n rows (steps in
-// floats, either sign), accumulated 32 columns at a time in registers and stored once.
-inline void weighted_rows(float* y, int64_t D, int64_t n, const float* x, int64_t x_step, const float* a, int64_t a_step) {
-  constexpr int64_t kW = 32;
-  int64_t d0 = 0;
-  for (; d0 + kW <= D; d0 += kW) {
-    float acc[kW] = {};
-    for (int64_t k = 0; k < n; ++k) {
-      const float w = a[k * a_step];
-      const float* r = x + k * x_step + d0;
+// y[0, W) = sum over k < n of a[k a_step] * x[k x_step .. + W), accumulated in registers and
+// stored once. W / 8 independent vector accumulators: 64 columns keep eight FMA chains in
+// flight, enough to hide the FMA latency that four chains (32 columns) leave exposed.
+template <int64_t W>
+inline void weighted_block(float* y, int64_t n, const float* x, int64_t x_step, const float* a, int64_t a_step) {
+  float acc[W] = {};
+  for (int64_t k = 0; k < n; ++k) {
+    const float w = a[k * a_step];
+    const float* r = x + k * x_step;
 #pragma omp simd
-      for (int64_t c = 0; c < kW; ++c) acc[c] += w * r[c];
-    }
-    std::memcpy(y + d0, acc, sizeof acc);
+    for (int64_t c = 0; c < W; ++c) acc[c] += w * r[c];
   }
+  std::memcpy(y, acc, sizeof acc);
+}
+
+// y (D) = sum over k < n of a[k a_step] * x[k x_step .. + D): the weighted sum of n rows (steps in
+// floats, either sign), 64 columns at a time, then 32, then the rest.
+inline void weighted_rows(float* y, int64_t D, int64_t n, const float* x, int64_t x_step, const float* a, int64_t a_step) {
+  int64_t d0 = 0;
+  for (; d0 + 64 <= D; d0 += 64) weighted_block<64>(y + d0, n, x + d0, x_step, a, a_step);
+  for (; d0 + 32 <= D; d0 += 32) weighted_block<32>(y + d0, n, x + d0, x_step, a, a_step);
   if (d0 == D) return;
   fill(y + d0, D - d0, 0.0f);
   for (int64_t k = 0; k < n; ++k) axpy(y + d0, a[k * a_step], x + k * x_step + d0, D - d0);

@@ -159,8 +159,28 @@ TEST(LightConv, TrackedMemoryAsDeclared) {
         for (int64_t n : {64, 256}) {
           auto r = run_mechanism(mech, Shape4{2, 2, n, 16}, true, mode, {}, 7, threads);
           EXPECT_EQ(r.tracked_peak, r.declared) << mech << " " << to_string(mode) << " N=" << n << " threads=" << threads;
-          if (std::string(mech) == "lightconv") EXPECT_EQ(r.declared, 2 * 2 * 31 * sizeof(float));
+          if (std::string(mech) == "lightconv") {
+            EXPECT_EQ(r.declared, 2 * 2 * 31 * sizeof(float)) << "theta and its softmax, nothing per position";
+          }
         }
+  // Training (the kernels' gradients): the gradients and each thread's partial sums, declared.
+  for (const char* mech : {"lightconv", "dynamicconv"})
+    for (int threads : {1, 2}) {
+      const Shape4 s{2, 2, 100, 16};
+      omp_set_num_threads(threads);
+      AttnProblem p{s, true, Strides3::contiguous(s), threads};
+      p.param_grads = true;
+      auto impl = find_mechanism(mech).make(p, resolve_params(find_mechanism(mech), {}));
+      const size_t declared = impl->working_bytes(Mode::fwdbwd);
+      AttnData data(s, 3, true);
+      const size_t base = MemoryMeter::current();
+      MemoryMeter::reset_peak();
+      Rng rng(1, kStreamParams);
+      impl->setup(Mode::fwdbwd, rng);
+      impl->forward(data.args());
+      impl->backward(data.args());
+      EXPECT_EQ(MemoryMeter::peak() - base, declared) << mech << " threads=" << threads;
+    }
   // Decode: a ring of K rows per head, the same at every context length.
   for (const char* mech : {"lightconv", "dynamicconv"}) {
     size_t first = 0;
