@@ -40,6 +40,14 @@ void softmax_row(float* x, int64_t n) {
   scale_inplace(x, n, 1.0f / sum);
 }
 
+// dx (n) <- y * (dx - y . dx), in place: the softmax's backward for one row, y its output (the
+// same step as core's RowSoftmax::backward, here on one thread inside a head's work).
+void softmax_backward_row(const float* y, float* dx, int64_t n) {
+  const float s = dot(y, dx, n);
+#pragma omp simd
+  for (int64_t t = 0; t < n; ++t) dx[t] = y[t] * (dx[t] - s);
+}
+
 // y += a x over n floats.
 inline void axpy(float* y, float a, const float* x, int64_t n) {
 #pragma omp simd
@@ -260,13 +268,7 @@ class SoftmaxConv final : public PerHeadAttention {
     }
     if (!dynamic_) return;  // 2. lightconv: the softmax's backward once all heads are summed
     // 3. dL = w * (g - sum(w g)) per row; dQ = dL W^T; dW += Q^T dL, db += column sums.
-    for (int64_t i = 0; i < N; ++i) {
-      const float* wi = w + i * K_;
-      float* gi = G + i * K_;
-      const float wg = dot(wi, gi, K_);
-#pragma omp simd
-      for (int64_t t = 0; t < K_; ++t) gi[t] = wi[t] * (gi[t] - wg);
-    }
+    for (int64_t i = 0; i < N; ++i) softmax_backward_row(w + i * K_, G + i * K_, K_);
     mm_.run(tid, spec_dq(), G, W_.data() + h * D * K_, a.dq.head(b, h));
     if (!grads_.data()) return;
     mm_.run(tid, spec_dw(), a.q.head(b, h), G, partial(tid) + h * D * K_);
@@ -284,12 +286,7 @@ class SoftmaxConv final : public PerHeadAttention {
     std::memcpy(g, partials_.data(), n * sizeof(float));
     for (int t = 1; t < p_.threads; ++t) axpy(g, 1.0f, partials_.data() + static_cast<size_t>(t) * n, static_cast<int64_t>(n));
     if (dynamic_) return;
-    for (int64_t h = 0; h < p_.shape.H; ++h) {
-      float* G = g + h * K_;
-      const float* w = w_.data() + h * K_;
-      const float wg = dot(w, G, K_);
-      for (int64_t t = 0; t < K_; ++t) G[t] = w[t] * (G[t] - wg);
-    }
+    for (int64_t h = 0; h < p_.shape.H; ++h) softmax_backward_row(w_.data() + h * K_, g + h * K_, K_);
   }
 
  private:
