@@ -19,23 +19,13 @@
 // Leaves out: DropConnect on the predicted kernels, fairseq's GLU and output projections, its
 //   "unfold" and band-matrix variants (same function, other memory layouts). Not attention: no
 //   pairwise logits, so no attention dropout, RoPE or additive position encodings.
-#include "attention_impls/registry.hpp"
 #include "attention_impls/softmax_conv.hpp"
 
 namespace ab {
 
-Capabilities softmax_conv_capabilities();  // lightconv.cpp
-
 MechanismInfo dynamicconv_info() {
-  MechanismInfo m;
-  m.name = "dynamicconv";
-  m.family = "convolution";
-  m.summary = "dynamic convolution: V mixed by a softmax kernel of width K predicted from each query";
-  m.complexity = "O(N K D) time, O(N K) memory; decode O(K D) per token";
-  m.caps = softmax_conv_capabilities();
-  m.params = {ParamSpec{"kernel", ParamType::Int, int64_t{31}, 1, 4095, {}, "kernel width K (taps)"}};
-  m.make = [](const AttnProblem& p, const ParamValues& v) { return make_softmax_conv(p, v.get_int("kernel"), true); };
-  return m;
+  return softmax_conv_info("dynamicconv", "dynamic convolution: V mixed by a softmax kernel of width K predicted from each query",
+                           "O(N K D) time, O(N K) memory; decode O(K D) per token", true);
 }
 
 }  // namespace ab

@@ -22,32 +22,13 @@
 //   It is a mixer, not attention: no logits per (query, key) pair, so no attention dropout, RoPE
 //   or additive position encodings, and on associative recall it is the negative control (it
 //   sees K positions back and cannot look anything up by content).
-#include "attention_impls/registry.hpp"
 #include "attention_impls/softmax_conv.hpp"
 
 namespace ab {
 
-// The capabilities lightconv and dynamicconv share.
-Capabilities softmax_conv_capabilities() {
-  return Capabilities{.exact = false, .causal = true, .backward = true, .decode = true,
-                      .constraints = "", .attn_dropout = false,
-                      .no_attn_dropout = "it forms no attention probabilities; fairseq's DropConnect on the kernel is not implemented",
-                      .rope = false,
-                      .no_rope = "it takes no q·k products: its weights depend on the offset alone (lightconv) or on the query alone (dynamicconv), so a rotation has nothing to act on",
-                      .additive_bias = false,
-                      .no_additive_bias = "it forms no logit per (query, key) pair; its kernel already weights each offset"};
-}
-
 MechanismInfo lightconv_info() {
-  MechanismInfo m;
-  m.name = "lightconv";
-  m.family = "convolution";
-  m.summary = "lightweight convolution: V mixed by a softmax-normalised kernel of width K per head";
-  m.complexity = "O(N K D) time, O(H K) memory; decode O(K D) per token";
-  m.caps = softmax_conv_capabilities();
-  m.params = {ParamSpec{"kernel", ParamType::Int, int64_t{31}, 1, 4095, {}, "kernel width K (taps)"}};
-  m.make = [](const AttnProblem& p, const ParamValues& v) { return make_softmax_conv(p, v.get_int("kernel"), false); };
-  return m;
+  return softmax_conv_info("lightconv", "lightweight convolution: V mixed by a softmax-normalised kernel of width K per head",
+                           "O(N K D) time, O(H K) memory; decode O(K D) per token", false);
 }
 
 }  // namespace ab

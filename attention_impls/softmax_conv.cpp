@@ -349,4 +349,23 @@ std::unique_ptr<Attention> make_softmax_conv(const AttnProblem& p, int64_t kerne
   return std::make_unique<SoftmaxConv>(p, kernel, dynamic);
 }
 
+MechanismInfo softmax_conv_info(const std::string& name, const std::string& summary, const std::string& complexity,
+                                bool dynamic) {
+  MechanismInfo m;
+  m.name = name;
+  m.family = "convolution";
+  m.summary = summary;
+  m.complexity = complexity;
+  m.caps = Capabilities{.exact = false, .causal = true, .backward = true, .decode = true,
+                        .constraints = "", .attn_dropout = false,
+                        .no_attn_dropout = "it forms no attention probabilities; fairseq's DropConnect on the kernel is not implemented",
+                        .rope = false,
+                        .no_rope = "it takes no q·k products: its weights depend on the offset alone (lightconv) or on the query alone (dynamicconv), so a rotation has nothing to act on",
+                        .additive_bias = false,
+                        .no_additive_bias = "it forms no logit per (query, key) pair; its kernel already weights each offset"};
+  m.params = {ParamSpec{"kernel", ParamType::Int, int64_t{31}, 1, 4095, {}, "kernel width K (taps)"}};
+  m.make = [dynamic](const AttnProblem& p, const ParamValues& v) { return make_softmax_conv(p, v.get_int("kernel"), dynamic); };
+  return m;
+}
+
 }  // namespace ab

@@ -15,12 +15,19 @@
 // D per head, which is no restriction while K <= D). K is not used by either.
 #pragma once
 #include <memory>
+#include <string>
 
 #include "attention_impls/attention.hpp"
 
 namespace ab {
 
 std::unique_ptr<Attention> make_softmax_conv(const AttnProblem& p, int64_t kernel, bool dynamic);
+
+// What lightconv and dynamicconv share in the registry: their family, capabilities (and the
+// reasons for what they refuse), the `kernel` parameter and the constructor; the caller names
+// the mechanism and says what it computes.
+MechanismInfo softmax_conv_info(const std::string& name, const std::string& summary, const std::string& complexity,
+                                bool dynamic);
 
 // The taps the convolution computes over one sequence: sum over t of the rows i with
 // 0 <= i - pad + t < N (padding taps are skipped, so they are not counted either).
