@@ -188,6 +188,10 @@ struct MechanismInfo {
   Bf16Support bf16;
   std::vector<ParamSpec> params;
   std::function<std::unique_ptr<Attention>(const AttnProblem&, const ParamValues&)> make;
+  // Extra tokens a model prepends to every sequence for this mechanism, at its parameters: ETC's
+  // global tokens, learned embeddings that are not input tokens. The mechanism sees them as the
+  // first rows of Q, K, V; the model's loss and pooling read the rows after them. Empty: none.
+  std::function<int64_t(const ParamValues&)> prepended_tokens;
 };
 
 // Parses "name=value" assignments against a mechanism's declared parameters; unknown names and

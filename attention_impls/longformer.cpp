@@ -21,9 +21,8 @@ namespace {
 
 class Longformer final : public SparseAttention {
  public:
-  Longformer(const AttnProblem& p, const ParamValues& v)
-      : SparseAttention(p), window_(v.get_int("window")), dilation_(v.get_int("dilation")),
-        global_(v.get_int("global")) {}
+  Longformer(const AttnProblem& p, int64_t window, int64_t dilation, int64_t global)
+      : SparseAttention(p), window_(window), dilation_(dilation), global_(global) {}
 
  protected:
   std::vector<Segment> make_segments(Rng*) const override {
@@ -54,6 +53,10 @@ class Longformer final : public SparseAttention {
 
 }  // namespace
 
+std::unique_ptr<Attention> make_global_window(const AttnProblem& p, int64_t window, int64_t dilation, int64_t global) {
+  return std::make_unique<Longformer>(p, window, dilation, global);
+}
+
 MechanismInfo longformer_info() {
   MechanismInfo m;
   m.name = "longformer";
@@ -67,7 +70,9 @@ MechanismInfo longformer_info() {
   m.bf16 = sparse_bf16_support();
   m.caps.additive_bias = true;  // SparseAttention adds it inside every segment's tiles
   m.caps.no_additive_bias = "";
-  m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<Longformer>(p, v); };
+  m.make = [](const AttnProblem& p, const ParamValues& v) {
+    return make_global_window(p, v.get_int("window"), v.get_int("dilation"), v.get_int("global"));
+  };
   return m;
 }
 

@@ -15,6 +15,7 @@ MechanismInfo sliding_info();
 MechanismInfo dilated_info();
 MechanismInfo strided_info();
 MechanismInfo longformer_info();
+MechanismInfo etc_info();
 MechanismInfo bigbird_info();
 MechanismInfo linformer_info();
 MechanismInfo memory_compressed_info();
@@ -33,6 +34,7 @@ const std::vector<MechanismInfo>& mechanisms() {
       dilated_info(),
       strided_info(),
       longformer_info(),
+      etc_info(),
       bigbird_info(),
       linformer_info(),
       memory_compressed_info(),

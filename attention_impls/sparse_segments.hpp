@@ -110,4 +110,8 @@ inline Segment dense(RowSet queries, RowSet keys) {
   return s;
 }
 
+// Longformer's pattern (longformer.cpp), also ETC's: a window of `window` steps of `dilation`
+// on each side, plus the first `global` rows attending and attended by every row.
+std::unique_ptr<Attention> make_global_window(const AttnProblem& p, int64_t window, int64_t dilation, int64_t global);
+
 }  // namespace ab

@@ -228,13 +228,18 @@ void rope_rotate(float* x, int64_t B, int64_t H, int64_t N, int64_t Dh, const fl
     }
 }
 
-void embedding_forward(const int32_t* tokens, int64_t rows, int64_t N, int64_t d, const float* E,
-                       const float* positions, const float* cls, float* x) {
+void embedding_forward(const int32_t* tokens, int64_t rows, int64_t S, int64_t G, int64_t d, const float* E,
+                       const float* positions, const float* cls, const float* globals, float* x) {
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t n = r % N;
-    const float* e = E + static_cast<int64_t>(tokens[r]) * d;
+    const int64_t s = r % S;
     float* y = x + r * d;
+    if (s < G) {  // a global row: its learned embedding, no position
+      std::copy_n(globals + s * d, d, y);
+      continue;
+    }
+    const int64_t n = s - G;
+    const float* e = E + static_cast<int64_t>(tokens[r]) * d;
     if (positions) {
       const float* p = positions + n * d;
 #pragma omp simd
@@ -247,8 +252,8 @@ void embedding_forward(const int32_t* tokens, int64_t rows, int64_t N, int64_t d
   }
 }
 
-void embedding_backward(const int32_t* tokens, int64_t rows, int64_t N, int64_t d, const float* dx,
-                        float* dE, float* dcls, float* dpos) {
+void embedding_backward(const int32_t* tokens, int64_t rows, int64_t S, int64_t G, int64_t d, const float* dx,
+                        float* dE, float* dcls, float* dglobals, float* dpos) {
   constexpr int64_t kCols = 16;
 #pragma omp parallel for schedule(static)
   for (int64_t c0 = 0; c0 < d; c0 += kCols) {
@@ -256,16 +261,24 @@ void embedding_backward(const int32_t* tokens, int64_t rows, int64_t N, int64_t 
     if (dcls)
       for (int64_t c = c0; c < c1; ++c) dcls[c] = 0;
     if (dpos)
-      for (int64_t n = 0; n < N; ++n)
+      for (int64_t n = 0; n < S - G; ++n)
         for (int64_t c = c0; c < c1; ++c) dpos[n * d + c] = 0;
+    if (dglobals)
+      for (int64_t j = 0; j < G; ++j)
+        for (int64_t c = c0; c < c1; ++c) dglobals[j * d + c] = 0;
     for (int64_t r = 0; r < rows; ++r) {
       const float* g = dx + r * d;
+      const int64_t s = r % S;
+      if (s < G) {
+        for (int64_t c = c0; c < c1; ++c) dglobals[s * d + c] += g[c];
+        continue;
+      }
       float* e = dE + static_cast<int64_t>(tokens[r]) * d;
       for (int64_t c = c0; c < c1; ++c) e[c] += g[c];
-      if (dcls && r % N == 0)
+      if (dcls && s == G)
         for (int64_t c = c0; c < c1; ++c) dcls[c] += g[c];
       if (dpos)
-        for (int64_t c = c0; c < c1; ++c) dpos[(r % N) * d + c] += g[c];
+        for (int64_t c = c0; c < c1; ++c) dpos[(s - G) * d + c] += g[c];
     }
   }
 }

@@ -91,15 +91,18 @@ class Gelu {
 
 // ---- element-wise passes (OpenMP over rows) ----
 
-// x (B·N, d) = E[tokens] + positions ((N, d); none when null) (+ cls at every sequence's
-// position 0 when cls is not null).
-void embedding_forward(const int32_t* tokens, int64_t rows, int64_t N, int64_t d, const float* E,
-                       const float* positions, const float* cls, float* x);
-// dE += scatter of dx by token; dcls = sum of dx over position 0 rows, dpos (N, d) = sum of dx
-// over the sequences (each when not null). Columns are shared out over the threads, so the
-// scatter has no races and a fixed order.
-void embedding_backward(const int32_t* tokens, int64_t rows, int64_t N, int64_t d, const float* dx,
-                        float* dE, float* dcls, float* dpos = nullptr);
+// x (B·S, d): a sequence's S rows are G global rows (globals (G, d), ETC's learned extra tokens;
+// G = 0 for every other mechanism) then its S - G tokens, E[tokens] + positions ((S - G, d);
+// none when null) (+ cls at the first token when cls is not null). tokens (B·S): the global rows'
+// entries are not read.
+void embedding_forward(const int32_t* tokens, int64_t rows, int64_t S, int64_t G, int64_t d, const float* E,
+                       const float* positions, const float* cls, const float* globals, float* x);
+// dE += scatter of dx by token over the token rows; dcls = sum of dx over the first token rows,
+// dpos (S - G, d) = sum of dx over the sequences, dglobals (G, d) = sum of dx over the global
+// rows (each when not null). Columns are shared out over the threads, so the scatter has no races
+// and a fixed order.
+void embedding_backward(const int32_t* tokens, int64_t rows, int64_t S, int64_t G, int64_t d, const float* dx,
+                        float* dE, float* dcls, float* dglobals, float* dpos = nullptr);
 // The sinusoidal table of Vaswani et al.: P[n, 2i] = sin(n / 10000^(2i/d)), P[n, 2i+1] = cos(...).
 void sinusoidal_positions(int64_t N, int64_t d, float* P);
 

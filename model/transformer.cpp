@@ -157,7 +157,12 @@ TransformerModel::TransformerModel(const ModelConfig& c, ModelMode mode) : c_(c)
     throw InvalidInput(fmt::format("the model runs bf16 forward only (--mode fwd), not --mode {}", to_string(mode)));
   Dh_ = d / H;
   Benc_ = c.two_tower ? 2 * c.batch : c.batch;
-  T_ = Benc_ * N;
+  // ETC's global tokens: learned rows before each sequence's tokens (S_ rows an encoder sequence).
+  const MechanismInfo& info = find_mechanism(c.mechanism);
+  G_ = info.prepended_tokens ? info.prepended_tokens(c.params) : 0;
+  if (G_ < 0) throw std::logic_error(fmt::format("{} prepends {} tokens", c.mechanism, G_));
+  S_ = N + G_;
+  T_ = Benc_ * S_;
   const bool lm = c.pooling == Pooling::lm;
   if (c.loss_positions < 0 || c.loss_positions > N || (c.loss_positions > 0 && !lm))
     throw std::logic_error(fmt::format("loss_positions {} for a model of N {}{}", c.loss_positions, N, lm ? "" : " (not a language model)"));
@@ -169,9 +174,8 @@ TransformerModel::TransformerModel(const ModelConfig& c, ModelMode mode) : c_(c)
   feat_ = c.two_tower ? 4 * d : d;
 
   // 1. Mechanisms: one per layer, validated now (no allocation until setup).
-  const MechanismInfo& info = find_mechanism(c.mechanism);
   AttnProblem p;
-  p.shape = Shape4{Benc_, H, N, Dh_};
+  p.shape = Shape4{Benc_, H, S_, Dh_};
   p.causal = c.causal;
   p.strides = Strides3::contiguous(p.shape);
   p.threads = c.threads;
@@ -207,6 +211,7 @@ TransformerModel::TransformerModel(const ModelConfig& c, ModelMode mode) : c_(c)
   const float sh = 1.0f / std::sqrt(static_cast<float>(Fh));
   emb_ = param("embedding", c.vocab * d, c.tie_embeddings ? 0.02f : 1.0f);
   if (c.pooling == Pooling::cls) cls_ = param("cls", d, 0.02f);
+  if (G_ > 0) globals_ = param("globals", G_ * d, c.tie_embeddings ? 0.02f : 1.0f);  // at the tokens' scale
   // Learned absolute positions, N(0, 0.02) as the PyTorch LRA ports initialise them.
   if (c.positions == Positions::learned) positions_ = param("positions", N * d, 0.02f);
   for (int64_t l = 0; l < L; ++l) {
@@ -243,7 +248,7 @@ TransformerModel::TransformerModel(const ModelConfig& c, ModelMode mode) : c_(c)
   // 3. The arena. The residual stream has L + 1 slots; the per-layer activations have L slots
   // when a backward pass reads them, else one shared slot.
   if (c.positions == Positions::sinusoidal) pos_ = act(N * d);
-  if (c.positions == Positions::rope) rope_ = act(N * Dh_);
+  if (c.positions == Positions::rope) rope_ = act(S_ * Dh_);  // every row the mechanism sees
   for (int64_t l = 0; l <= L; ++l) x_.push_back(act(T_ * d));
   const int64_t slots = backward_ ? L : 1;
   for (int64_t s = 0; s < slots; ++s) {
@@ -387,7 +392,7 @@ size_t TransformerModel::working_bytes() const {
 }
 
 AttnArgs TransformerModel::attention_args(int64_t layer) const {
-  const Shape4 s{Benc_, c_.heads, c_.seq, Dh_};
+  const Shape4 s{Benc_, c_.heads, S_, Dh_};
   const Strides3 st = Strides3::contiguous(s);
   const LayerActs& a = la_[static_cast<size_t>(backward_ ? layer : 0)];
   auto view = [&](int64_t off) { return TensorView{A(off), s, st}; };
@@ -445,7 +450,7 @@ void TransformerModel::setup(uint64_t seed) {
     else std::fill_n(W(p.offset), p.count, p.init_value);
   }
   if (c_.positions == Positions::sinusoidal) sinusoidal_positions(c_.seq, d, A(pos_));
-  if (rope_ >= 0) rope_table(c_.seq, Dh_, A(rope_));
+  if (rope_ >= 0) rope_table(S_, Dh_, A(rope_));
   for (size_t l = 0; l < attn_.size(); ++l) {
     Rng r(seed, kStreamLayerMechanism + l);
     attn_[l]->setup(backward_ ? Mode::fwdbwd : Mode::fwd, r);
@@ -508,8 +513,13 @@ void TransformerModel::load(const Batch& b) {
   const int64_t N = c_.seq, B = c_.batch;
   if (b.size != B || b.seq != N)
     throw std::logic_error(fmt::format("batch of {}x{} given to a model of {}x{}", b.size, b.seq, B, N));
-  std::copy(b.tokens.begin(), b.tokens.end(), tokens_.data());
-  if (c_.two_tower) std::copy(b.tokens2.begin(), b.tokens2.end(), tokens_.data() + B * N);
+  // Encoder row of the batch's token r (first documents, then second documents); the rows of
+  // prepended global tokens hold token 0, which the embedding does not read.
+  auto row_of = [&](int64_t r) { return r / N * S_ + G_ + r % N; };
+  std::fill_n(tokens_.data(), T_, 0);
+  for (int64_t r = 0; r < B * N; ++r) tokens_[static_cast<size_t>(row_of(r))] = b.tokens[static_cast<size_t>(r)];
+  if (c_.two_tower)
+    for (int64_t r = 0; r < B * N; ++r) tokens_[static_cast<size_t>(row_of(B * N + r))] = b.tokens2[static_cast<size_t>(r)];
   for (int64_t t = 0; t < T_; ++t)
     if (tokens_[static_cast<size_t>(t)] < 0 || tokens_[static_cast<size_t>(t)] >= c_.vocab)
       throw std::logic_error(fmt::format("token {} outside the vocabulary of {}", tokens_[static_cast<size_t>(t)], c_.vocab));
@@ -520,12 +530,13 @@ void TransformerModel::load(const Batch& b) {
       if (!b.targets.empty()) return b.targets[static_cast<size_t>(r)];
       const bool last = r % N == N - 1;
       const bool counted = !last && (b.loss_mask.empty() || b.loss_mask[static_cast<size_t>(r)]);
-      return counted ? tokens_[static_cast<size_t>(r + 1)] : -1;
+      return counted ? b.tokens[static_cast<size_t>(r + 1)] : -1;
     };
-    for (int64_t r = 0; r < T_; ++r)
+    for (int64_t r = 0; r < B * N; ++r)
       if (const int32_t t = target_of(r); t >= c_.vocab) throw std::logic_error(fmt::format("target {} outside the vocabulary", t));
-    if (!compact_) {
-      for (int64_t r = 0; r < T_; ++r) targets_[static_cast<size_t>(r)] = target_of(r);
+    if (!compact_) {  // global rows predict nothing
+      std::fill_n(targets_.data(), T_, -1);
+      for (int64_t r = 0; r < B * N; ++r) targets_[static_cast<size_t>(row_of(r))] = target_of(r);
     } else {
       // Example e's counted rows go to e·P, e·P + 1, ... in position order; the rest of its P
       // slots point at its first row with no target (their gradient is zero).
@@ -537,12 +548,12 @@ void TransformerModel::load(const Batch& b) {
           const int32_t t = target_of(r);
           if (t < 0) continue;
           if (k == P) throw std::logic_error(fmt::format("an example with more than the {} loss positions declared", P));
-          gather_[static_cast<size_t>(e * P + k)] = static_cast<int32_t>(r);
+          gather_[static_cast<size_t>(e * P + k)] = static_cast<int32_t>(row_of(r));
           targets_[static_cast<size_t>(e * P + k)] = t;
           ++k;
         }
         for (; k < P; ++k) {
-          gather_[static_cast<size_t>(e * P + k)] = static_cast<int32_t>(e * N);
+          gather_[static_cast<size_t>(e * P + k)] = static_cast<int32_t>(row_of(e * N));
           targets_[static_cast<size_t>(e * P + k)] = -1;
         }
       }
@@ -553,11 +564,13 @@ void TransformerModel::load(const Batch& b) {
 }
 
 double TransformerModel::forward_and_loss(bool with_grad) {
-  const int64_t N = c_.seq, d = c_.dmodel, H = c_.heads, B = c_.batch, L = c_.layers;
+  // S rows an encoder sequence: its N tokens after the G_ prepended global rows (none but ETC).
+  const int64_t N = c_.seq, S = S_, d = c_.dmodel, H = c_.heads, B = c_.batch, L = c_.layers;
   // 1. Embedding and positions.
   const float* positions = c_.positions == Positions::sinusoidal ? A(pos_) : positions_ >= 0 ? W(positions_) : nullptr;
   timed(LayerType::embedding, [&] {
-    embedding_forward(tokens_.data(), T_, N, d, W(emb_), positions, cls_ >= 0 ? W(cls_) : nullptr, A(x_[0]));
+    embedding_forward(tokens_.data(), T_, S, G_, d, W(emb_), positions, cls_ >= 0 ? W(cls_) : nullptr,
+                      globals_ >= 0 ? W(globals_) : nullptr, A(x_[0]));
     drop_rows(A(x_[0]), dropout_at(-1, 0));
   });
   // 1b. bf16: the parameters rounded, once per step (they are the same all step).
@@ -569,10 +582,10 @@ double TransformerModel::forward_and_loss(bool with_grad) {
     timed(LayerType::layernorm, [&] { ln_.forward(A(x_[l]), W(p.ln1_g), W(p.ln1_b), A(a.h1), A(a.mean1), A(a.var1)); });
     timed(LayerType::projections, [&] {
       qkv_lin_.forward(product_input(A(a.h1), T_ * d), product_weights(p.wqkv), W(p.bqkv), A(qkv_));
-      split_heads(A(qkv_), Benc_, N, H, Dh_, A(a.q), A(a.k), A(a.v));
+      split_heads(A(qkv_), Benc_, S, H, Dh_, A(a.q), A(a.k), A(a.v));
       if (rope_ >= 0) {  // the mechanism sees rotated queries and keys (and keeps them for its backward)
-        rope_rotate(A(a.q), Benc_, H, N, Dh_, A(rope_), false);
-        rope_rotate(A(a.k), Benc_, H, N, Dh_, A(rope_), false);
+        rope_rotate(A(a.q), Benc_, H, S, Dh_, A(rope_), false);
+        rope_rotate(A(a.k), Benc_, H, S, Dh_, A(rope_), false);
       }
     });
     timed(LayerType::attention, [&] {
@@ -581,7 +594,7 @@ double TransformerModel::forward_and_loss(bool with_grad) {
       mech.forward(attention_args(l));
     });
     timed(LayerType::projections, [&] {
-      merge_heads(A(a.o), Benc_, N, H, Dh_, A(a.a));
+      merge_heads(A(a.o), Benc_, S, H, Dh_, A(a.a));
       o_lin_.forward(product_input(A(a.a), T_ * d), product_weights(p.wo), W(p.bo), A(a.xm));
       drop_rows(A(a.xm), dropout_at(l, 1));
       add_inplace(A(a.xm), A(x_[l]), T_ * d);
@@ -617,18 +630,18 @@ double TransformerModel::forward_and_loss(bool with_grad) {
       float* feat = A(feat_buf_);
       const float* hf = A(hf_);
 #pragma omp parallel for schedule(static)
-      for (int64_t b = 0; b < B; ++b) {
+      for (int64_t b = 0; b < B; ++b) {  // over the token rows (after the global rows)
         float* f = feat + b * feat_;
         if (c_.pooling == Pooling::mean) {
           std::fill_n(f, d, 0.0f);
           for (int64_t n = 0; n < N; ++n)
-            for (int64_t j = 0; j < d; ++j) f[j] += hf[(b * N + n) * d + j];
+            for (int64_t j = 0; j < d; ++j) f[j] += hf[(b * S + G_ + n) * d + j];
           for (int64_t j = 0; j < d; ++j) f[j] /= static_cast<float>(N);
         } else {
-          std::copy_n(hf + b * N * d, d, f);
+          std::copy_n(hf + (b * S + G_) * d, d, f);
         }
         if (c_.two_tower) {
-          const float* e2 = hf + (B + b) * N * d;
+          const float* e2 = hf + ((B + b) * S + G_) * d;
           for (int64_t j = 0; j < d; ++j) {
             f[d + j] = e2[j];
             f[2 * d + j] = f[j] * e2[j];
@@ -647,7 +660,7 @@ double TransformerModel::forward_and_loss(bool with_grad) {
 }
 
 void TransformerModel::backward() {
-  const int64_t N = c_.seq, d = c_.dmodel, H = c_.heads, B = c_.batch, L = c_.layers;
+  const int64_t N = c_.seq, S = S_, d = c_.dmodel, H = c_.heads, B = c_.batch, L = c_.layers;
   // 3'. Head and pooling: dlogits (in the logits buffer) -> d(final hidden) in dtmp.
   float* dhf = A(dtmp_);
   timed(LayerType::head, [&] {
@@ -677,17 +690,17 @@ void TransformerModel::backward() {
       const float* df = A(dfeat_) + b * feat_;
       if (c_.pooling == Pooling::mean) {
         for (int64_t n = 0; n < N; ++n)
-          for (int64_t j = 0; j < d; ++j) dhf[(b * N + n) * d + j] = df[j] / static_cast<float>(N);
+          for (int64_t j = 0; j < d; ++j) dhf[(b * S + G_ + n) * d + j] = df[j] / static_cast<float>(N);
         continue;
       }
-      float* d1 = dhf + b * N * d;
+      float* d1 = dhf + (b * S + G_) * d;
       if (!c_.two_tower) {
         std::copy_n(df, d, d1);
         continue;
       }
       // f = [e1, e2, e1*e2, e1-e2]
-      float* d2 = dhf + (B + b) * N * d;
-      const float *e1 = hf + b * N * d, *e2 = hf + (B + b) * N * d;
+      float* d2 = dhf + ((B + b) * S + G_) * d;
+      const float *e1 = hf + (b * S + G_) * d, *e2 = hf + ((B + b) * S + G_) * d;
       for (int64_t j = 0; j < d; ++j) {
         d1[j] = df[j] + df[2 * d + j] * e2[j] + df[3 * d + j];
         d2[j] = df[d + j] + df[2 * d + j] * e1[j] - df[3 * d + j];
@@ -717,15 +730,15 @@ void TransformerModel::backward() {
     timed(LayerType::projections, [&] {
       const float* dbranch = dropped_copy(A(dres_), A(dtmp2_), dropout_at(l, 1));
       o_lin_.backward(A(a.a), W(p.wo), dbranch, A(dtmp_), G(p.wo), G(p.bo));
-      split_single(A(dtmp_), Benc_, N, H, Dh_, A(do_));
+      split_single(A(dtmp_), Benc_, S, H, Dh_, A(do_));
     });
     timed(LayerType::attention, [&] { attn_[static_cast<size_t>(l)]->backward(attention_args(l)); });
     timed(LayerType::projections, [&] {
       if (rope_ >= 0) {  // the rotation's backward: its transpose, the inverse rotation
-        rope_rotate(A(dq_), Benc_, H, N, Dh_, A(rope_), true);
-        rope_rotate(A(dk_), Benc_, H, N, Dh_, A(rope_), true);
+        rope_rotate(A(dq_), Benc_, H, S, Dh_, A(rope_), true);
+        rope_rotate(A(dk_), Benc_, H, S, Dh_, A(rope_), true);
       }
-      merge_qkv(A(dq_), A(dk_), A(dv_), Benc_, N, H, Dh_, A(qkv_));
+      merge_qkv(A(dq_), A(dk_), A(dv_), Benc_, S, H, Dh_, A(qkv_));
       qkv_lin_.backward(A(a.h1), W(p.wqkv), A(qkv_), A(dtmp_), G(p.wqkv), G(p.bqkv));
     });
     timed(LayerType::layernorm, [&] {
@@ -737,7 +750,8 @@ void TransformerModel::backward() {
   timed(LayerType::embedding, [&] {
     if (!c_.tie_embeddings) std::fill_n(G(emb_), c_.vocab * d, 0.0f);  // tied: it holds the head's part
     drop_rows(A(dres_), dropout_at(-1, 0));
-    embedding_backward(tokens_.data(), T_, N, d, A(dres_), G(emb_), cls_ >= 0 ? G(cls_) : nullptr,
+    embedding_backward(tokens_.data(), T_, S, G_, d, A(dres_), G(emb_), cls_ >= 0 ? G(cls_) : nullptr,
+                       globals_ >= 0 ? G(globals_) : nullptr,
                        positions_ >= 0 ? G(positions_) : nullptr);
   });
 }
@@ -833,7 +847,7 @@ TransformerModel::Evaluation TransformerModel::evaluate(const Batch& batch, int6
   dropping_ = false;
   forward_and_loss(false);  // the logits buffer now holds the probabilities
   const int64_t examples = std::min(valid, c_.batch);
-  const int64_t per = c_.pooling != Pooling::lm ? 1 : compact_ ? c_.loss_positions : c_.seq;  // an example's rows
+  const int64_t per = c_.pooling != Pooling::lm ? 1 : compact_ ? c_.loss_positions : S_;  // an example's rows
   return count_predictions(A(logits_), targets_.data(), examples, per, C_);
 }
 

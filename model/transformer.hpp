@@ -227,6 +227,9 @@ class TransformerModel {
   ModelMode mode_;
   bool backward_ = false;
   int64_t Benc_ = 0, T_ = 0, Dh_ = 0, rows_ = 0, C_ = 0, feat_ = 0;  // rows_: loss rows; feat_: head input width
+  // Rows of one encoder sequence: G_ prepended global rows (ETC's; 0 otherwise), then the N tokens.
+  int64_t G_ = 0, S_ = 0;
+  int64_t globals_ = -1;  // the global rows' learned embeddings (G_, d), with G_ > 0
   bool compact_ = false;  // a language model's head on its gathered loss rows (loss_positions > 0)
   // Parameter layout.
   std::vector<Slice> slices_;

@@ -38,6 +38,9 @@ inline ref::Mask pattern_mask(const std::string& mech, const std::vector<std::st
     const bool fixed = std::find(ps.begin(), ps.end(), "pattern=fixed") != ps.end();
     if (fixed) m = [=](int64_t i, int64_t j) { return j / l == i / l || j % l >= l - c; };
     else m = [=](int64_t i, int64_t j) { return std::abs(i - j) < l || (i - j) % l == 0; };
+  } else if (mech == "etc") {  // the first `global` rows are the global tokens
+    const int64_t r = param(ps, "radius", 64), g = param(ps, "global", 16);
+    m = [=](int64_t i, int64_t j) { return i < g || j < g || std::abs(i - j) <= r; };
   } else if (mech == "longformer") {
     const int64_t w = param(ps, "window", 64), d = param(ps, "dilation", 1), g = param(ps, "global", 16);
     m = [=](int64_t i, int64_t j) {

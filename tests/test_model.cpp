@@ -60,7 +60,11 @@ INSTANTIATE_TEST_SUITE_P(
                       GradCase{"listops", "synthesizer", {}, 32},
                       // causal LM head (copy), mean pooling (image), two towers (retrieval)
                       GradCase{"copy", "flash", {}, 32}, GradCase{"copy", "linear", {}, 32},
-                      GradCase{"image", "flash", {}, 1024}, GradCase{"retrieval", "flash", {}, 64}),
+                      GradCase{"image", "flash", {}, 1024}, GradCase{"retrieval", "flash", {}, 64},
+                      // ETC's learned global rows before the tokens: CLS, mean pooling, two towers
+                      GradCase{"listops", "etc", {"radius=3", "global=3"}, 32},
+                      GradCase{"image", "etc", {"radius=40", "global=2"}, 1024},
+                      GradCase{"retrieval", "etc", {"radius=5", "global=4"}, 64}),
     [](const auto& info) { return info.param.task + "_" + info.param.mech; });
 
 }  // namespace
@@ -98,8 +102,9 @@ TEST(ModelTraining, CopyLossFallsClearly) {
 // step equals the declared sum, in every mode, whatever the mechanism holds.
 TEST(ModelMemory, TrackedPeakEqualsDeclared) {
   for (ModelMode mode : {ModelMode::fwd, ModelMode::fwdbwd, ModelMode::train})
-    for (const char* mech : {"flash", "vanilla", "reformer", "linformer"}) {
-      ModelConfig c = tiny("listops", mech, {}, 128);
+    for (const char* mech : {"flash", "vanilla", "reformer", "linformer", "etc"}) {
+      ModelConfig c = tiny("listops", mech, std::string(mech) == "etc" ? std::vector<std::string>{"radius=8", "global=4"}
+                                                                       : std::vector<std::string>{}, 128);
       const size_t before = MemoryMeter::current();
       MemoryMeter::reset_peak();
       {
@@ -212,6 +217,70 @@ TEST(ModelFlops, ProductsPlusMechanism) {
   auto f = find_mechanism("flash").make(p, ParamValues());
   EXPECT_DOUBLE_EQ(fwd.flops(), products + 2 * f->flops(Mode::fwd));
   EXPECT_DOUBLE_EQ(train.flops(), 3 * products + 2 * f->flops(Mode::fwdbwd));
+}
+
+// ETC's global rows. With none, the model is Longformer's at dilation 1 without global tokens,
+// step for step. With g of them: a parameter "globals" (g, d) beside the embedding, every layer's
+// mechanism sees N + g rows, the loss reads only the token rows (the compact language-model head
+// of mqar included: its gradients against finite differences), and the globals change the loss.
+TEST(ModelEtc, GlobalRowsPrependedToEverySequence) {
+  {
+    ModelConfig e = tiny("listops", "etc", {"radius=3", "global=0"}, 32);
+    ModelConfig l = tiny("listops", "longformer", {"window=3", "global=0"}, 32);
+    TransformerModel a(e, ModelMode::train), b(l, ModelMode::train);
+    a.setup(4);
+    b.setup(4);
+    const Batch batch = batch_of("listops", 32, 0, e.batch);
+    for (int step = 0; step < 3; ++step) EXPECT_EQ(a.step(batch), b.step(batch)) << "step " << step;
+    EXPECT_EQ(a.flops(), b.flops());
+  }
+  ModelConfig c = tiny("listops", "etc", {"radius=3", "global=5"}, 32);
+  TransformerModel m(c, ModelMode::fwdbwd);
+  ModelConfig none = tiny("listops", "etc", {"radius=3", "global=0"}, 32);
+  TransformerModel m0(none, ModelMode::fwdbwd);
+  EXPECT_EQ(m.parameter_count() - m0.parameter_count(), 5 * c.dmodel);
+  bool named = false;
+  for (const auto& s : m.parameters()) named = named || (s.name == "globals" && s.count == 5 * c.dmodel);
+  EXPECT_TRUE(named);
+  // The mechanism's problem is N + g rows: its FLOPs are those of that pattern.
+  const Shape4 s{c.batch, c.heads, 37, c.dmodel / c.heads};
+  auto mech = find_mechanism("etc").make(AttnProblem{s, false, Strides3::contiguous(s), 1}, c.params);
+  ModelConfig flash = tiny("listops", "flash", {}, 32);
+  TransformerModel mf(flash, ModelMode::fwd), me(c, ModelMode::fwd);
+  const Shape4 sf{c.batch, c.heads, 32, c.dmodel / c.heads};
+  auto fm = find_mechanism("flash").make(AttnProblem{sf, false, Strides3::contiguous(sf), 1}, flash.params);
+  // The products grow by the global rows' share of the projections and MLP (the head reads tokens).
+  const double rows = double(c.batch) * 5, d = double(c.dmodel), F = double(c.mlp);
+  const double more = double(c.layers) * (2 * rows * d * 3 * d + 2 * rows * d * d + 4 * rows * d * F);
+  EXPECT_DOUBLE_EQ(me.flops() - c.layers * mech->flops(Mode::fwd), mf.flops() - flash.layers * fm->flops(Mode::fwd) + more);
+  m.setup(2);
+  const Batch b = batch_of("listops", 32, 0, c.batch);
+  const double l0 = m.loss(b);
+  for (const auto& p : m.parameters())
+    if (p.name == "globals") m.weights()[p.offset] += 1.0f;
+  EXPECT_NE(m.loss(b), l0) << "the global rows do not reach the loss";
+
+  // mqar: a language model with a compact head; ETC runs it bidirectionally, as the preset does.
+  TaskOptions o;
+  o.seq = 32;
+  o.vocab = 40;
+  o.seed = 4;
+  ModelConfig r = model_config_for_task(find_task("mqar"), o);
+  r.layers = 2;
+  r.dmodel = 16;
+  r.heads = 2;
+  r.mlp = 0;
+  r.batch = 3;
+  r.causal = false;
+  r.mechanism = "etc";
+  r.params = resolve_params(find_mechanism("etc"), {"radius=4", "global=3"});
+  r.positions = Positions::learned;
+  TransformerModel lm(r, ModelMode::fwdbwd);
+  lm.setup(6);
+  const Batch rb = make_task("mqar", o)->batch(0, r.batch);
+  EXPECT_GT(test::check_model_gradients(lm, rb, 5, 2e-3, 3e-2), 20);
+  const auto ev = lm.evaluate(rb, r.batch);
+  EXPECT_EQ(ev.predictions, r.batch * r.loss_positions) << "only the queries are counted, no global row";
 }
 
 TEST(ModelConfigErrors, ImpossibleShapesAreInvalidInput) {

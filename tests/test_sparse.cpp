@@ -87,6 +87,9 @@ std::vector<SparseCase> sparse_cases() {
     v.push_back({"longformer", {"window=2", "global=200"}, N, false});
     // Too wide for the diagonal kernel to hold the global keys: they keep their forward segment.
     v.push_back({"longformer", {"window=1000", "global=3"}, N, false});
+    v.push_back({"etc", {"radius=5", "global=4"}, N, false});
+    v.push_back({"etc", {"radius=0", "global=2"}, N, false});  // global pieces only, and the diagonal
+    v.push_back({"etc", {"radius=9", "global=0"}, N, false});
   }
   // Global keys inside the diagonal kernel over several 16-row blocks, 33 of them (its logits in
   // groups of 24, 8 and 1 keys), with a dilation.
@@ -438,7 +441,7 @@ TEST(SparseCost, FlopsCountAdmissiblePairsExactly) {
 TEST(SparseCost, MemoryAndFlopsGrowLinearlyInN) {
   const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
       {"local", {}}, {"sliding", {}}, {"dilated", {}}, {"strided", {}}, {"strided", {"pattern=fixed"}},
-      {"longformer", {}}, {"bigbird", {}}};
+      {"longformer", {}}, {"etc", {}}, {"bigbird", {}}};
   for (const auto& [name, ps] : cases)
     for (Mode mode : {Mode::fwd, Mode::fwdbwd}) {
       std::vector<double> bytes, flops;
