@@ -172,6 +172,8 @@ TaskRecipe recall_recipe(int64_t N, int64_t dmodel, const std::string& lr, const
               fmt::format("strided.stride={}", e),
               fmt::format("longformer.window={}", e),
               fmt::format("longformer.global={}", N / 16),
+              fmt::format("etc.radius={}", e),
+              fmt::format("etc.global={}", N / 16),
               fmt::format("bigbird.block={}", N / 16),
               fmt::format("linformer.k={}", N / 4),
               "memory_compressed.stride=4",

@@ -27,6 +27,7 @@ targets=(
   "peers|10 min|PyTorch's naive attention (default and tuned allocator) beside flash and vanilla, N = 256..4096, fwd and fwd+bwd, one thread (scripts/peers.py; needs python3-torch)"
   "positions-cost|30 min|what ALiBi, T5's bias and Shaw's embeddings add inside each mechanism that admits them, fwd and fwd+bwd, N = 1024..16384, one thread"
   "convolution|5 min|lightconv and dynamicconv against flash: time, GFLOP/s against the GEMM rate and memory, fwd and fwd+bwd, N = 1024..16384, one thread, and their decode"
+  "etc|4 min|ETC (radius 64, 16 global tokens) beside Longformer (window 64, 16 global) and sliding (window 64): time, GFLOP/s against the GEMM rate and memory, fwd and fwd+bwd, N = 1024..16384, one thread"
   "task-rates|1 min|how fast each task generates a batch of its LRA size"
   "copy|2 h of one core|the copy task of \"Transformers are RNNs\": softmax, linear, LSH-1, LSH-4 (train --preset copy)"
   "lra-accuracy|44 h of one core|LRA Table 1 at CPU scale: every mechanism on five tasks (train --preset lra-accuracy)"
@@ -133,6 +134,9 @@ run_target() {
       bench convolution_flash --attn flash --seq 1024,4096 --mode fwd,fwdbwd --threads 1 --rounds 3
       bench convolution_decode --attn lightconv,dynamicconv,flash,linear --seq 1024:65536:x4 --mode decode --threads 1 --rounds 3
       $py scripts/plot.py "$work/convolution.json" "$work/convolution" --attnbench "$exe" ;;
+    etc)
+      bench etc --attn etc,longformer,sliding --seq 1024:16384:x2 --mode fwd,fwdbwd --threads 1 --rounds 3
+      $py scripts/plot.py "$work/etc.json" "$work/etc" --attnbench "$exe" ;;
     task-rates)
       commands+=("attnbench task rate --task T --reps 3, for every task")
       "$exe" list tasks --wide | awk -F'|' '/^\| / && NR > 2 { gsub(/ /, "", $2); if ($2 != "") print $2 }' | while read -r t; do

@@ -152,6 +152,9 @@ def pattern_mask(mech, t, causal, params):
         if mech == "longformer":
             g = params["global"]
             m = m | (i < g) | (j < g)
+    elif mech == "etc":  # the first `global` rows are ETC's global tokens
+        g = params["global"]
+        m = (np.abs(i - j) <= params["radius"]) | (i < g) | (j < g)
     elif mech == "strided":
         l = params["stride"] or int(round(np.sqrt(n)))
         if params["pattern"] == "strided":
@@ -307,7 +310,7 @@ def reformer(t, causal, prm, bias=None):
 
 
 # The fixed sparse patterns: softmax attention under the dense mask of pattern_mask.
-PATTERNS = ("local", "sliding", "dilated", "strided", "longformer", "bigbird")
+PATTERNS = ("local", "sliding", "dilated", "strided", "longformer", "etc", "bigbird")
 
 
 def expected_output(mech, t, causal, params, positions=None):
@@ -467,6 +470,7 @@ def cases():
     out += [("strided", c, ("pattern=fixed", "stride=8", "summary=2"), 37) for c in (False, True)]
     out += [("strided", False, ("stride=0",), 37)]
     out += [("longformer", False, ("window=3", "dilation=2", "global=4"), 37)]
+    out += [("etc", False, ("radius=4", "global=3"), 37), ("etc", False, ("radius=2", "global=5"), 37, "shaw:3")]
     out += [("bigbird", False, ("block=4", "random_blocks=2"), 36)]
     out += [("sinkhorn", False, ("block=8",), 40), ("sinkhorn", False, ("block=4", "temperature=0.05"), 40)]
     out += [("reformer", c, ("bucket_size=8", "n_buckets=4", "n_hashes=3"), 40) for c in (False, True)]
