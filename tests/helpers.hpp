@@ -108,6 +108,26 @@ inline ModelConfig tiny_model_config(const std::string& task, const std::string&
   return c;
 }
 
+// Zoology's recall layout shrunk to test size: 2 layers of attention alone (no MLP), 2 heads of
+// 8, batch 3, learned positions, causal; mqar at a vocabulary of 40.
+inline ModelConfig recall_model_config(const std::string& task, int64_t N, const std::string& mech,
+                                       std::vector<std::string> params = {}) {
+  TaskOptions o;
+  o.seq = N;
+  o.vocab = task == "mqar" ? 40 : 0;
+  ModelConfig c = model_config_for_task(find_task(task), o);
+  c.layers = 2;
+  c.dmodel = 16;
+  c.heads = 2;
+  c.mlp = 0;
+  c.batch = 3;
+  c.causal = true;
+  c.mechanism = mech;
+  c.params = resolve_params(find_mechanism(mech), params);
+  c.positions = Positions::learned;
+  return c;
+}
+
 inline int check_model_gradients(TransformerModel& m, const Batch& b, int per_slice, double tol_abs, double tol_rel) {
   m.step(b);  // fwdbwd: gradients of this batch's loss
   const int64_t n = m.parameter_count();

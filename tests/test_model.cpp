@@ -261,20 +261,12 @@ TEST(ModelEtc, GlobalRowsPrependedToEverySequence) {
   EXPECT_NE(m.loss(b), l0) << "the global rows do not reach the loss";
 
   // mqar: a language model with a compact head; ETC runs it bidirectionally, as the preset does.
+  ModelConfig r = test::recall_model_config("mqar", 32, "etc", {"radius=4", "global=3"});
+  r.causal = false;
   TaskOptions o;
   o.seq = 32;
   o.vocab = 40;
   o.seed = 4;
-  ModelConfig r = model_config_for_task(find_task("mqar"), o);
-  r.layers = 2;
-  r.dmodel = 16;
-  r.heads = 2;
-  r.mlp = 0;
-  r.batch = 3;
-  r.causal = false;
-  r.mechanism = "etc";
-  r.params = resolve_params(find_mechanism("etc"), {"radius=4", "global=3"});
-  r.positions = Positions::learned;
   TransformerModel lm(r, ModelMode::fwdbwd);
   lm.setup(6);
   const Batch rb = make_task("mqar", o)->batch(0, r.batch);

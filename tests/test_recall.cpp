@@ -146,20 +146,7 @@ TEST(Induction, GeneratorInvariants) {
 // ---- the model ----
 
 ModelConfig recall_model(const std::string& task, int64_t N, const std::string& mech = "flash") {
-  TaskOptions o;
-  o.seq = N;
-  o.vocab = task == "mqar" ? 40 : 0;
-  ModelConfig c = model_config_for_task(find_task(task), o);
-  c.layers = 2;
-  c.dmodel = 16;
-  c.heads = 2;
-  c.mlp = 0;
-  c.batch = 3;
-  c.causal = true;
-  c.mechanism = mech;
-  c.params = resolve_params(find_mechanism(mech), {});
-  c.positions = Positions::learned;
-  return c;
+  return test::recall_model_config(task, N, mech);
 }
 
 Batch recall_batch(const std::string& task, int64_t N, int64_t B) {
