@@ -159,12 +159,18 @@ std::string last_line_of(const std::string& path, size_t max_chars) {
   return last;
 }
 
+std::string scratch_root() {
+  const char* dir = std::getenv("TMPDIR");
+  return dir && *dir ? std::string(dir) : std::string("/tmp");
+}
+
 std::string make_scratch_dir(const std::string& kind) {
   namespace fs = std::filesystem;
+  const std::string root = scratch_root();
   // 1. Those of earlier processes that are gone (a killed run leaves its scratch behind).
   const std::string prefix = "attnbench-" + kind + "-";
   std::error_code ec;
-  for (const auto& entry : fs::directory_iterator("/tmp", ec)) {
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
     const std::string name = entry.path().filename().string();
     if (name.rfind(prefix, 0) != 0) continue;
     const std::string rest = name.substr(prefix.size());
@@ -176,8 +182,9 @@ std::string make_scratch_dir(const std::string& kind) {
     if (!rm) std::cerr << "attnbench: removed " << entry.path().string() << ", left by a run that was stopped\n";
   }
   // 2. Ours, named by our pid.
-  std::string tmpl = fmt::format("/tmp/{}{}-XXXXXX", prefix, static_cast<long>(getpid()));
-  if (!mkdtemp(tmpl.data())) throw std::runtime_error(fmt::format("cannot create a scratch directory in /tmp: {}", std::strerror(errno)));
+  std::string tmpl = (fs::path(root) / fmt::format("{}{}-XXXXXX", prefix, static_cast<long>(getpid()))).string();
+  if (!mkdtemp(tmpl.data()))
+    throw std::runtime_error(fmt::format("cannot create a scratch directory in {}: {}", root, std::strerror(errno)));
   return tmpl;
 }
 

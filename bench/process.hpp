@@ -33,7 +33,11 @@ std::string last_line_of(const std::string& path, size_t max_chars = 300);
 // The running executable's absolute path (/proc/self/exe).
 std::string self_executable();
 
-// A scratch directory of this process, /tmp/attnbench-KIND-PID-XXXXXX. Before it is made, those
+// Where scratch directories go: $TMPDIR when set (the tests point it at a folder of their own),
+// else /tmp.
+std::string scratch_root();
+
+// A scratch directory of this process, <scratch_root>/attnbench-KIND-PID-XXXXXX. Before it is made, those
 // of processes that are gone (a run killed with SIGKILL cannot clean up) are removed, with a
 // message: the suite made them and their owner no longer exists.
 std::string make_scratch_dir(const std::string& kind);

@@ -7,7 +7,7 @@ set -euo pipefail
 exe=$1
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 py=/usr/bin/python3
-work=$(mktemp -d /tmp/attnbench-ab.XXXXXX)
+work=$(mktemp -d -t attnbench-ab.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 

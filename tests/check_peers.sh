@@ -9,7 +9,7 @@ exe=$1
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 py=/usr/bin/python3
 "$py" -c "import torch" 2>/dev/null || { echo "SKIPPED: PyTorch is not installed (apt-get install python3-torch)"; exit 77; }
-work=$(mktemp -d /tmp/attnbench-peers.XXXXXX)
+work=$(mktemp -d -t attnbench-peers.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 

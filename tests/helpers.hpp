@@ -6,6 +6,8 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <tuple>
 #include <memory>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "attention_impls/registry.hpp"
+#include "bench/process.hpp"
 #include "bench/runner.hpp"
 #include "model/transformer.hpp"
 #include "tasks/task.hpp"
@@ -173,9 +176,31 @@ inline Exec exec(const std::string& args, bool with_stderr = true, const std::st
   return e;
 }
 
-inline std::string temp_path(const std::string& name) {
-  return ::testing::TempDir() + "attnbench_" + std::to_string(getpid()) + "_" + name;
+// This test process's own scratch folder, <$TMPDIR or /tmp>/attnbench-test-PID-XXXXXX, made at
+// first use and removed with everything in it when the tests of the process end (ctest runs every
+// test in a process of its own and points TMPDIR at the build's tests/tmp, which a last test
+// checks is left empty).
+inline const std::filesystem::path& test_dir() {
+  struct RemoveAtEnd : ::testing::Environment {
+    std::filesystem::path dir;
+    void TearDown() override {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
+  };
+  static const std::filesystem::path dir = [] {
+    std::string pattern =
+        (std::filesystem::path(scratch_root()) / ("attnbench-test-" + std::to_string(getpid()) + "-XXXXXX")).string();
+    if (!mkdtemp(pattern.data())) throw std::runtime_error("cannot create the test's scratch folder " + pattern);
+    auto* env = new RemoveAtEnd;
+    env->dir = pattern;
+    ::testing::AddGlobalTestEnvironment(env);
+    return std::filesystem::path(pattern);
+  }();
+  return dir;
 }
+
+inline std::string temp_path(const std::string& name) { return (test_dir() / ("attnbench_" + name)).string(); }
 
 // The lines of a command's output.
 inline std::vector<std::string> lines_of(const std::string& text) {

@@ -16,7 +16,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 submit="$root/scripts/slurm/submit.sh"
 py=/usr/bin/python3
 
-work=$(mktemp -d /tmp/attnbench-slurm-test.XXXXXX)
+work=$(mktemp -d -t attnbench-slurm-test.XXXXXX)
 cluster="$work/cluster"
 cleanup() {
   "$root/scripts/slurm/local-cluster.sh" stop "$cluster" || true

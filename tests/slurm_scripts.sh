@@ -7,7 +7,7 @@ set -euo pipefail
 exe=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 submit="$root/scripts/slurm/submit.sh"
-work=$(mktemp -d /tmp/attnbench-slurm-scripts.XXXXXX)
+work=$(mktemp -d -t attnbench-slurm-scripts.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 

@@ -267,9 +267,10 @@ TEST(Hardening, SweepStoppedWithItsChildLeavesThePointForResume) {
 
 TEST(Hardening, TimeLimitMustBeFinite) {
   for (const char* v : {"nan", "inf", "1e309", "-1"}) {
-    auto e = test::exec(std::string("sweep --attn flash --seq 16 --out /tmp/never_written.json --time-limit ") + v);
+    const std::string out = test::temp_path("never_written.json");
+    auto e = test::exec("sweep --attn flash --seq 16 --out " + out + " --time-limit " + v);
     EXPECT_EQ(e.code, 2) << v << ": " << e.out;
-    EXPECT_FALSE(fs::exists("/tmp/never_written.json"));
+    EXPECT_FALSE(fs::exists(out));
   }
 }
 
@@ -397,7 +398,7 @@ TEST(Hardening, MalformedResultFilesExitTwoNamingTheFile) {
   const fs::path fifo = test::temp_path("reader_fifo.json");
   fs::remove(fifo);
   ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
-  for (const fs::path& p : {fifo, fs::path(::testing::TempDir())}) {
+  for (const fs::path& p : {fifo, test::test_dir()}) {
     const auto e = test::exec("table " + p.string());
     EXPECT_EQ(e.code, 2) << e.out;
     EXPECT_NE(e.out.find("not a regular file"), std::string::npos) << e.out;
@@ -483,8 +484,8 @@ TEST(Hardening, TaskInputsThatAreNotFilesOrOutOfRangeExitTwo) {
 TEST(Hardening, LeftoversOfAKilledRunAreRemovedAtTheNextStart) {
   long dead = 4000000;
   while (dead > 1000 && !(kill(static_cast<pid_t>(dead), 0) != 0 && errno == ESRCH)) --dead;
-  const fs::path stale_dir = "/tmp/attnbench-sweep-" + std::to_string(dead) + "-abcdef";
-  const fs::path live_dir = "/tmp/attnbench-sweep-" + std::to_string(getpid()) + "-abcdef";
+  const fs::path stale_dir = fs::path(scratch_root()) / ("attnbench-sweep-" + std::to_string(dead) + "-abcdef");
+  const fs::path live_dir = fs::path(scratch_root()) / ("attnbench-sweep-" + std::to_string(getpid()) + "-abcdef");
   for (const auto& d : {stale_dir, live_dir}) {
     fs::create_directories(d);
     write(d / "point.json", "{}");

@@ -437,7 +437,7 @@ TEST(Sweep, AnErrorInOneJobStopsTheOtherWhichCheckpoints) {
         << "the stopped run checkpoints";
   }
   EXPECT_TRUE(long_run_seen);
-  for (const auto& d : std::filesystem::directory_iterator("/tmp"))
+  for (const auto& d : std::filesystem::directory_iterator(scratch_root()))
     EXPECT_NE(d.path().filename().string().rfind(fmt::format("attnbench-sweep-{}-", pid), 0), 0u)
         << d.path() << ": the sweep's scratch directory is left behind";
   std::filesystem::remove_all(train_dir);
