@@ -164,6 +164,16 @@ class Attention {
   }
   // The learned tensors (empty for a mechanism with none), valid after setup.
   virtual std::vector<LearnedTensor> learned() { return {}; }
+  // Whether the forward calls that follow belong to a training step (the model's train_step
+  // switches it on around its forward and off after). A mechanism whose state training updates
+  // by a rule of its own rather than by gradients (routing's k-means centroids, an exponential
+  // moving average) updates it in a training forward only: evaluation and the attention-level
+  // benchmarks leave it fixed.
+  virtual void set_training(bool on) { (void)on; }
+  // That state (empty for most mechanisms; `grad` is null): what a checkpoint saves and restores
+  // bit for bit and the best-validation copy keeps, which the optimiser does not touch. Valid
+  // after setup.
+  virtual std::vector<LearnedTensor> updated_state() { return {}; }
   // Training step `step` (from 1) begins: a mechanism whose random tensors are drawn afresh
   // during training (reformer's rotations, performer's features) draws them here. No allocation.
   virtual void begin_train_step(int64_t step, Rng& rng) {

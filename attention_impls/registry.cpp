@@ -21,6 +21,7 @@ MechanismInfo linformer_info();
 MechanismInfo memory_compressed_info();
 MechanismInfo synthesizer_info();
 MechanismInfo reformer_info();
+MechanismInfo routing_info();
 MechanismInfo sinkhorn_info();
 MechanismInfo lightconv_info();
 MechanismInfo dynamicconv_info();
@@ -40,6 +41,7 @@ const std::vector<MechanismInfo>& mechanisms() {
       memory_compressed_info(),
       synthesizer_info(),
       reformer_info(),
+      routing_info(),
       sinkhorn_info(),
       linear_info(),
       performer_info(),

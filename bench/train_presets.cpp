@@ -179,6 +179,7 @@ TaskRecipe recall_recipe(int64_t N, int64_t dmodel, const std::string& lr, const
               "memory_compressed.stride=4",
               fmt::format("reformer.bucket_size={}", e),
               "reformer.n_hashes=2",
+              "routing.clusters=8",  // of N/8 tokens each
               fmt::format("sinkhorn.block={}", e),
               fmt::format("linear.chunk={}", std::min<int64_t>(N, 64)),
               fmt::format("performer.chunk={}", std::min<int64_t>(N, 64)),

@@ -778,7 +778,9 @@ TransformerModel::StepOutcome TransformerModel::train_step(const Batch& batch, i
   load(batch);
   StepOutcome out;
   dropping_ = true;
+  for (auto& a : attn_) a->set_training(true);
   out.loss = forward_and_loss(true);
+  for (auto& a : attn_) a->set_training(false);
   backward();
   dropping_ = false;
   timed(LayerType::optimizer, [&] {
@@ -883,18 +885,20 @@ TransformerModel::Evaluation TransformerModel::count_predictions(const float* pr
 std::vector<TransformerModel::StateTensor> TransformerModel::trained_tensors() const {
   std::vector<StateTensor> out;
   for (const Slice& s : slices_) out.push_back({s.name, W(s.offset), s.count});
-  for (size_t l = 0, k = 0; l < attn_.size(); ++l)
-    for (const auto& t : attn_[l]->learned()) {
+  for (size_t l = 0; l < attn_.size(); ++l)
+    for (const auto& t : attn_[l]->learned()) out.push_back({fmt::format("layer{}.mechanism.{}", l, t.name), t.value, t.count});
+  // Last: the state training updates without gradients (routing's centroids), which the
+  // best-validation copy must hold too.
+  for (size_t l = 0; l < attn_.size(); ++l)
+    for (const auto& t : attn_[l]->updated_state())
       out.push_back({fmt::format("layer{}.mechanism.{}", l, t.name), t.value, t.count});
-      ++k;
-    }
   return out;
 }
 
 std::vector<TransformerModel::StateTensor> TransformerModel::state() {
   if (mode_ != ModelMode::train) throw std::logic_error("state() needs a model in train mode");
   std::vector<StateTensor> out = trained_tensors();
-  const size_t n = out.size();
+  const size_t n = slices_.size() + learned_.size();  // the optimised ones: updated state has no moments
   for (size_t i = 0; i < n; ++i) {
     // The moments live beside each tensor: the model's at the same offset in m_, v_; the
     // mechanisms' in learned_m_, learned_v_ in learned_ order.

@@ -28,6 +28,7 @@ targets=(
   "positions-cost|30 min|what ALiBi, T5's bias and Shaw's embeddings add inside each mechanism that admits them, fwd and fwd+bwd, N = 1024..16384, one thread"
   "convolution|5 min|lightconv and dynamicconv against flash: time, GFLOP/s against the GEMM rate and memory, fwd and fwd+bwd, N = 1024..16384, one thread, and their decode"
   "etc|4 min|ETC (radius 64, 16 global tokens) beside Longformer (window 64, 16 global) and sliding (window 64): time, GFLOP/s against the GEMM rate and memory, fwd and fwd+bwd, N = 1024..16384, one thread"
+  "routing-transformer|6 min|the Routing Transformer (k-means routing, the defaults: sqrt(N) clusters of sqrt(N) tokens) beside Reformer: time, GFLOP/s against the GEMM rate and memory, fwd and fwd+bwd, causal and not, N = 1024..16384, one thread"
   "task-rates|1 min|how fast each task generates a batch of its LRA size"
   "copy|2 h of one core|the copy task of \"Transformers are RNNs\": softmax, linear, LSH-1, LSH-4 (train --preset copy)"
   "lra-accuracy|44 h of one core|LRA Table 1 at CPU scale: every mechanism on five tasks (train --preset lra-accuracy)"
@@ -137,6 +138,10 @@ run_target() {
     etc)
       bench etc --attn etc,longformer,sliding --seq 1024:16384:x2 --mode fwd,fwdbwd --threads 1 --rounds 3
       $py scripts/plot.py "$work/etc.json" "$work/etc" --attnbench "$exe" ;;
+    routing-transformer)
+      bench routing_transformer --attn routing,reformer --seq 1024:16384:x2 --mode fwd,fwdbwd --threads 1 --rounds 3
+      bench routing_transformer_causal --attn routing --seq 1024:16384:x2 --mode fwd,fwdbwd --threads 1 --rounds 3 --causal
+      $py scripts/plot.py "$work/routing_transformer.json" "$work/routing_transformer" --attnbench "$exe" ;;
     task-rates)
       commands+=("attnbench task rate --task T --reps 3, for every task")
       "$exe" list tasks --wide | awk -F'|' '/^\| / && NR > 2 { gsub(/ /, "", $2); if ($2 != "") print $2 }' | while read -r t; do

@@ -309,6 +309,52 @@ def reformer(t, causal, prm, bias=None):
     return out
 
 
+def routing(t, causal, prm):
+    """Recomputes the routing from Q and the dumped centroids (every position's nearest centroid;
+    not causal, each centroid's top-window positions), checked against the dump up to float
+    near-ties, then the output from the dumped routing: not causal, each cluster's members attend
+    each other; causal, each position the last `window` positions up to itself of its cluster; a
+    query skips itself unless it has no other key; a position's clusters combine by their
+    log-sum-exp; a position in no cluster outputs zero. Keys are Q_j/||Q_j||."""
+    q, v = t["q"], t["v"]
+    B, H, N, D = q.shape
+    x = q / np.linalg.norm(q, axis=-1, keepdims=True)
+    dist = np.einsum("bhnd,hcd->bhnc", x, t["centroids"])
+    got = t["assignment"].astype(np.int64)
+    chosen = np.take_along_axis(dist, got[..., None], -1)[..., 0]
+    assert (chosen >= dist.max(-1) - 1e-5).all(), "assignment"
+    k = dist.shape[-1]
+    w = prm["window"] or -(-N // k)
+    out = np.zeros_like(q)
+    for b in range(B):
+        for h in range(H):
+            tiles = []  # (query, its candidate keys)
+            if causal:
+                for i in range(N):
+                    same = [j for j in range(i + 1) if got[b, h, j] == got[b, h, i]]
+                    tiles.append((i, same[-w:]))
+            else:
+                for c in range(k):
+                    m = t["members"][b, h, c].astype(np.int64)
+                    assert len(set(m)) == w and (np.diff(m) > 0).all(), "members"
+                    outside = np.setdiff1d(np.arange(N), m)
+                    if len(outside):
+                        assert dist[b, h, m, c].min() >= dist[b, h, outside, c].max() - 1e-5, "members"
+                    tiles += [(i, list(m)) for i in m]
+            lses, outs = {}, {}
+            for i, cand in tiles:
+                keys = [j for j in cand if j != i] or [i]
+                sc = x[b, h, keys] @ q[b, h, i] / np.sqrt(D)
+                m = sc.max()
+                lse = m + np.log(np.exp(sc - m).sum())
+                lses.setdefault(i, []).append(lse)
+                outs.setdefault(i, []).append(np.exp(sc - lse) @ v[b, h, keys])
+            for i in lses:
+                l = np.array(lses[i])
+                out[b, h, i] = np.einsum("r,rd->d", np.exp(l - logsumexp(l, 0)), np.array(outs[i]))
+    return out
+
+
 # The fixed sparse patterns: softmax attention under the dense mask of pattern_mask.
 PATTERNS = ("local", "sliding", "dilated", "strided", "longformer", "etc", "bigbird")
 
@@ -338,6 +384,8 @@ def expected_output(mech, t, causal, params, positions=None):
         return sinkhorn(t, params)
     if mech == "reformer":
         return reformer(t, causal, params, bias if positions else None)
+    if mech == "routing":
+        return routing(t, causal, params)
     if mech == "synthesizer":
         a = synthesized_logits(t, params["variant"], t["q"].shape[2])
         return np.einsum("bhij,bhjd->bhid", softmax_rows(a, causal), t["v"])
@@ -408,6 +456,11 @@ def check(exe, work, mech, causal, params=(), n=37, positions=None):
         nbk = prm["n_buckets"] or max(2, (N // prm["bucket_size"] + 1) // 2 * 2)
         declared.update({"rotations": (prm["n_hashes"], H, D, nbk // 2), "buckets": (B, H, prm["n_hashes"], N)})
         assert "not used" in cfg.get("note", ""), cfg
+    if mech == "routing":
+        kc = prm["clusters"] or max(1, int(np.floor(np.sqrt(N) + 0.5)))
+        declared.update({"centroids": (H, kc, D), "assignment": (B, H, N),
+                         "members": (B, H, kc, prm["window"] or -(-N // kc))})
+        assert "not used" in cfg.get("note", ""), cfg
     enc = cfg.get("positions")
     assert bool(enc) == bool(positions), cfg
     if enc:
@@ -416,13 +469,14 @@ def check(exe, work, mech, causal, params=(), n=37, positions=None):
         declared["random_blocks"] = (H, N // prm["block"], prm["random_blocks"])
     own = {"performer": {"omega"}, "linformer": {"E", "F"}, "memory_compressed": {"Wk", "Wv"},
            "bigbird": {"random_blocks"}, "lightconv": {"theta"}, "dynamicconv": {"W", "b"}, "sinkhorn": {"W1", "W2", "P"}, "reformer": {"rotations", "buckets"},
+           "routing": {"centroids", "assignment"} | (set() if causal else {"members"}),
            "synthesizer": {"dense": {"W1", "b1", "W2", "b2"}, "random": {"R"},
                            "factorized": {"R1", "R2"}}.get(prm.get("variant"), set())}
     declared.update({"d" + name: dims for name, dims in list(declared.items())})  # a gradient has its tensor's shape
     t = {}
     for name, file in cfg["tensors"].items():
         arr = np.load(os.path.join(out, file))
-        want_dtype = np.int64 if name in ("random_blocks", "buckets") else np.float32
+        want_dtype = np.int64 if name in ("random_blocks", "buckets", "assignment", "members") else np.float32
         assert arr.dtype == want_dtype, (name, arr.dtype)
         assert arr.shape == declared.get(name, shape), (name, arr.shape)
         t[name] = arr.astype(np.float64)
@@ -474,6 +528,7 @@ def cases():
     out += [("bigbird", False, ("block=4", "random_blocks=2"), 36)]
     out += [("sinkhorn", False, ("block=8",), 40), ("sinkhorn", False, ("block=4", "temperature=0.05"), 40)]
     out += [("reformer", c, ("bucket_size=8", "n_buckets=4", "n_hashes=3"), 40) for c in (False, True)]
+    out += [("routing", c, p, 40) for c in (False, True) for p in ((), ("clusters=5", "window=6"))]
     out += [("synthesizer", c, (f"variant={v}", "max_len=40", "k=4"), 37)
             for v in ("dense", "random", "factorized") for c in (False, True)]
     out += [(m, c, (f"kernel={k}",), 37) for m in CONVOLUTIONS for c in (False, True) for k in (5, 4)]

@@ -282,7 +282,7 @@ TEST(Capabilities, EveryCausalMechanismPassesThePrefixCheck) {
   const std::map<std::string, std::vector<std::string>> small = {
       {"local", {"block=16", "lookback=2"}}, {"sliding", {"window=9"}}, {"dilated", {"window=8", "dilation=3"}},
       {"strided", {"stride=8"}}, {"reformer", {"bucket_size=16", "n_buckets=8", "n_hashes=2"}},
-      {"linear", {"chunk=16"}}, {"performer", {"chunk=16", "features=32"}}, {"synthesizer", {"variant=random"}}};
+      {"routing", {"clusters=4", "window=8"}}, {"linear", {"chunk=16"}}, {"performer", {"chunk=16", "features=32"}}, {"synthesizer", {"variant=random"}}};
   int checked = 0;
   for (const auto& name : mechanism_names()) {
     if (!find_mechanism(name).caps.causal) continue;

@@ -653,5 +653,302 @@ TEST(Reformer, BadInputExitsTwo) {
   EXPECT_NE(e.out.find(",OK,"), std::string::npos) << e.out;
 }
 
+// ---- routing (the Routing Transformer) ----
+
+// The reference of docs/mechanisms.md, in double, from the dumped routing: not causal, the
+// dumped members of each cluster (checked against the centroids below) attend each other; causal,
+// each position attends the last `window` positions up to itself of its dumped nearest
+// centroid's cluster. Keys are Q_j/||Q_j||; a query skips itself unless it has no other key;
+// a position's tiles combine by their log-sum-exp; a position in no tile has a zero output.
+std::vector<double> routing_reference(const Run& r, int64_t window, bool causal) {
+  const DumpTensor as = tensor(*r.impl, "assignment");
+  const Shape4 s = r.data->q.view().shape;
+  const int64_t N = s.N, D = s.D;
+  const TensorView q = r.data->q.view(), v = r.data->v.view();
+  std::vector<double> out(static_cast<size_t>(s.numel()));
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t h = 0; h < s.H; ++h) {
+      // The tiles as (queries, each query's keys).
+      std::vector<std::vector<std::pair<int64_t, std::vector<int64_t>>>> tiles;
+      const int64_t* assign = as.i64 + (b * s.H + h) * N;
+      if (!causal) {
+        const DumpTensor mem = tensor(*r.impl, "members");
+        const int64_t k = mem.shape[2];
+        for (int64_t c = 0; c < k; ++c) {
+          const int64_t* m = mem.i64 + ((b * s.H + h) * k + c) * window;
+          std::vector<std::pair<int64_t, std::vector<int64_t>>> t;
+          for (int64_t x = 0; x < window; ++x) t.push_back({m[x], std::vector<int64_t>(m, m + window)});
+          tiles.push_back(t);
+        }
+      } else {
+        std::vector<std::pair<int64_t, std::vector<int64_t>>> t;
+        for (int64_t i = 0; i < N; ++i) {
+          std::vector<int64_t> same;
+          for (int64_t j = 0; j <= i; ++j)
+            if (assign[j] == assign[i]) same.push_back(j);
+          const size_t from = same.size() > size_t(window) ? same.size() - window : 0;
+          t.push_back({i, std::vector<int64_t>(same.begin() + from, same.end())});
+        }
+        tiles.push_back(t);  // one query each: the combination of a single softmax is itself
+      }
+      std::vector<double> M(N, -1e300), Z(N, 0), O(N * D, 0);
+      for (const auto& t : tiles)
+        for (const auto& [i, all] : t) {
+          std::vector<int64_t> keys;
+          for (int64_t j : all)
+            if (j != i) keys.push_back(j);
+          if (keys.empty()) keys.push_back(i);
+          std::vector<double> sc;
+          double mx = -1e300;
+          for (int64_t j : keys) {
+            double n2 = 0, d = 0;
+            for (int64_t c = 0; c < D; ++c) n2 += double(q.at(b, h, j, c)) * q.at(b, h, j, c);
+            for (int64_t c = 0; c < D; ++c) d += double(q.at(b, h, i, c)) * q.at(b, h, j, c) / std::sqrt(n2);
+            sc.push_back(d / std::sqrt(double(D)));
+            mx = std::max(mx, sc.back());
+          }
+          double sum = 0;
+          for (double x : sc) sum += std::exp(x - mx);
+          const double lse = mx + std::log(sum), m = std::max(M[i], lse);
+          const double keep = std::exp(M[i] - m), add = std::exp(lse - m);
+          for (int64_t c = 0; c < D; ++c) {
+            double oc = 0;
+            for (size_t x = 0; x < keys.size(); ++x) oc += std::exp(sc[x] - mx) / sum * v.at(b, h, keys[x], c);
+            O[i * D + c] = keep * O[i * D + c] + add * oc;
+          }
+          Z[i] = keep * Z[i] + add;
+          M[i] = m;
+        }
+      for (int64_t i = 0; i < N; ++i)
+        for (int64_t c = 0; c < D; ++c)
+          out[((b * s.H + h) * N + i) * D + c] = Z[i] > 0 ? O[i * D + c] / Z[i] : 0.0;
+    }
+  return out;
+}
+
+// dist(i, c) = x_i . mu_c in double from the dumped centroids.
+double routing_score(const Run& r, int64_t b, int64_t h, int64_t i, int64_t c) {
+  const DumpTensor mu = tensor(*r.impl, "centroids");
+  const TensorView q = r.data->q.view();
+  const int64_t D = q.shape.D, k = mu.shape[1];
+  double n2 = 0, d = 0;
+  for (int64_t x = 0; x < D; ++x) n2 += double(q.at(b, h, i, x)) * q.at(b, h, i, x);
+  for (int64_t x = 0; x < D; ++x) d += double(q.at(b, h, i, x)) * mu.f32[(h * k + c) * D + x];
+  return d / std::sqrt(n2);
+}
+
+struct RoutingCase {
+  Shape4 shape;
+  bool causal;
+  std::vector<std::string> params;
+  int64_t window;
+};
+void PrintTo(const RoutingCase& c, std::ostream* os) {
+  *os << "N=" << c.shape.N << " H=" << c.shape.H << (c.causal ? " causal " : " ") << ::testing::PrintToString(c.params);
+}
+class RoutingEqualsReference : public ::testing::TestWithParam<RoutingCase> {};
+TEST_P(RoutingEqualsReference, OutputAndRouting) {
+  const RoutingCase& c = GetParam();
+  auto r = run_mechanism("routing", c.shape, c.causal, Mode::fwd, c.params, 11);
+  EXPECT_LT(max_diff(r.data->o, routing_reference(r, c.window, c.causal)), 2e-6);
+  // The routing itself: every position's nearest centroid, and each centroid's members its
+  // top-window positions (within float rounding of the double scores), in position order.
+  const DumpTensor as = tensor(*r.impl, "assignment"), mu = tensor(*r.impl, "centroids");
+  const int64_t k = mu.shape[1], N = c.shape.N;
+  for (int64_t b = 0; b < c.shape.B; ++b)
+    for (int64_t h = 0; h < c.shape.H; ++h)
+      for (int64_t i = 0; i < N; ++i) {
+        const int64_t got = as.i64[(b * c.shape.H + h) * N + i];
+        for (int64_t cc = 0; cc < k; ++cc)
+          ASSERT_LE(routing_score(r, b, h, i, cc), routing_score(r, b, h, i, got) + 1e-6) << i;
+      }
+  if (c.causal) return;
+  const DumpTensor mem = tensor(*r.impl, "members");
+  for (int64_t b = 0; b < c.shape.B; ++b)
+    for (int64_t h = 0; h < c.shape.H; ++h)
+      for (int64_t cc = 0; cc < k; ++cc) {
+        const int64_t* m = mem.i64 + ((b * c.shape.H + h) * k + cc) * c.window;
+        std::set<int64_t> in(m, m + c.window);
+        ASSERT_EQ(in.size(), size_t(c.window));
+        ASSERT_TRUE(std::is_sorted(m, m + c.window));
+        double lowest_in = 1e300, highest_out = -1e300;
+        for (int64_t i = 0; i < N; ++i)
+          (in.count(i) ? lowest_in : highest_out) = in.count(i) ? std::min(lowest_in, routing_score(r, b, h, i, cc))
+                                                                : std::max(highest_out, routing_score(r, b, h, i, cc));
+        EXPECT_GE(lowest_in, highest_out - 1e-6) << cc;
+      }
+}
+INSTANTIATE_TEST_SUITE_P(
+    All, RoutingEqualsReference,
+    ::testing::Values(RoutingCase{{2, 2, 64, 16}, false, {}, 8},  // defaults: 8 clusters of 8
+                      RoutingCase{{2, 2, 64, 16}, true, {}, 8},
+                      RoutingCase{{1, 2, 100, 8}, false, {"clusters=7"}, 15},  // overlapping clusters, some positions in none
+                      RoutingCase{{1, 2, 100, 8}, true, {"clusters=3", "window=16"}, 16},  // windows across tile edges
+                      RoutingCase{{1, 3, 48, 16}, false, {"clusters=4", "window=5"}, 5},
+                      RoutingCase{{1, 1, 40, 8}, true, {"clusters=2", "window=1"}, 1}));  // only itself
+
+// One cluster of every position is dense shared query-key attention without self (causal: over
+// j < i; position 0 attends itself).
+TEST(Routing, OneClusterOfAllEqualsDenseSharedQKWithoutSelf) {
+  for (bool causal : {false, true}) {
+    const Shape4 s{2, 2, 32, 8};
+    auto r = run_mechanism("routing", s, causal, Mode::fwdbwd, {"clusters=1", "window=32"}, 3);
+    const TensorView q = r.data->q.view(), v = r.data->v.view(), o = r.data->o.view();
+    double worst = 0;
+    for (int64_t b = 0; b < s.B; ++b)
+      for (int64_t h = 0; h < s.H; ++h)
+        for (int64_t i = 0; i < s.N; ++i) {
+          std::vector<double> sc;
+          std::vector<int64_t> keys;
+          for (int64_t j = 0; j < s.N; ++j)
+            if (j != i && (!causal || j < i)) keys.push_back(j);
+          if (keys.empty()) keys.push_back(i);
+          double mx = -1e300, sum = 0;
+          for (int64_t j : keys) {
+            double n2 = 0, d = 0;
+            for (int64_t c = 0; c < s.D; ++c) n2 += double(q.at(b, h, j, c)) * q.at(b, h, j, c);
+            for (int64_t c = 0; c < s.D; ++c) d += double(q.at(b, h, i, c)) * q.at(b, h, j, c);
+            sc.push_back(d / std::sqrt(n2) / std::sqrt(double(s.D)));
+            mx = std::max(mx, sc.back());
+          }
+          for (double x : sc) sum += std::exp(x - mx);
+          for (int64_t c = 0; c < s.D; ++c) {
+            double want = 0;
+            for (size_t x = 0; x < keys.size(); ++x) want += std::exp(sc[x] - mx) / sum * v.at(b, h, keys[x], c);
+            worst = std::max(worst, std::abs(want - o.at(b, h, i, c)));
+          }
+        }
+    EXPECT_LT(worst, 2e-6) << causal;
+  }
+}
+
+// Finite differences of the whole mechanism (dK is zero: K is not an input); elements whose
+// perturbation moves the routing are left out.
+class RoutingFiniteDifferences : public ::testing::TestWithParam<std::tuple<bool, std::vector<std::string>>> {};
+TEST_P(RoutingFiniteDifferences, GradientsMatch) {
+  const auto& [causal, prm] = GetParam();
+  const Shape4 s{1, 2, 32, 8};
+  const float eps = 1e-2f;
+  auto r = run_mechanism("routing", s, causal, Mode::fwdbwd, prm, 5);
+  for (size_t i = 0; i < r.data->dk.size(); ++i) ASSERT_EQ(r.data->dk.data()[i], 0.0f);
+  auto routing_now = [&]() {
+    const DumpTensor as = tensor(*r.impl, "assignment");
+    std::vector<int64_t> v(as.i64, as.i64 + s.B * s.H * s.N);
+    if (!causal) {
+      const DumpTensor mem = tensor(*r.impl, "members");
+      v.insert(v.end(), mem.i64, mem.i64 + mem.shape[0] * mem.shape[1] * mem.shape[2] * mem.shape[3]);
+    }
+    return v;
+  };
+  const std::vector<int64_t> routing0 = routing_now();
+  AttnArgs a = r.data->args();
+  int skipped = 0;
+  auto moves_the_routing = [&](const TensorView& t, int64_t i) {
+    if (t.data != a.q.data) return false;
+    const float saved = t.data[i];
+    bool moved = false;
+    for (float e : {eps, -eps}) {
+      t.data[i] = saved + e;
+      r.impl->forward(a);
+      moved |= routing_now() != routing0;
+    }
+    t.data[i] = saved;
+    skipped += moved;
+    return moved;
+  };
+  EXPECT_GT(test::check_gradients_by_differences(r, 1, 2e-3, 1e-2, eps, moves_the_routing), 1400);
+  EXPECT_LT(skipped, 80);
+}
+INSTANTIATE_TEST_SUITE_P(All, RoutingFiniteDifferences,
+                         ::testing::Values(std::tuple{false, std::vector<std::string>{"clusters=4", "window=8"}},
+                                           std::tuple{true, std::vector<std::string>{"clusters=4", "window=8"}},
+                                           std::tuple{false, std::vector<std::string>{"clusters=3", "window=6"}},
+                                           std::tuple{true, std::vector<std::string>{"clusters=2", "window=5"}}));
+
+// Training moves the centroids by the moving average of the rule, from the routing the forward
+// call used; evaluation (and a training forward at decay 1) leaves them where they are.
+TEST(Routing, TrainingUpdatesCentroidsByTheMovingAverageAndEvaluationDoesNot) {
+  for (bool causal : {false, true}) {
+    const Shape4 s{3, 2, 48, 8};
+    const float decay = 0.75f;
+    auto r = run_mechanism("routing", s, causal, Mode::fwdbwd, {"clusters=5", "decay=0.75"}, 9);
+    const DumpTensor mu = tensor(*r.impl, "centroids"), as = tensor(*r.impl, "assignment");
+    const int64_t k = 5, D = s.D;
+    const std::vector<float> before(mu.f32, mu.f32 + s.H * k * D);
+    r.impl->forward(r.data->args());  // not training
+    EXPECT_EQ(std::vector<float>(mu.f32, mu.f32 + s.H * k * D), before);
+    r.impl->set_training(true);
+    r.impl->forward(r.data->args());
+    r.impl->set_training(false);
+    const TensorView q = r.data->q.view();
+    double worst = 0;
+    int moved = 0;
+    for (int64_t h = 0; h < s.H; ++h)
+      for (int64_t c = 0; c < k; ++c) {
+        std::vector<double> m(D, 0);
+        int64_t n = 0;
+        for (int64_t b = 0; b < s.B; ++b)
+          for (int64_t i = 0; i < s.N; ++i) {
+            if (as.i64[(b * s.H + h) * s.N + i] != c) continue;
+            double n2 = 0;
+            for (int64_t d = 0; d < D; ++d) n2 += double(q.at(b, h, i, d)) * q.at(b, h, i, d);
+            for (int64_t d = 0; d < D; ++d) m[d] += q.at(b, h, i, d) / std::sqrt(n2);
+            ++n;
+          }
+        double norm = 0;
+        for (double x : m) norm += x * x;
+        norm = std::sqrt(norm);
+        for (int64_t d = 0; d < D; ++d) {
+          const size_t at = static_cast<size_t>((h * k + c) * D + d);
+          const double want = n ? decay * before[at] + (1 - decay) * m[d] / norm : before[at];
+          worst = std::max(worst, std::abs(want - mu.f32[at]));
+        }
+        moved += n > 0;
+      }
+    EXPECT_LT(worst, 1e-6) << causal;
+    EXPECT_GT(moved, 2 * 2);
+    auto fixed = run_mechanism("routing", s, causal, Mode::fwdbwd, {"clusters=5", "decay=1"}, 9);
+    const DumpTensor mu1 = tensor(*fixed.impl, "centroids");
+    const std::vector<float> first(mu1.f32, mu1.f32 + s.H * k * D);
+    fixed.impl->set_training(true);
+    fixed.impl->forward(fixed.data->args());
+    EXPECT_EQ(std::vector<float>(mu1.f32, mu1.f32 + s.H * k * D), first);
+  }
+}
+
+TEST(Routing, TrackedPeakEqualsDeclaredAndFlopsAreAnalytic) {
+  for (bool causal : {false, true})
+    for (Mode mode : {Mode::fwd, Mode::fwdbwd})
+      for (int64_t n : {64, 200})
+        for (int threads : {1, 2}) {
+          auto r = run_mechanism("routing", Shape4{2, 2, n, 16}, causal, mode, {}, 1, threads);
+          EXPECT_EQ(r.tracked_peak, r.declared) << to_string(mode) << " N=" << n << " threads=" << threads;
+        }
+  const auto& info = find_mechanism("routing");
+  auto flops = [&](int64_t n, bool causal, Mode mode, const std::vector<std::string>& prm) {
+    const Shape4 s{1, 8, n, 64};
+    return info.make(AttnProblem{s, causal, Strides3::contiguous(s), 1}, resolve_params(info, prm))->flops(mode);
+  };
+  // N = 4096, defaults: 64 clusters of 64; routing 2 N k D, attention over k·w² pairs (not
+  // causal) or N·2w logits (causal).
+  const double N = 4096, D = 64, route = 2 * N * 64 * D;
+  EXPECT_DOUBLE_EQ(flops(4096, false, Mode::fwd, {}), 8 * (route + 4 * 64.0 * 64 * 64 * D));
+  EXPECT_DOUBLE_EQ(flops(4096, false, Mode::fwdbwd, {}), 8 * (route + 3.5 * 4 * 64.0 * 64 * 64 * D));
+  EXPECT_DOUBLE_EQ(flops(4096, true, Mode::fwd, {}), 8 * (route + 4 * N * 128 * D));
+  // N = 1000: round(sqrt(1000)) = 32 clusters of ceil(1000/32) = 32.
+  EXPECT_DOUBLE_EQ(flops(1000, false, Mode::fwd, {}), 8 * (2 * 1000.0 * 32 * D + 4 * 32.0 * 32 * 32 * D));
+}
+
+TEST(Routing, BadInputExitsTwo) {
+  for (const auto& [args, msg] : std::vector<std::pair<std::string, std::string>>{
+           {"--seq 64 --param clusters=65", "clusters=65 is more than N=64"},
+           {"--seq 64 --param window=100", "window=100 is more than N=64"},
+           {"--seq 64 --param decay=1.5", "decay=1.5 is invalid"}}) {
+    auto e = exec("run --attn routing --reps 1 --min-time 0 " + args);
+    EXPECT_EQ(e.code, 2) << args << ": " << e.out;
+    EXPECT_NE(e.out.find(msg), std::string::npos) << e.out;
+  }
+}
+
 }  // namespace
 }  // namespace ab
