@@ -262,8 +262,10 @@ std::vector<PointId> train_preset_grid(const std::string& name, const TrainPrese
     if (!o.tasks.empty() && o.tasks != std::vector<std::string>{"copy"}) throw InvalidInput("--preset copy is the copy task");
     // Softmax, linear, and LSH with 1 and 4 hashing rounds: reformer twice; then the paper's
     // rows' cheapest causal neighbours, lightweight and dynamic convolution (kernel 31: the
-    // copy's 128 tokens are out of their reach, which is what the rows show).
-    for (const auto& m : chosen({"flash", "linear", "reformer", "lightconv", "dynamicconv"})) {
+    // copy's 128 tokens are out of their reach, which is what the rows show), and the other
+    // content-routed mechanism, the Routing Transformer (its defaults: 11 clusters, each query
+    // the last 12 tokens of its own).
+    for (const auto& m : chosen({"flash", "linear", "reformer", "lightconv", "dynamicconv", "routing"})) {
       if (m != "reformer") {
         add(runs(r, {m}, seeds, "", o.threads));
         continue;
