@@ -22,6 +22,7 @@
 #include "bench/merge.hpp"
 #include "bench/run.hpp"
 #include "bench/sweep.hpp"
+#include "bench/report.hpp"
 #include "bench/table.hpp"
 #include "bench/task_cli.hpp"
 #include "bench/text_table.hpp"
@@ -255,6 +256,19 @@ int cli_main(int argc, char** argv) {
       ->excludes(table_baseline);
   table->add_option("--filter", topts.filter, "only the points whose name this regular expression matches");
 
+  // report
+  std::vector<std::string> report_files;
+  ReportOptions ropts;
+  auto* report = app.add_subcommand("report", "result files as one self-contained HTML page: machine, tables, plots, "
+                                              "every point's command; sortable tables, no network");
+  report->add_option("files", report_files, "result files")->required();
+  report->add_option("--out", ropts.out_dir, "the directory the page goes to (DIR/index.html; made if missing)")->required();
+  report->add_option("--image", ropts.images, "a further PNG to embed (learning curves, a frontier); repeatable");
+  report->add_option("--title", ropts.title, "the page's title")->capture_default_str();
+  bool report_no_plots = false;
+  report->add_flag("--no-plots", report_no_plots, "leave out the plots (they need /usr/bin/python3 with matplotlib)");
+  report->add_flag("--force", ropts.force, "replace DIR/index.html when it exists");
+
   // compare
   std::string base_file, new_file;
   CompareOptions copts;
@@ -356,6 +370,8 @@ int cli_main(int argc, char** argv) {
                "attnbench train --preset lra-accuracy --out lra.json --resume"}},
       {table, {"attnbench table sweep.json --metric time --baseline flash", "attnbench table sweep.json --metric memory --format csv",
                "attnbench table lra.json --metric accuracy --published lra"}},
+      {report, {"attnbench report results/main/default_sweep.json --out report/",
+                "attnbench report sweep.json lra.json --image curves.png --title 'LRA on this machine' --out report/ --force"}},
       {compare, {"attnbench compare base.json new.json", "attnbench compare base.json new.json --metric instructions --max-regress 0.01",
                  "attnbench compare base.json new.json --metric accuracy --max-regress 0.01"}},
       {merge, {"attnbench merge shard1.json shard2.json --out all.json"}},
@@ -471,6 +487,10 @@ int cli_main(int argc, char** argv) {
       return run_sweep(grid, mo.run, so);
     }
     if (table->parsed()) return cmd_table(table_files, topts);
+    if (report->parsed()) {
+      ropts.plots = !report_no_plots;
+      return cmd_report(report_files, ropts);
+    }
     if (compare->parsed()) {
       copts.short_names = !compare_wide;
       return cmd_compare(base_file, new_file, copts);

@@ -82,14 +82,16 @@ int json_depth(const std::string& text) {
 // written to it (a sweep once added its resumption to a file, then failed on a wrongly typed
 // 'warnings' with the JSON library's raw message).
 void check_context_types(const nlohmann::json& context, const std::string& path) {
-  enum class T { string, number, integer, strings, numbers, objects };
+  enum class T { string, number, integer, strings, numbers, objects, objects_or_strings };
   static const std::vector<std::pair<const char*, T>> kTypes = {
       {"machine_id", T::string},   {"cpu_model", T::string},   {"git_commit", T::string},
       {"command", T::string},      {"host_name", T::string},   {"date", T::string},
       {"shard", T::string},        {"num_cpus", T::integer},   {"threads", T::integer},
       {"gemm_other_runnable", T::integer}, {"gemm_gflops_per_s_1thread", T::number},
       {"load_avg", T::numbers},    {"warnings", T::strings},   {"retried", T::objects},
-      {"resumed_by", T::objects},  {"merged_from", T::objects}};
+      {"resumed_by", T::objects_or_strings},  {"merged_from", T::objects}};
+  // resumed_by: one object per resumption (its command, time and points); files written before
+  // 2026-11-25 hold the resuming command alone, a string (results/studies/lra-accuracy/).
   auto all_of = [](const nlohmann::json& v, auto&& pred) {
     if (!v.is_array()) return false;
     for (const auto& x : v)
@@ -108,6 +110,9 @@ void check_context_types(const nlohmann::json& context, const std::string& path)
       case T::strings: ok = all_of(v, [](const auto& x) { return x.is_string(); }), expected = "a list of strings"; break;
       case T::numbers: ok = all_of(v, [](const auto& x) { return x.is_number(); }), expected = "a list of numbers"; break;
       case T::objects: ok = all_of(v, [](const auto& x) { return x.is_object(); }), expected = "a list of objects"; break;
+      case T::objects_or_strings:
+        ok = all_of(v, [](const auto& x) { return x.is_object() || x.is_string(); }), expected = "a list of objects (or of commands)";
+        break;
     }
     if (!ok) throw InvalidInput(fmt::format("{}: context '{}' is not {}", path, key, expected));
   }

@@ -2,7 +2,7 @@
 # The README's main command: installs what is missing, builds the attnbench binary (only it: no
 # tests, no micro-benchmarks), runs the default sweep (every mechanism, forward, N = 256 .. 16384,
 # one thread, the error against flash; each point in its own process), and writes its result
-# file, tables and plot; at the end, a summary: the headline table and where the files are.
+# file, tables, plot and HTML report; at the end, a summary: the headline table and where the files are.
 # About 9 minutes on the 2-core reference machine, build included (docs/measurements/).
 #
 # usage: scripts/main.sh [--quick] [--out-dir DIR]
@@ -69,6 +69,9 @@ echo "== default sweep: attnbench sweep ${grid[*]}" >&2
   "$exe" table "$work/default_sweep.json" --metric nmse --baseline none
 } > "$work/default_sweep.md"
 /usr/bin/python3 scripts/plot.py "$work/default_sweep.json" "$work/default_sweep" --baseline flash --attnbench "$exe"
+# The report: one HTML page with the tables, the plot and every point's command.
+"$exe" report "$work/default_sweep.json" --out "$work/report" --title "attnbench: the default sweep" >/dev/null
+sed -i "s#$work/default_sweep.json#$out_dir/default_sweep.json#g" "$work/report/index.html"
 # The crossover table names its source file: the one it will be, not the scratch copy.
 sed -i "s#$work/default_sweep.json#$out_dir/default_sweep.json#" "$work/default_sweep_crossover.md"
 
@@ -78,6 +81,7 @@ place "$work/default_sweep.json" "$out_dir/default_sweep.json"
 place "$work/default_sweep.md" "$out_dir/default_sweep.md"
 for ext in png svg; do place "$work/default_sweep.$ext" "$plot_dir/default_sweep.$ext"; done
 place "$work/default_sweep_crossover.md" "$out_dir/default_sweep_crossover.md"
+place "$work/report/index.html" "$out_dir/report.html"
 
 # The summary: the headline table (time, against flash, at the longest lengths) and the files.
 elapsed=$(( $(date +%s) - start ))
@@ -93,6 +97,7 @@ echo
 echo "results: $out_dir/default_sweep.json (the result file), $out_dir/default_sweep.md (tables),"
 echo "         $out_dir/default_sweep_crossover.md (where each mechanism overtakes flash)"
 echo "plot:    $plot_dir/default_sweep.png (and .svg)"
+echo "report:  $out_dir/report.html (open it in a browser: tables, plot, every point's command; no network)"
 if [ ${#replaced[@]} -gt 0 ]; then
   echo "replaced the committed ${replaced[*]}: \`git diff --stat\` shows the change, \`git checkout -- FILE\` restores one"
 fi

@@ -8,11 +8,12 @@ packages=(g++ cmake ninja-build git libdnnl-dev libbenchmark-dev libgtest-dev nl
 # Only the tests use these (without them those tests report themselves skipped): a private
 # one-node Slurm for the live cluster test (tests/slurm_live.sh), and PyTorch with OpenBLAS for
 # the peer rows (scripts/peers.py, tests/check_peers.sh), and sqlite3, which loads the SQL export
-# in its test, and tmux, the terminal the progress line is checked in (tests/check_progress_tmux.sh).
+# in its test, tmux, the terminal the progress line is checked in (tests/check_progress_tmux.sh), and
+# Chromium, the browser `attnbench report`'s page is opened in (tests/check_report.sh).
 # No recommended packages: they would
 # pull in hundreds of MB the tests do not use.
 extras=()
-[ "${1-}" = --tests ] && extras=(slurm-wlm munge python3-torch libopenblas0-openmp sqlite3 tmux)
+[ "${1-}" = --tests ] && extras=(slurm-wlm munge python3-torch libopenblas0-openmp sqlite3 tmux chromium)
 not_installed() {
   for p in "$@"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || echo "$p"

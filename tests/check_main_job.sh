@@ -9,10 +9,12 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 rm -rf "$dir"
 fail() { echo "check_main_job: $*" >&2; exit 1; }
 summary=$(ATTNBENCH_EXE="$exe" "$root/scripts/main.sh" --quick --out-dir "$dir")
-for f in default_sweep.json default_sweep.md default_sweep.png default_sweep.svg default_sweep_crossover.md; do
+for f in default_sweep.json default_sweep.md default_sweep.png default_sweep.svg default_sweep_crossover.md report.html; do
   [ -s "$dir/$f" ] || fail "$f was not written"
 done
 grep -q "attnbench main job: done" <<<"$summary" || fail "no summary line"
+grep -q "report:  $dir/report.html" <<<"$summary" || fail "the summary does not say where the report is"
+grep -q "<img alt=" "$dir/report.html" || fail "the report has no plot"
 grep -q "| linear" <<<"$summary" || fail "the headline table has no linear row"
 "$exe" table "$dir/default_sweep.json" --metric time >/dev/null || fail "the result file does not read back"
 [ "$(ls -A "$dir" | grep -c '^\.main-')" = 0 ] || fail "the scratch directory was left behind"
