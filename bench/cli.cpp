@@ -22,6 +22,7 @@
 #include "bench/merge.hpp"
 #include "bench/run.hpp"
 #include "bench/sweep.hpp"
+#include "bench/history.hpp"
 #include "bench/report.hpp"
 #include "bench/table.hpp"
 #include "bench/task_cli.hpp"
@@ -269,6 +270,25 @@ int cli_main(int argc, char** argv) {
   report->add_flag("--no-plots", report_no_plots, "leave out the plots (they need /usr/bin/python3 with matplotlib)");
   report->add_flag("--force", ropts.force, "replace DIR/index.html when it exists");
 
+  // history
+  std::vector<std::string> history_files;
+  HistoryOptions hopts;
+  auto* history = app.add_subcommand("history", "results across commits: a SQLite store of result files, and a page of "
+                                                "each point's time against the runs");
+  history->require_subcommand(1);
+  auto* history_add_cmd = history->add_subcommand("add", "append result files to the history (a file already there is "
+                                                         "recorded once)");
+  history_add_cmd->add_option("files", history_files, "result files")->required();
+  history_add_cmd->add_option("--db", hopts.db, "the history's SQLite file (made if missing)")->capture_default_str();
+  auto* history_report_cmd = history->add_subcommand("report", "one HTML page: per machine, each point's median time "
+                                                               "against the runs, the regressions marked");
+  history_report_cmd->add_option("--db", hopts.db, "the history's SQLite file")->capture_default_str();
+  history_report_cmd->add_option("--out", hopts.out_dir, "the directory the page goes to (DIR/index.html)")->required();
+  history_report_cmd->add_option("--max-regress", hopts.max_regress, "slowdown a regression must exceed (0.05 = 5%)")
+      ->capture_default_str();
+  history_report_cmd->add_option("--alpha", hopts.alpha, "significance level of the Mann-Whitney U test")->capture_default_str();
+  history_report_cmd->add_flag("--force", hopts.force, "replace DIR/index.html when it exists");
+
   // compare
   std::string base_file, new_file;
   CompareOptions copts;
@@ -372,6 +392,9 @@ int cli_main(int argc, char** argv) {
                "attnbench table lra.json --metric accuracy --published lra"}},
       {report, {"attnbench report results/main/default_sweep.json --out report/",
                 "attnbench report sweep.json lra.json --image curves.png --title 'LRA on this machine' --out report/ --force"}},
+      {history, {"attnbench history add results/ci/new.json --db history.db", "attnbench history report --db history.db --out history/"}},
+      {history_add_cmd, {"attnbench history add results/ci/new.json --db history.db"}},
+      {history_report_cmd, {"attnbench history report --db history.db --out history/ --force"}},
       {compare, {"attnbench compare base.json new.json", "attnbench compare base.json new.json --metric instructions --max-regress 0.01",
                  "attnbench compare base.json new.json --metric accuracy --max-regress 0.01"}},
       {merge, {"attnbench merge shard1.json shard2.json --out all.json"}},
@@ -487,6 +510,8 @@ int cli_main(int argc, char** argv) {
       return run_sweep(grid, mo.run, so);
     }
     if (table->parsed()) return cmd_table(table_files, topts);
+    if (history_add_cmd->parsed()) return cmd_history_add(history_files, hopts);
+    if (history_report_cmd->parsed()) return cmd_history_report(hopts);
     if (report->parsed()) {
       ropts.plots = !report_no_plots;
       return cmd_report(report_files, ropts);

@@ -18,7 +18,7 @@
 namespace ab {
 
 namespace {
-using Row = std::map<std::string, nlohmann::json>;
+using Row = LongTable::Row;
 
 // Context fields copied onto every row: which machine and build measured it, and when.
 const std::vector<std::string> kContextColumns = {"machine_id", "git_commit", "cpu_model", "date"};
@@ -62,11 +62,9 @@ std::string sql_quoted(const std::string& s, char quote, const std::string& what
 }
 }  // namespace
 
-std::string export_files(const std::vector<std::string>& paths, const ExportOptions& o) {
-  if (o.format != "csv" && o.format != "jsonl" && o.format != "sql")
-    throw unknown_name("--format for export", o.format, {"csv", "jsonl", "sql"}, "formats");
-  const NameFilter keep(o.filter);
-  std::vector<Row> rows;
+LongTable export_table(const std::vector<std::string>& paths, const std::string& filter) {
+  const NameFilter keep(filter);
+  LongTable t;
   std::set<std::string> keys;
   for (const auto& path : paths) {
     read_result_file(path);  // a file that is not a result file is refused (exit 2) before anything is written
@@ -80,23 +78,31 @@ std::string export_files(const std::vector<std::string>& paths, const ExportOpti
       for (const char* key : {"run_name", "name"})
         if (name.empty() && entry.contains(key) && entry.at(key).is_string()) name = entry.at(key).get<std::string>();
       if (!keep(name)) continue;
-      Row row;
+      LongTable::Row row;
       flatten(entry, "", row);
       for (const auto& [k, v] : row) keys.insert(k);
       row["file"] = path;
       for (const auto& c : kContextColumns)
         if (ctx.contains(c)) row[c] = ctx[c];
-      rows.push_back(std::move(row));
+      t.rows.push_back(std::move(row));
     }
   }
-  if (rows.empty() && !o.filter.empty()) throw InvalidInput(fmt::format("--filter '{}' matches no point", o.filter));
-  std::vector<std::string> columns = {"file"};
-  for (const auto& c : kContextColumns) columns.push_back(c);
+  if (t.rows.empty() && !filter.empty()) throw InvalidInput(fmt::format("--filter '{}' matches no point", filter));
+  t.columns = {"file"};
+  for (const auto& c : kContextColumns) t.columns.push_back(c);
   for (const auto& c : kLeadColumns)
-    if (keys.erase(c)) columns.push_back(c);
+    if (keys.erase(c)) t.columns.push_back(c);
   for (const auto& c : keys)
-    if (std::find(columns.begin(), columns.end(), c) == columns.end()) columns.push_back(c);
+    if (std::find(t.columns.begin(), t.columns.end(), c) == t.columns.end()) t.columns.push_back(c);
+  return t;
+}
 
+std::string export_files(const std::vector<std::string>& paths, const ExportOptions& o) {
+  if (o.format != "csv" && o.format != "jsonl" && o.format != "sql")
+    throw unknown_name("--format for export", o.format, {"csv", "jsonl", "sql"}, "formats");
+  const LongTable t = export_table(paths, o.filter);
+  const auto& columns = t.columns;
+  const auto& rows = t.rows;
   std::string out;
   if (o.format == "csv") {
     for (size_t i = 0; i < columns.size(); ++i) out += (i ? "," : "") + csv_quote(columns[i]);

@@ -2,6 +2,8 @@
 // row per entry of the file (each repetition of each point, and the aggregates Google Benchmark
 // writes, told apart by run_type), every field, numbers at full precision.
 #pragma once
+#include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -20,6 +22,15 @@ struct ExportOptions {
 // rest sorted). A cell is the value as JSON writes it (the shortest text that reads back to the
 // same double), a string as is, empty when the entry has no such key.
 std::string export_files(const std::vector<std::string>& paths, const ExportOptions& o);
+
+// The same table as data (what `history add` stores): the columns in that order, and each
+// entry's cells by column (a missing cell absent).
+struct LongTable {
+  using Row = std::map<std::string, nlohmann::json>;
+  std::vector<std::string> columns;
+  std::vector<Row> rows;
+};
+LongTable export_table(const std::vector<std::string>& paths, const std::string& filter = "");
 int cmd_export(const std::vector<std::string>& paths, const ExportOptions& o);
 
 }  // namespace ab

@@ -21,9 +21,7 @@
 
 namespace ab {
 
-namespace {
-
-std::string escape(const std::string& s) {
+std::string html_escape(const std::string& s) {
   std::string o;
   o.reserve(s.size());
   for (char c : s) {
@@ -39,7 +37,7 @@ std::string escape(const std::string& s) {
   return o;
 }
 
-std::string base64(const std::string& bytes) {
+std::string base64_encode(const std::string& bytes) {
   static const char* k = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   std::string o;
   o.reserve((bytes.size() + 2) / 3 * 4);
@@ -55,6 +53,11 @@ std::string base64(const std::string& bytes) {
   }
   return o;
 }
+
+namespace {
+
+std::string escape(const std::string& s) { return html_escape(s); }
+std::string base64(const std::string& bytes) { return base64_encode(bytes); }
 
 std::string read_bytes(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -329,10 +332,15 @@ std::string now_utc() {
 
 }  // namespace
 
+std::string html_page(const std::string& title, const std::string& body) {
+  return "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>" + escape(title) +
+         "</title>\n<style>\n" + kStyle + "\n</style>\n</head>\n<body>\n<h1>" + escape(title) + "</h1>\n" + body +
+         "<script>\n" + kScript + "\n</script>\n</body>\n</html>\n";
+}
+
 std::string report_html(const std::vector<ResultFile>& files, const ReportOptions& o,
                         const std::function<std::string(const std::string&)>& plot_png) {
-  std::string h = "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>" + escape(o.title) +
-                  "</title>\n<style>\n" + kStyle + "\n</style>\n</head>\n<body>\n<h1>" + escape(o.title) + "</h1>\n";
+  std::string h;
   h += fmt::format("<p>Written {} from {} result file{}. Click a column head to sort a table.</p>\n<nav><ul>\n", now_utc(),
                    files.size(), files.size() == 1 ? "" : "s");
   for (size_t i = 0; i < files.size(); ++i)
@@ -344,7 +352,7 @@ std::string report_html(const std::vector<ResultFile>& files, const ReportOption
   for (size_t i = 0; i < o.images.size(); ++i)
     h += fmt::format("<section id=\"image-{0}\">\n<h2>{1}</h2>\n<p><img alt=\"{1}\" src=\"data:image/png;base64,{2}\"></p>\n</section>\n",
                      i, escape(o.images[i]), base64(read_bytes(o.images[i])));
-  return h + "<script>\n" + kScript + "\n</script>\n</body>\n</html>\n";
+  return html_page(o.title, h);
 }
 
 int cmd_report(const std::vector<std::string>& paths, const ReportOptions& o) {

@@ -32,4 +32,10 @@ std::string markdown_to_html(const std::string& md);
 
 int cmd_report(const std::vector<std::string>& paths, const ReportOptions& o);
 
+// The pieces the history page shares: text escaped for HTML, bytes as base64, and a whole page
+// (the report's style sheet and sorting script around `body`, the title as its heading).
+std::string html_escape(const std::string& s);
+std::string base64_encode(const std::string& bytes);
+std::string html_page(const std::string& title, const std::string& body);
+
 }  // namespace ab

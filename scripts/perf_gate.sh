@@ -13,6 +13,7 @@
 #     results/ci/time-<machine_id>.json (machine_id as the result files' context writes it). On
 #     a machine without one, only the tracked memory is compared (against any baseline), and the
 #     gate says so.
+# Each run's wall times are then added to the CI's history (ATTNBENCH_HISTORY; docs/cli.md).
 # usage: scripts/perf_gate.sh            compare against results/ci/*.json (exit 1 on regression)
 #        scripts/perf_gate.sh --record   measure and rewrite the baselines (after an intended change)
 set -euo pipefail
@@ -67,4 +68,9 @@ else
     "$root/build/attnbench" compare "$other" "$work/time.json" --metric memory --max-regress 0.5 || status=1
   fi
 fi
+# The run joins the history of this machine's CI runs (`attnbench history`; docs/cli.md): the
+# store is ATTNBENCH_HISTORY, by default in the user's cache, which a CI keeps between runs.
+history="${ATTNBENCH_HISTORY:-${XDG_CACHE_HOME:-$HOME/.cache}/attnbench/history.db}"
+mkdir -p "$(dirname "$history")"
+"$root/build/attnbench" history add "$work/time.json" --db "$history" || echo "perf_gate: not recorded in $history" >&2
 exit $status

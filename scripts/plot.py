@@ -39,6 +39,11 @@ keeps the first one's context.
 
 usage: /usr/bin/python3 scripts/plot.py bubbles RESULT.json OUT_PREFIX [--speed TIMED.json] [--baseline vanilla]
 
+The figures of `attnbench history report` (median time against the runs of a history, the
+regressions ringed), from the JSON description it writes.
+
+usage: /usr/bin/python3 scripts/plot.py history FIGURES.json OUT_PREFIX   (writes OUT_PREFIX_0.png, ...)
+
 The recall-cost frontier of multi-query associative recall (the Based paper's Figure 2 for the
 mechanisms here) from a zoology-mqar result file (`attnbench train --preset zoology-mqar --out`):
 at one length N, the test accuracy of each mechanism configuration and d_model (the best over
@@ -601,8 +606,41 @@ def extrapolation_main(argv):
     fig.savefig(a.prefix + ".svg")
 
 
+def history_main(argv):
+    """`attnbench history report`'s figures: FIGURES.json holds a list of {title, runs (x labels,
+    in date order), lines: [{label, x (run indices), y (median ms), regression (bools)}]}; figure
+    i goes to PREFIX_i.png, median time (log) against the runs, a line per mechanism and N, the
+    runs the regression gate flags ringed in red."""
+    ap = argparse.ArgumentParser(description="the figures of attnbench history report")
+    ap.add_argument("figures")
+    ap.add_argument("prefix")
+    a = ap.parse_args(argv)
+    figures = json.load(open(a.figures))
+    for i, f in enumerate(figures):
+        fig, ax = plt.subplots(figsize=(9, 4.2))
+        for line in f["lines"]:
+            (drawn,) = ax.plot(line["x"], line["y"], marker="o", markersize=3, linewidth=1.2, label=line["label"])
+            bad = [(x, y) for x, y, r in zip(line["x"], line["y"], line["regression"]) if r]
+            if bad:
+                ax.scatter([b[0] for b in bad], [b[1] for b in bad], s=90, facecolors="none", edgecolors="red",
+                           linewidths=1.6, zorder=5)
+        ax.set_yscale("log")
+        ax.set_ylabel("median time (ms)")
+        ax.set_xticks(range(len(f["runs"])))
+        ax.set_xticklabels(f["runs"], fontsize=7)
+        ax.set_xlim(-0.5, max(0.5, len(f["runs"]) - 0.5))
+        ax.set_title(f["title"], fontsize=9)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+        fig.tight_layout()
+        fig.savefig(f"{a.prefix}_{i}.png", dpi=100)
+        plt.close(fig)
+
+
 def main():
     import os
+    if len(sys.argv) > 1 and sys.argv[1] == "history":
+        return history_main(sys.argv[2:])
     if len(sys.argv) > 1 and sys.argv[1] == "curves":
         return curves_main(sys.argv[2:])
     if len(sys.argv) > 1 and sys.argv[1] == "frontier":

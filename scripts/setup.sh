@@ -4,7 +4,7 @@
 set -euo pipefail
 # usage: scripts/setup.sh [--tests]   (--tests: also what only the tests use)
 packages=(g++ cmake ninja-build git libdnnl-dev libbenchmark-dev libgtest-dev nlohmann-json3-dev
-          libfmt-dev libcli11-dev zlib1g-dev python3-matplotlib python3-numpy valgrind)
+          libfmt-dev libcli11-dev zlib1g-dev libsqlite3-dev python3-matplotlib python3-numpy valgrind)
 # Only the tests use these (without them those tests report themselves skipped): a private
 # one-node Slurm for the live cluster test (tests/slurm_live.sh), and PyTorch with OpenBLAS for
 # the peer rows (scripts/peers.py, tests/check_peers.sh), and sqlite3, which loads the SQL export
