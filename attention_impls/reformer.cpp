@@ -52,6 +52,7 @@
 #include "attention_impls/per_head_attention.hpp"
 #include "attention_impls/position_bias.hpp"
 #include "attention_impls/registry.hpp"
+#include "attention_impls/shared_qk.hpp"
 #include "core/matmul.hpp"
 #include "core/vecmath.hpp"  // and <immintrin.h> on AVX2 + FMA and AVX-512 builds
 
@@ -454,13 +455,7 @@ class Reformer final : public PerHeadAttention {
             Z[i] = 1.0f;
             continue;
           }
-          const float m = std::max(M[i], lc[rr]);
-          const float keep = exp_f32(M[i] - m), add = exp_f32(lc[rr] - m);
-          const float w_oc = add * norm;
-#pragma omp simd
-          for (int64_t d = 0; d < Dd; ++d) o[d] = keep * o[d] + w_oc * oc[d];
-          Z[i] = keep * Z[i] + add;
-          M[i] = m;
+          merge_by_lse(o, oc, Dd, lc[rr], norm, M[i], Z[i]);
         }
       }
     }
@@ -585,15 +580,7 @@ class Reformer final : public PerHeadAttention {
       scatter(perm + nch * bucket_size_, bsort + nch * bucket_size_);
     }
     // 5. Through the normalisation k = q/||q||: dq += (dk - k (k·dk)) / ||q||.
-    for (int64_t i = 0; i < N; ++i) {
-      const float* q = a.q.row(b, h, i);
-      const float* g = dKn + i * Dd;
-      float* dq = a.dq.row(b, h, i);
-      const float s = inv[i];
-      const float kg = s * dot(q, g, Dd);
-#pragma omp simd
-      for (int64_t d = 0; d < Dd; ++d) dq[d] += s * (g[d] - s * q[d] * kg);
-    }
+    for (int64_t i = 0; i < N; ++i) add_normalised_key_grad(a.q.row(b, h, i), dKn + i * Dd, inv[i], Dd, a.dq.row(b, h, i));
   }
 
   int64_t bucket_size_, n_hashes_, n_buckets_, nchunks_;

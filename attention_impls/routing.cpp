@@ -54,6 +54,7 @@
 #include "attention_impls/lsh_hash.hpp"  // inverse_norms
 #include "attention_impls/per_head_attention.hpp"
 #include "attention_impls/registry.hpp"
+#include "attention_impls/shared_qk.hpp"
 #include "core/matmul.hpp"
 #include "core/vecmath.hpp"  // and <immintrin.h> on AVX2 + FMA and AVX-512 builds
 
@@ -478,15 +479,7 @@ class Routing final : public PerHeadAttention {
       mm_.run(tid, spec_av(), S, Vt, Oc);
       for (int64_t r = 0; r < w_; ++r) {
         const int32_t i = qpos[r];
-        if (i < 0) continue;
-        const float m = std::max(M[i], lt[r]);
-        const float keep = exp_f32(M[i] - m), add = exp_f32(lt[r] - m);
-        float* o = a.o.row(b, h, i);
-        const float* oc = Oc + r * Dd;
-#pragma omp simd
-        for (int64_t d = 0; d < Dd; ++d) o[d] = keep * o[d] + add * oc[d];
-        Z[i] = keep * Z[i] + add;
-        M[i] = m;
+        if (i >= 0) merge_by_lse(a.o.row(b, h, i), Oc + r * Dd, Dd, lt[r], 1.0f, M[i], Z[i]);
       }
     });
     // 3. Normalise, and keep L_i = M_i + log Z_i for backward (-inf for a position in no
@@ -558,15 +551,7 @@ class Routing final : public PerHeadAttention {
       }
     });
     // 4. Through the normalisation k = q/||q||: dq += (dk - k (k.dk)) / ||q||.
-    for (int64_t i = 0; i < N; ++i) {
-      const float* q = a.q.row(b, h, i);
-      const float* g = dKn + i * Dd;
-      float* dq = a.dq.row(b, h, i);
-      const float s = inv[i];
-      const float kg = s * dot(q, g, Dd);
-#pragma omp simd
-      for (int64_t d = 0; d < Dd; ++d) dq[d] += s * (g[d] - s * q[d] * kg);
-    }
+    for (int64_t i = 0; i < N; ++i) add_normalised_key_grad(a.q.row(b, h, i), dKn + i * Dd, inv[i], Dd, a.dq.row(b, h, i));
   }
 
   // ---- the centroids' moving average (training) ----

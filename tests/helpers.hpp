@@ -87,6 +87,29 @@ inline int check_gradients_by_differences(
   return checked;
 }
 
+// A `skip` for check_gradients_by_differences: the elements of Q whose perturbation by +-eps
+// changes a discrete state of the mechanism (`state()`: its buckets, its routing), where the
+// output jumps and a difference means nothing; each one skipped is counted in *skipped.
+inline std::function<bool(const TensorView&, int64_t)> skip_where_state_moves(Run& r, float eps,
+                                                                             std::function<std::vector<int64_t>()> state,
+                                                                             int* skipped) {
+  const AttnArgs a = r.data->args();
+  const std::vector<int64_t> before = state();
+  return [&r, a, eps, state, before, skipped](const TensorView& t, int64_t i) {
+    if (t.data != a.q.data) return false;
+    const float saved = t.data[i];
+    bool moved = false;
+    for (float e : {eps, -eps}) {
+      t.data[i] = saved + e;
+      r.impl->forward(a);
+      moved |= state() != before;
+    }
+    t.data[i] = saved;
+    *skipped += moved;
+    return moved;
+  };
+}
+
 // A mechanism's dumped parameter by name (a test failure when it has none).
 inline DumpTensor tensor(const Attention& impl, const std::string& name) {
   for (const auto& t : impl.dump_tensors())

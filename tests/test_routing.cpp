@@ -586,22 +586,9 @@ TEST_P(ReformerFiniteDifferences, GradientsMatch) {
   for (size_t i = 0; i < r.data->dk.size(); ++i) ASSERT_EQ(r.data->dk.data()[i], 0.0f);
   const DumpTensor bk = tensor(*r.impl, "buckets");
   const size_t nb = static_cast<size_t>(bk.shape[0] * bk.shape[1] * bk.shape[2] * bk.shape[3]);
-  const std::vector<int64_t> buckets0(bk.i64, bk.i64 + nb);
-  AttnArgs a = r.data->args();
   int skipped = 0;
-  auto moves_a_bucket = [&](const TensorView& t, int64_t i) {
-    if (t.data != a.q.data) return false;
-    const float saved = t.data[i];
-    bool moved = false;
-    for (float e : {eps, -eps}) {
-      t.data[i] = saved + e;
-      r.impl->forward(a);
-      moved |= std::vector<int64_t>(bk.i64, bk.i64 + nb) != buckets0;
-    }
-    t.data[i] = saved;
-    skipped += moved;
-    return moved;
-  };
+  const auto moves_a_bucket =
+      test::skip_where_state_moves(r, eps, [&] { return std::vector<int64_t>(bk.i64, bk.i64 + nb); }, &skipped);
   EXPECT_GT(test::check_gradients_by_differences(r, 1, 2e-3, 1e-2, eps, moves_a_bucket), 1400);
   EXPECT_LT(skipped, 60);
 }
@@ -840,22 +827,8 @@ TEST_P(RoutingFiniteDifferences, GradientsMatch) {
     }
     return v;
   };
-  const std::vector<int64_t> routing0 = routing_now();
-  AttnArgs a = r.data->args();
   int skipped = 0;
-  auto moves_the_routing = [&](const TensorView& t, int64_t i) {
-    if (t.data != a.q.data) return false;
-    const float saved = t.data[i];
-    bool moved = false;
-    for (float e : {eps, -eps}) {
-      t.data[i] = saved + e;
-      r.impl->forward(a);
-      moved |= routing_now() != routing0;
-    }
-    t.data[i] = saved;
-    skipped += moved;
-    return moved;
-  };
+  const auto moves_the_routing = test::skip_where_state_moves(r, eps, routing_now, &skipped);
   EXPECT_GT(test::check_gradients_by_differences(r, 1, 2e-3, 1e-2, eps, moves_the_routing), 1400);
   EXPECT_LT(skipped, 80);
 }

@@ -608,18 +608,19 @@ TEST(TrainCli, CompareGatesAnAccuracyDrop) {
   fs::remove(next);
 }
 
-// The presets' grids: the copy comparison's four runs, and LRA Table 1's grid in the order the
+// The presets' grids: the copy comparison's runs, and LRA Table 1's grid in the order the
 // table needs it (the Transformer everywhere first, then the core rows, every mechanism on
 // ListOps, the Transformer's other seeds, the rest).
 TEST(TrainPresets, GridsHoldTheComparisonsInOrder) {
   const auto copy = train_preset_grid("copy", TrainPresetOptions{});
-  ASSERT_EQ(copy.size(), 6u);
+  ASSERT_EQ(copy.size(), 7u);
   EXPECT_EQ(copy[0].mechanism, "flash");
   EXPECT_EQ(copy[1].mechanism, "linear");
   EXPECT_NE(params_text(copy[2].params).find("n_hashes=1"), std::string::npos);
   EXPECT_NE(params_text(copy[3].params).find("n_hashes=4"), std::string::npos);
   EXPECT_EQ(copy[4].mechanism, "lightconv");
   EXPECT_EQ(copy[5].mechanism, "dynamicconv");
+  EXPECT_EQ(copy[6].mechanism, "routing");
   for (const auto& p : copy) EXPECT_TRUE(p.causal && p.training() && p.task == "copy");
   const auto lra = train_preset_grid("lra-accuracy", TrainPresetOptions{});
   const size_t mechs = mechanism_names().size();
@@ -685,7 +686,8 @@ TEST(TrainPresets, KnobsAreTheGridsRunsWithMoreStepsOrWidth) {
 }
 
 // `run --preset lra-accuracy` times the training grid's configurations: each run's point without
-// its recipe (same model, batch, length, data and mechanism parameters), the seeds as one.
+// its recipe (same model, batch, length, data and mechanism parameters) but with its position
+// encoding, which changes a step's cost; the seeds as one.
 TEST(TrainPresets, TimingPointsAreTheRunsWithoutTheirRecipe) {
   const auto runs = train_preset_grid("lra-accuracy", TrainPresetOptions{});
   const auto timed = train_preset_timing_points("lra-accuracy", TrainPresetOptions{});
@@ -697,7 +699,9 @@ TEST(TrainPresets, TimingPointsAreTheRunsWithoutTheirRecipe) {
     EXPECT_TRUE(names.insert(t.name()).second) << "twice: " << t.name();
   }
   for (PointId r : runs) {
+    const std::string positions = r.train.positions;
     r.train = TrainSpec{};
+    r.train.positions = positions;
     EXPECT_TRUE(names.count(r.name())) << "no timing point for " << r.name();
   }
 }
