@@ -353,10 +353,8 @@ int cmd_history_report(const HistoryOptions& o) {
       body += "<h4>" + html_escape(groups[i].group) + "</h4>\n";
       const std::string png = fmt::format("{}/fig_{}.png", scratch, i);
       if (drawn && fs::exists(png)) {
-        std::ifstream f(png, std::ios::binary);
-        const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
         body += fmt::format("<p><img alt=\"{}: median time against runs\" src=\"data:image/png;base64,{}\"></p>\n",
-                            html_escape(groups[i].group), base64_encode(bytes));
+                            html_escape(groups[i].group), base64_encode(read_file_bytes(png)));
       } else {
         body += "<p class=\"missing\">plot not drawn: " +
                 html_escape(drawn ? "scripts/plot.py wrote no figure" : c.describe() + ": " + last_line_of(scratch + "/plot.err")) + "</p>\n";

@@ -54,16 +54,13 @@ std::string base64_encode(const std::string& bytes) {
   return o;
 }
 
-namespace {
-
-std::string escape(const std::string& s) { return html_escape(s); }
-std::string base64(const std::string& bytes) { return base64_encode(bytes); }
-
-std::string read_bytes(const std::string& path) {
+std::string read_file_bytes(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) throw std::runtime_error(fmt::format("cannot read {}", path));
   return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
 }
+
+namespace {
 
 // `text` with `inline code` spans as <code>, the rest escaped (an unmatched backtick is text).
 std::string inline_html(const std::string& text) {
@@ -72,10 +69,10 @@ std::string inline_html(const std::string& text) {
   for (size_t open = text.find('`'); open != std::string::npos; open = text.find('`', from)) {
     const size_t close = text.find('`', open + 1);
     if (close == std::string::npos) break;
-    o += escape(text.substr(from, open - from)) + "<code>" + escape(text.substr(open + 1, close - open - 1)) + "</code>";
+    o += html_escape(text.substr(from, open - from)) + "<code>" + html_escape(text.substr(open + 1, close - open - 1)) + "</code>";
     from = close + 1;
   }
-  return o + escape(text.substr(from));
+  return o + html_escape(text.substr(from));
 }
 
 std::vector<std::string> pipe_cells(const std::string& line) {
@@ -266,17 +263,17 @@ std::string or_note(const std::string& what, F&& f) {
   try {
     return f();
   } catch (const std::exception& e) {
-    return "<p class=\"missing\">" + escape(what) + ": " + escape(e.what()) + "</p>\n";
+    return "<p class=\"missing\">" + html_escape(what) + ": " + html_escape(e.what()) + "</p>\n";
   }
 }
 
 std::string file_section(const ResultFile& f, size_t index, const ReportOptions& o,
                          const std::function<std::string(const std::string&)>& plot_png) {
-  std::string s = fmt::format("<section id=\"file-{}\">\n<h2>{}</h2>\n", index, escape(f.path));
+  std::string s = fmt::format("<section id=\"file-{}\">\n<h2>{}</h2>\n", index, html_escape(f.path));
   s += "<table class=\"meta\">\n<tbody>\n";
   for (const char* k : kMachineFields)
     if (f.context.contains(k))
-      s += fmt::format("<tr><td>{}</td><td>{}</td></tr>\n", k, escape(context_text(f.context.at(k))));
+      s += fmt::format("<tr><td>{}</td><td>{}</td></tr>\n", k, html_escape(context_text(f.context.at(k))));
   s += "</tbody>\n</table>\n";
   ResultFile timed{f.path, f.context, {}}, trained{f.path, f.context, {}};
   for (const auto& p : f.points) (p.train ? trained : timed).points.push_back(p);
@@ -298,7 +295,7 @@ std::string file_section(const ResultFile& f, size_t index, const ReportOptions&
     if (o.plots)
       s += or_note("plot not drawn", [&] {
         return fmt::format("<p><img alt=\"{0}: time, memory and speed-up against N\" src=\"data:image/png;base64,{1}\"></p>\n",
-                           escape(f.path), base64(plot_png(f.path)));
+                           html_escape(f.path), base64_encode(plot_png(f.path)));
       });
   }
   if (!trained.points.empty()) {
@@ -317,8 +314,8 @@ std::string file_section(const ResultFile& f, size_t index, const ReportOptions&
     const std::string ms = p.reps.empty() ? "" : fmt::format("{:.4g}", real_stats(p).median);
     const std::string acc = p.train ? fmt::format("{:.4f}", p.train->accuracy) : "";
     s += fmt::format("<tr><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"cmd\">{}</td></tr>\n",
-                     escape(p.id.name()), escape(std::string(to_string(p.status)) + (p.message.empty() ? "" : ": " + p.message)),
-                     ms, acc, escape(p.label));
+                     html_escape(p.id.name()), html_escape(std::string(to_string(p.status)) + (p.message.empty() ? "" : ": " + p.message)),
+                     ms, acc, html_escape(p.label));
   }
   return s + "</tbody>\n</table>\n</section>\n";
 }
@@ -333,8 +330,8 @@ std::string now_utc() {
 }  // namespace
 
 std::string html_page(const std::string& title, const std::string& body) {
-  return "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>" + escape(title) +
-         "</title>\n<style>\n" + kStyle + "\n</style>\n</head>\n<body>\n<h1>" + escape(title) + "</h1>\n" + body +
+  return "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>" + html_escape(title) +
+         "</title>\n<style>\n" + kStyle + "\n</style>\n</head>\n<body>\n<h1>" + html_escape(title) + "</h1>\n" + body +
          "<script>\n" + kScript + "\n</script>\n</body>\n</html>\n";
 }
 
@@ -344,14 +341,14 @@ std::string report_html(const std::vector<ResultFile>& files, const ReportOption
   h += fmt::format("<p>Written {} from {} result file{}. Click a column head to sort a table.</p>\n<nav><ul>\n", now_utc(),
                    files.size(), files.size() == 1 ? "" : "s");
   for (size_t i = 0; i < files.size(); ++i)
-    h += fmt::format("<li><a href=\"#file-{}\">{}</a> ({} points)</li>\n", i, escape(files[i].path), files[i].points.size());
+    h += fmt::format("<li><a href=\"#file-{}\">{}</a> ({} points)</li>\n", i, html_escape(files[i].path), files[i].points.size());
   for (size_t i = 0; i < o.images.size(); ++i)
-    h += fmt::format("<li><a href=\"#image-{}\">{}</a></li>\n", i, escape(o.images[i]));
+    h += fmt::format("<li><a href=\"#image-{}\">{}</a></li>\n", i, html_escape(o.images[i]));
   h += "</ul></nav>\n";
   for (size_t i = 0; i < files.size(); ++i) h += file_section(files[i], i, o, plot_png);
   for (size_t i = 0; i < o.images.size(); ++i)
     h += fmt::format("<section id=\"image-{0}\">\n<h2>{1}</h2>\n<p><img alt=\"{1}\" src=\"data:image/png;base64,{2}\"></p>\n</section>\n",
-                     i, escape(o.images[i]), base64(read_bytes(o.images[i])));
+                     i, html_escape(o.images[i]), base64_encode(read_file_bytes(o.images[i])));
   return html_page(o.title, h);
 }
 
@@ -359,7 +356,7 @@ int cmd_report(const std::vector<std::string>& paths, const ReportOptions& o) {
   namespace fs = std::filesystem;
   for (const auto& img : o.images) {
     require_regular_file(img);
-    const std::string head = read_bytes(img).substr(0, 8);
+    const std::string head = read_file_bytes(img).substr(0, 8);
     if (head != std::string("\x89PNG\r\n\x1a\n", 8)) throw InvalidInput(fmt::format("--image {}: not a PNG file", img));
   }
   const auto files = read_result_files(paths);
@@ -383,7 +380,7 @@ int cmd_report(const std::vector<std::string>& paths, const ReportOptions& o) {
                                      prefix + ".err", 600, nullptr);
     if (c.kind != ChildOutcome::Exited || c.exit_code != 0)
       throw std::runtime_error(fmt::format("scripts/plot.py: {}: {}", c.describe(), last_line_of(prefix + ".err")));
-    return read_bytes(prefix + ".png");
+    return read_file_bytes(prefix + ".png");
   };
   std::string html;
   try {

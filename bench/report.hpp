@@ -36,6 +36,8 @@ int cmd_report(const std::vector<std::string>& paths, const ReportOptions& o);
 // (the report's style sheet and sorting script around `body`, the title as its heading).
 std::string html_escape(const std::string& s);
 std::string base64_encode(const std::string& bytes);
+// A whole file's bytes (std::runtime_error naming it when it cannot be read).
+std::string read_file_bytes(const std::string& path);
 std::string html_page(const std::string& title, const std::string& body);
 
 }  // namespace ab
