@@ -74,6 +74,9 @@ struct AttnProblem {
   Dtype dtype = Dtype::f32;
   // An additive position encoding inside the kernels (Capabilities::additive_bias).
   PositionBiasSpec bias = {};
+  // RoPE inside the mechanism (Capabilities::rope_feature_maps): the model's --positions rope for
+  // a mechanism that rotates its own feature maps rather than taking rotated queries and keys.
+  bool rope = false;
 };
 
 // Inputs and outputs of one call. Gradients are only set for backward.
@@ -96,6 +99,10 @@ struct Capabilities {
   // offset; where not, why not.
   bool rope = true;
   std::string no_rope = "";
+  // RoPE in RoFormer's form for kernelised attention (its section 3.3): the mechanism rotates its
+  // feature maps phi(q), phi(k) in the numerator only (AttnProblem::rope), because rotating q and
+  // k before a non-linear feature map would not make phi(q)·phi(k) a function of the offset.
+  bool rope_feature_maps = false;
   // Adds an additive position encoding (AttnProblem::bias: ALiBi, T5's bias, Shaw's key
   // embeddings) to each logit it computes, from the pair's true positions; where not, why not.
   bool additive_bias = false;

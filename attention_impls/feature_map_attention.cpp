@@ -1,11 +1,15 @@
 #include "attention_impls/feature_map_attention.hpp"
 
+#include <fmt/format.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
 
+#include "core/params.hpp"
+#include "core/rope.hpp"
 #include "core/vecmath.hpp"
 
 namespace ab {
@@ -37,13 +41,30 @@ void mask_upper(float* A, int64_t len, int64_t ld) {
 // Per-thread workspace, in floats.
 struct FeatureMapAttention::Layout {
   size_t phiQ = 0, phiK = 0, lsQ = 0, lsK = 0, S = 0, z = 0, A = 0, den = 0, pmax = 0;
+  size_t phiQr = 0, phiKr = 0, zrun = 0;  // RoPE: rotated features, a running key sum
   size_t dphiQ = 0, dphiK = 0, dNum = 0, dden = 0, G = 0, R = 0, r = 0;
   size_t phiq1 = 0, phik1 = 0, ls2 = 0;  // decode
   size_t total = 0;
 };
 
 FeatureMapAttention::FeatureMapAttention(const AttnProblem& p, int64_t features, int64_t chunk)
-    : p_(p), F_(features), C_(chunk) {}
+    : p_(p), F_(features), C_(chunk), rope_(p.rope), rope_rows_(p.shape.N + 1) {}
+
+void FeatureMapAttention::validate() const {
+  if (rope_ && F_ % 2)
+    throw InvalidInput(fmt::format("--positions rope rotates pairs of feature dimensions; this map has {} features (odd)", F_));
+}
+
+void FeatureMapAttention::rotate_features(float* phi, int64_t rows, int64_t pos0, bool inverse) const {
+  if (rope_) rope_rotate_rows(phi, rows, F_, F_, rope_table_.data(), rope_rows_, pos0, inverse);
+}
+
+float* FeatureMapAttention::numerator_features(const float* phi, float* rotated, int64_t rows) const {
+  if (!rope_) return const_cast<float*>(phi);
+  std::copy_n(phi, rows * F_, rotated);
+  rotate_features(rotated, rows, 0, false);
+  return rotated;
+}
 
 FeatureMapAttention::Layout FeatureMapAttention::layout(Mode mode) const {
   Layout L;
@@ -84,6 +105,11 @@ FeatureMapAttention::Layout FeatureMapAttention::layout(Mode mode) const {
   if (p_.causal) {
     L.A = take(C * C);
     L.pmax = take(N);
+  }
+  if (rope_) {
+    L.phiQr = take(N * F);
+    L.phiKr = take(N * F);
+    L.zrun = take(F);
   }
   if (mode == Mode::fwdbwd) {
     L.dphiQ = take(N * F);
@@ -209,10 +235,14 @@ double FeatureMapAttention::flops(Mode mode) const {
   const double N = static_cast<double>(s.N), F = static_cast<double>(F_), D = static_cast<double>(s.D);
   const double BH = static_cast<double>(s.B * s.H);
   if (mode == Mode::decode) {
-    // Feature maps of one query and one key; S' = S + phi(k) v^T; phi(q)^T S'; normaliser.
-    return BH * (2 * feature_flops(1) + 4 * F * D + 4 * F);
+    // Feature maps of one query and one key (rotated with RoPE); S' = S + phi(k) v^T;
+    // phi(q)^T S'; normaliser.
+    return BH * (2 * feature_flops(1) + 4 * F * D + 4 * F + (rope_ ? 2 * 3 * F : 0));
   }
   double f = 4 * N * F * D + 3 * N * F;
+  // RoPE: each of phi(Q), phi(K) rotated (3 flops a feature); causal, the normaliser from a
+  // running key sum (2 N F) instead of the rotated products' row sums.
+  if (rope_) f += 6 * N * F + (p_.causal ? 2 * N * F : 0);
   if (p_.causal) {
     // Intra-chunk: the causal pairs of each chunk through phiQ phiK^T and A V.
     double pairs = 0;
@@ -238,6 +268,7 @@ size_t FeatureMapAttention::working_bytes(Mode mode) const {
     const auto& s = p_.shape;
     b += static_cast<size_t>(s.B * s.H) * 2 * static_cast<size_t>(F_ * s.D + F_ + 1) * sizeof(float);
   }
+  if (rope_) b += static_cast<size_t>(rope_rows_ * F_) * sizeof(float);
   return b + feature_param_bytes();
 }
 
@@ -251,6 +282,10 @@ void FeatureMapAttention::setup(Mode mode, Rng& rng) {
   if (mode == Mode::decode) {
     const auto& s = p_.shape;
     state_ = Buffer<float>(static_cast<size_t>(s.B * s.H) * 2 * static_cast<size_t>(F_ * s.D + F_ + 1));
+  }
+  if (rope_) {
+    rope_table_ = Buffer<float>(static_cast<size_t>(rope_rows_ * F_));
+    rope_table(rope_rows_, F_, rope_table_.data());
   }
   setup_features(rng);
 }
@@ -288,12 +323,14 @@ void FeatureMapAttention::scale_chunk_keys(float* Kc, const float* ls, int64_t l
 }
 
 // Moves the running state S, z from the previous chunk's factor c_prev to this chunk's and
-// scales this chunk's key rows to it; returns the chunk's factor.
-float FeatureMapAttention::enter_chunk(const float* pmax, const float* ls, float* phiK, int64_t c0, int64_t len,
-                                   float c_prev, float* S, float* z) const {
+// scales this chunk's key rows to it (the numerator's rotated copy too: a rotation commutes with
+// a factor); returns the chunk's factor.
+float FeatureMapAttention::enter_chunk(const float* pmax, const float* ls, float* phiK, float* phiKn, int64_t c0,
+                                       int64_t len, float c_prev, float* S, float* z) const {
   const float c = chunk_factor(pmax, c0, len);
   if (c0 > 0 && c != c_prev) scale_state(S, z, exp_f32(c_prev - c));
   scale_chunk_keys(phiK + c0 * F_, ls + c0, len, c);
+  if (phiKn != phiK) scale_chunk_keys(phiKn + c0 * F_, ls + c0, len, c);
   return c;
 }
 
@@ -346,15 +383,19 @@ void FeatureMapAttention::forward_head(int tid, const AttnArgs& a, int64_t b, in
         }
         scale_chunk_keys(phi, ls, len, c);
       }
-      mm_.run(tid, spec_KtV(len, true), phi, V + r0 * ld, S);
       add_colsum(phi, len, F, z);
+      rotate_features(phi, len, r0, false);  // RoPE: the numerator's keys only
+      mm_.run(tid, spec_KtV(len, true), phi, V + r0 * ld, S);
     }
     for (int64_t r0 = 0; r0 < N; r0 += kStreamRows) {
       const int64_t len = std::min(kStreamRows, N - r0);
       map_features(tid, Q + r0 * ld, ld, len, phi, ls);
+      float* inv_den = ls;  // the queries' per-row factor is not needed (it cancels)
+      for (int64_t i = 0; i < len; ++i) inv_den[i] = 1.0f / (dot(phi + i * F, z, F) + kEps);
+      rotate_features(phi, len, r0, false);
       float* Ob = O + r0 * ld;
       mm_.run(tid, spec_QS(len, false), phi, S, Ob);
-      for (int64_t i = 0; i < len; ++i) scale_inplace(Ob + i * ld, D, 1.0f / (dot(phi + i * F, z, F) + kEps));
+      for (int64_t i = 0; i < len; ++i) scale_inplace(Ob + i * ld, D, inv_den[i]);
     }
     return;
   }
@@ -362,9 +403,11 @@ void FeatureMapAttention::forward_head(int tid, const AttnArgs& a, int64_t b, in
   const float* ls = w + L.lsK;
   float *A = w + L.A, *pmax = w + L.pmax;
   map_features(tid, a.k.head(b, h), ld, N, phiK, w + L.lsK);
+  const float* phiQn = numerator_features(phiQ, w + L.phiQr, N);
+  float* phiKn = numerator_features(phiK, w + L.phiKr, N);
   prefix_max(ls, N, pmax);
-  causal_chunks(tid, phiQ, phiK, V, pmax, ls, S, z, A, den, [&](int64_t c0, int64_t len) {
-    const float* Qc = phiQ + c0 * F;
+  causal_chunks(tid, phiQ, phiK, phiQn, phiKn, V, pmax, ls, S, z, w + L.zrun, A, den, [&](int64_t c0, int64_t len) {
+    const float* Qc = phiQn + c0 * F;
     float* Oc = O + c0 * ld;
     mask_upper(A, len, C_);
     mm_.run(tid, spec_AV(len), A, V + c0 * ld, Oc);
@@ -374,24 +417,33 @@ void FeatureMapAttention::forward_head(int tid, const AttnArgs& a, int64_t b, in
 }
 
 template <class Body>
-void FeatureMapAttention::causal_chunks(int tid, const float* phiQ, float* phiK, const float* V, const float* pmax,
-                                        const float* ls, float* S, float* z, float* A, float* den, Body&& body) const {
+void FeatureMapAttention::causal_chunks(int tid, const float* phiQ, float* phiK, const float* phiQn, float* phiKn,
+                                        const float* V, const float* pmax, const float* ls, float* S, float* z,
+                                        float* zrun, float* A, float* den, Body&& body) const {
   const int64_t N = p_.shape.N, F = F_, ld = p_.strides.sn;
   fill(S, F * p_.shape.D, 0.0f);
   fill(z, F, 0.0f);
   float c = 0.0f;
   for (int64_t c0 = 0; c0 < N; c0 += C_) {
     const int64_t len = std::min(C_, N - c0);
-    c = enter_chunk(pmax, ls, phiK, c0, len, c, S, z);
+    c = enter_chunk(pmax, ls, phiK, phiKn, c0, len, c, S, z);
     const float *Qc = phiQ + c0 * F, *Kc = phiK + c0 * F;
-    mm_.run(tid, spec_QKt(len), Qc, Kc, A);
-    for (int64_t i = 0; i < len; ++i) {
-      float d = row_eps(pmax, c0 + i, c) + dot(Qc + i * F, z, F);
-      for (int64_t j = 0; j <= i; ++j) d += A[i * C_ + j];
-      den[c0 + i] = d;
+    mm_.run(tid, spec_QKt(len), phiQn + c0 * F, phiKn + c0 * F, A);
+    if (!rope_) {  // den_i = phiQ_i . (z + sum_{j <= i} phiK_j): the row sums of A
+      for (int64_t i = 0; i < len; ++i) {
+        float d = row_eps(pmax, c0 + i, c) + dot(Qc + i * F, z, F);
+        for (int64_t j = 0; j <= i; ++j) d += A[i * C_ + j];
+        den[c0 + i] = d;
+      }
+    } else {  // A holds rotated products: the plain keys' running sum instead
+      std::copy_n(z, F, zrun);
+      for (int64_t i = 0; i < len; ++i) {
+        axpy(1.0f, Kc + i * F, zrun, F);
+        den[c0 + i] = row_eps(pmax, c0 + i, c) + dot(Qc + i * F, zrun, F);
+      }
     }
     body(c0, len);
-    mm_.run(tid, spec_KtV(len, true), Kc, V + c0 * ld, S);
+    mm_.run(tid, spec_KtV(len, true), phiKn + c0 * F, V + c0 * ld, S);
     add_colsum(Kc, len, F, z);
   }
 }
@@ -405,6 +457,9 @@ void FeatureMapAttention::causal_chunks(int tid, const float* phiQ, float* phiK,
 //   causal, backward over chunks (suffix R = sum phiQ^T dNum, r = sum phiQ^T dden):
 //               dphiK_c = G^T phiQ_c + V_c R^T + 1 r^T;  dV_c = A^T dNum_c + phiK_c R
 //   then the feature maps' backward gives dQ and dK.
+// With RoPE the numerator's terms (dNum) act on the rotated features and reach the plain ones
+// through the inverse rotation; the normaliser's terms (dden) act on the plain features directly,
+// from running sums of the plain keys (forward) and queries (backward) instead of through G.
 void FeatureMapAttention::backward_head(int tid, const AttnArgs& a, int64_t b, int64_t h) const {
   const Layout L = layout(mode_);
   float* w = thread_ws(tid);
@@ -419,6 +474,9 @@ void FeatureMapAttention::backward_head(int tid, const AttnArgs& a, int64_t b, i
   map_features(tid, a.q.head(b, h), ld, N, phiQ, w + L.lsQ);
   if (!p_.causal) features_of_keys(tid, a.k.head(b, h), N, phiK, w + L.lsK);
   else map_features(tid, a.k.head(b, h), ld, N, phiK, w + L.lsK);
+  // The numerator's features (rotated copies with RoPE; the keys' copy scaled with them).
+  const float* phiQn = numerator_features(phiQ, w + L.phiQr, N);
+  float* phiKn = numerator_features(phiK, w + L.phiKr, N);
   auto set_dnum = [&](int64_t i) {
     const float inv = 1.0f / den[i];
     const float* g = dO + i * ld;
@@ -429,7 +487,7 @@ void FeatureMapAttention::backward_head(int tid, const AttnArgs& a, int64_t b, i
   };
 
   if (!p_.causal) {
-    mm_.run(tid, spec_KtV(N, false), phiK, V, S);
+    mm_.run(tid, spec_KtV(N, false), phiKn, V, S);
     fill(z, F, 0.0f);
     add_colsum(phiK, N, F, z);
     for (int64_t i = 0; i < N; ++i) {
@@ -437,23 +495,27 @@ void FeatureMapAttention::backward_head(int tid, const AttnArgs& a, int64_t b, i
       set_dnum(i);
     }
     mm_.run(tid, spec_dNumSt(N, false), dNum, S, dphiQ);
+    rotate_features(dphiQ, N, 0, true);
     for (int64_t i = 0; i < N; ++i) axpy(dden[i], z, dphiQ + i * F, F);
     float* dS = R;  // the suffix state is not needed without causality
     float* dz = r;
-    mm_.run(tid, spec_QtdNum(N, false), phiQ, dNum, dS);
+    mm_.run(tid, spec_QtdNum(N, false), phiQn, dNum, dS);
     fill(dz, F, 0.0f);
     for (int64_t i = 0; i < N; ++i) axpy(dden[i], phiQ + i * F, dz, F);
     mm_.run(tid, spec_VdSt(N, false), V, dS, dphiK);
+    rotate_features(dphiK, N, 0, true);
     for (int64_t j = 0; j < N; ++j) axpy(1.0f, dz, dphiK + j * F, F);
-    mm_.run(tid, spec_KdS(N, false), phiK, dS, dV);
+    mm_.run(tid, spec_KdS(N, false), phiKn, dS, dV);
   } else {
     float *A = w + L.A, *G = w + L.G, *pmax = w + L.pmax;
     const float* ls = w + L.lsK;
     prefix_max(ls, N, pmax);
-    // The masked G = dNum_c V_c^T + dden_c 1^T of a chunk.
+    float* zrun = w + L.zrun;
+    // The masked G = dNum_c V_c^T + dden_c 1^T of a chunk (with RoPE dNum_c V_c^T alone: the
+    // normaliser's term is not a product of the rotated features).
     auto make_G = [&](int64_t c0, int64_t len) {
       mm_.run(tid, spec_dNumVt(len), dNum + c0 * D, V + c0 * ld, G);
-      for (int64_t i = 0; i < len; ++i) {
+      for (int64_t i = 0; i < len && !rope_; ++i) {
         float* g = G + i * C_;
         const float dd = dden[c0 + i];
         for (int64_t j = 0; j <= i; ++j) g[j] += dd;
@@ -461,14 +523,22 @@ void FeatureMapAttention::backward_head(int tid, const AttnArgs& a, int64_t b, i
       mask_upper(G, len, C_);
     };
     // Keys stay scaled at their chunk's factor for the reverse pass and the map's backward.
-    causal_chunks(tid, phiQ, phiK, V, pmax, ls, S, z, A, den, [&](int64_t c0, int64_t len) {
+    causal_chunks(tid, phiQ, phiK, phiQn, phiKn, V, pmax, ls, S, z, zrun, A, den, [&](int64_t c0, int64_t len) {
       for (int64_t i = 0; i < len; ++i) set_dnum(c0 + i);
       make_G(c0, len);
       float* dQc = dphiQ + c0 * F;
-      mm_.run(tid, spec_GK(len), G, phiK + c0 * F, dQc);
-      if (c0 > 0) {
-        mm_.run(tid, spec_dNumSt(len, true), dNum + c0 * D, S, dQc);
-        for (int64_t i = 0; i < len; ++i) axpy(dden[c0 + i], z, dQc + i * F, F);
+      mm_.run(tid, spec_GK(len), G, phiKn + c0 * F, dQc);
+      if (c0 > 0) mm_.run(tid, spec_dNumSt(len, true), dNum + c0 * D, S, dQc);
+      if (!rope_) {
+        if (c0 > 0)
+          for (int64_t i = 0; i < len; ++i) axpy(dden[c0 + i], z, dQc + i * F, F);
+      } else {  // d den_i / d phiQ_i = z + sum_{j <= i} phiK_j
+        rotate_features(dQc, len, c0, true);
+        std::copy_n(z, F, zrun);
+        for (int64_t i = 0; i < len; ++i) {
+          axpy(1.0f, phiK + (c0 + i) * F, zrun, F);
+          axpy(dden[c0 + i], zrun, dQc + i * F, F);
+        }
       }
     });
     fill(R, F * D, 0.0f);
@@ -486,7 +556,7 @@ void FeatureMapAttention::backward_head(int tid, const AttnArgs& a, int64_t b, i
         scale_inplace(r, F, f);
       }
       c_next = c;
-      const float *Qc = phiQ + c0 * F, *Kc = phiK + c0 * F, *Vc = V + c0 * ld;
+      const float *Qc = phiQn + c0 * F, *Kc = phiKn + c0 * F, *Vc = V + c0 * ld;
       mm_.run(tid, spec_QKt(len), Qc, Kc, A);
       mask_upper(A, len, C_);
       make_G(c0, len);
@@ -496,11 +566,21 @@ void FeatureMapAttention::backward_head(int tid, const AttnArgs& a, int64_t b, i
       mm_.run(tid, spec_AtdNum(len), A, dNum + c0 * D, dVc);
       if (c0 != last) {
         mm_.run(tid, spec_VdSt(len, true), Vc, R, dKc);
-        for (int64_t j = 0; j < len; ++j) axpy(1.0f, r, dKc + j * F, F);
+        if (!rope_)
+          for (int64_t j = 0; j < len; ++j) axpy(1.0f, r, dKc + j * F, F);
         mm_.run(tid, spec_KdS(len, true), Kc, R, dVc);
       }
       mm_.run(tid, spec_QtdNum(len, true), Qc, dNum + c0 * D, R);
-      for (int64_t i = 0; i < len; ++i) axpy(dden[c0 + i], Qc + i * F, r, F);
+      const float* Qplain = phiQ + c0 * F;
+      if (rope_) {  // d den_i / d phiK_j summed over i >= j: r + sum_{i >= j in the chunk} dden_i phiQ_i
+        rotate_features(dKc, len, c0, true);
+        for (int64_t j = len - 1; j >= 0; --j) {
+          axpy(dden[c0 + j], Qplain + j * F, r, F);
+          axpy(1.0f, r, dKc + j * F, F);
+        }
+      } else {
+        for (int64_t i = 0; i < len; ++i) axpy(dden[c0 + i], Qplain + i * F, r, F);
+      }
     }
   }
   map_features_backward(tid, a.q.head(b, h), ld, N, phiQ, dphiQ, a.dq.head(b, h));
@@ -539,6 +619,8 @@ void FeatureMapAttention::decode_prefill(const AttnArgs& a, int64_t n) {
         }
         for (int64_t j = 0; j < len; ++j) scale_inplace(phi + j * F, F, exp_f32(ls[j] - *c));
       }
+      add_colsum(phi, len, F, z);
+      rotate_features(phi, len, c0, false);  // RoPE: S holds the rotated keys, z the plain ones
       // A prefix shorter than a chunk has no planned product of its length; fold it row by row.
       if (len == C_ || len == s.N % C_) {
         mm_.run(tid, spec_KtV(len, true), phi, V + c0 * ld, S);
@@ -546,7 +628,6 @@ void FeatureMapAttention::decode_prefill(const AttnArgs& a, int64_t n) {
         for (int64_t j = 0; j < len; ++j)
           for (int64_t f = 0; f < F; ++f) axpy(phi[j * F + f], V + (c0 + j) * ld, S + f * D, D);
       }
-      add_colsum(phi, len, F, z);
     }
   }
   decode_cur_ = 0;
@@ -555,6 +636,7 @@ void FeatureMapAttention::decode_prefill(const AttnArgs& a, int64_t n) {
 
 // One step: S' = a S + phi(k) v^T, z' = a z + phi(k) (a rescales to a new key maximum);
 // o = phi(q)^T S' / (phi(q) . z' + eps). S', z' go to the other set; the next position keeps them.
+// With RoPE, S' takes R_pos phi(k) and the numerator R_pos phi(q).
 void FeatureMapAttention::decode_step(const AttnArgs& t, int64_t pos) {
   if (pos == decode_committed_ + 1) {
     decode_cur_ ^= 1;
@@ -588,19 +670,22 @@ void FeatureMapAttention::decode_step(const AttnArgs& t, int64_t pos) {
       scale_inplace(phik, F, exp_f32(ls[0] - c1));
     }
     const float* v = t.v.head(b, h);
+    for (int64_t f = 0; f < F; ++f) z1[f] = alpha * z0[f] + phik[f];
+    z1[F] = c1;
+    const float inv_den = 1.0f / (dot(phiq, z1, F) + kEps);
+    rotate_features(phik, 1, pos, false);
+    rotate_features(phiq, 1, pos, false);
     for (int64_t f = 0; f < F; ++f) {
       const float* src_row = S0 + f * D;
       float* dst_row = S1 + f * D;
       const float pk = phik[f];
 #pragma omp simd
       for (int64_t d = 0; d < D; ++d) dst_row[d] = alpha * src_row[d] + pk * v[d];
-      z1[f] = alpha * z0[f] + pk;
     }
-    z1[F] = c1;
     float* o = t.o.head(b, h);
     fill(o, D, 0.0f);
     for (int64_t f = 0; f < F; ++f) axpy(phiq[f], S1 + f * D, o, D);
-    scale_inplace(o, D, 1.0f / (dot(phiq, z1, F) + kEps));
+    scale_inplace(o, D, inv_den);
   }
 }
 

@@ -11,6 +11,12 @@
 // (F, D) state per position. A stabilised map (Performer) brings keys to one common factor: the
 // maximum over the sequence without causality, the prefix maximum with it (see
 // feature_map_attention.cpp), so that causal outputs never depend on later keys.
+//
+// RoPE (AttnProblem::rope) in RoFormer's form for kernelised attention (its eq. 19, section 3.3):
+//   O_i = sum_j (R_i phi(q_i))^T (R_j phi(k_j)) v_j / (sum_j phi(q_i)^T phi(k_j) + eps)
+// R_n rotating pairs of the F features by position n's angles (core/rope.hpp). The numerator's
+// products take rotated features (S = sum_j (R_j phi(k_j)) v_j^T), the normaliser keeps the plain
+// ones (z = sum_j phi(k_j)), so it stays positive; the numerator may change sign.
 #pragma once
 #include "attention_impls/attention.hpp"
 #include "core/matmul.hpp"
@@ -26,6 +32,7 @@ class FeatureMapAttention : public Attention {
   void backward(const AttnArgs& a) override;
   void decode_prefill(const AttnArgs& a, int64_t n) override;
   void decode_step(const AttnArgs& t, int64_t pos) override;
+  void validate() const override;
 
   static constexpr float kEps = 1e-6f;
 
@@ -61,6 +68,11 @@ class FeatureMapAttention : public Attention {
   std::vector<int64_t> chunk_lengths(int64_t n) const;
   static std::vector<int64_t> block_lengths(int64_t n, int64_t block);
   float* thread_ws(int tid) const;
+  // RoPE: `rows` feature rows (row stride F) at positions pos0, pos0 + 1, ... rotated in place
+  // (inverse: the backward); nothing without AttnProblem::rope.
+  void rotate_features(float* phi, int64_t rows, int64_t pos0, bool inverse) const;
+  // Numerator features: a rotated copy of phi (rows at positions 0, 1, ...) with RoPE, else phi.
+  float* numerator_features(const float* phi, float* rotated, int64_t rows) const;
 
   // Products, named by what they compute (len: rows of the chunk or sequence).
   MatmulSpec spec_QKt(int64_t len) const;     // A = phiQ_c phiK_c^T        (len x len)
@@ -81,15 +93,17 @@ class FeatureMapAttention : public Attention {
   void scale_chunk_keys(float* Kc, const float* ls, int64_t len, float c) const;
   float row_eps(const float* pmax, int64_t i, float c) const;
   void scale_state(float* S, float* z, float f) const;
-  float enter_chunk(const float* pmax, const float* ls, float* phiK, int64_t c0, int64_t len, float c_prev,
-                    float* S, float* z) const;
+  float enter_chunk(const float* pmax, const float* ls, float* phiK, float* phiKn, int64_t c0, int64_t len,
+                    float c_prev, float* S, float* z) const;
   void features_of_keys(int tid, const float* K, int64_t rows, float* phi, float* ls) const;
   // The causal pass over chunks that forward and backward share: per chunk, its keys at the
-  // running factor, A = phiQ_c phiK_c^T (unmasked) and den_i, then body(c0, len) with S, z still
-  // the state before the chunk, then the state takes the chunk's keys.
+  // running factor, A = phiQn_c phiKn_c^T (unmasked, numerator features) and den_i, then
+  // body(c0, len) with S, z still the state before the chunk, then the state takes the chunk's
+  // keys. zrun: F floats of scratch (RoPE's normaliser).
   template <class Body>
-  void causal_chunks(int tid, const float* phiQ, float* phiK, const float* V, const float* pmax, const float* ls,
-                     float* S, float* z, float* A, float* den, Body&& body) const;
+  void causal_chunks(int tid, const float* phiQ, float* phiK, const float* phiQn, float* phiKn, const float* V,
+                     const float* pmax, const float* ls, float* S, float* z, float* zrun, float* A, float* den,
+                     Body&& body) const;
   void forward_head(int tid, const AttnArgs& a, int64_t b, int64_t h) const;
   void backward_head(int tid, const AttnArgs& a, int64_t b, int64_t h) const;
 
@@ -97,6 +111,9 @@ class FeatureMapAttention : public Attention {
   Buffer<std::byte> scratch_;
   Buffer<float> ws_;      // per-thread workspaces
   Buffer<float> state_;   // decode: two (S, z, C) sets per (b, h)
+  const bool rope_;
+  const int64_t rope_rows_;  // positions in the RoPE table: N + 1 (decode's new token)
+  Buffer<float> rope_table_;  // cos (rope_rows_, F/2) then sin
   int decode_cur_ = 0;
   int64_t decode_committed_ = 0;
   mutable bool planned_ = false;

@@ -7,6 +7,8 @@
 //   whatever the context length.
 // Optimises: phi(x) = elu(x) + 1 is one vectorised pass; the rest is the kernel-attention core
 //   (feature_map_attention.cpp): every product a oneDNN matmul, causal chunk by chunk (`chunk`).
+// RoPE: in RoFormer's form for kernelised attention (section 3.3), phi(q), phi(k) rotated by
+//   their positions in the numerator only (the core does it; the model passes AttnProblem::rope).
 // Leaves out: feature maps other than elu + 1; numerator and denominator are not fused into one
 //   product (the normaliser is an O(N D) dot per row).
 #include "attention_impls/feature_map_attention.hpp"
@@ -66,8 +68,8 @@ MechanismInfo linear_info() {
   m.summary = "Linear Transformer: phi(x) = elu(x)+1, phi(Q) (phi(K)^T V) normalised; causal chunk-wise";
   m.complexity = "O(N D^2) time, O(N D) memory; decode O(D^2) per token";
   m.caps = Capabilities{.exact = false, .causal = true, .backward = true, .decode = true,
-                        .constraints = "", .attn_dropout = false, .no_attn_dropout = "it forms no attention probabilities (a feature map, normalised as a ratio)", .rope = false,
-                        .no_rope = "RoFormer applies the rotation to the feature maps in the numerator only (its section 3.3), which this kernel does not implement yet; rotating q and k before the feature map is not that form"};
+                        .constraints = "", .attn_dropout = false, .no_attn_dropout = "it forms no attention probabilities (a feature map, normalised as a ratio)", .rope = true,
+                        .no_rope = "", .rope_feature_maps = true};
   m.params = {ParamSpec{"chunk", ParamType::Int, int64_t{64}, 1, 4096, {},
                         "causal chunk length: masked chunk x chunk products inside, running state across"}};
   m.caps.no_additive_bias = "its output is a ratio of feature-map sums and never forms a logit per (query, key) pair to add a bias to";

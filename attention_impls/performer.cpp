@@ -13,6 +13,8 @@
 //   kernel-attention core.
 // Training: a fresh Omega every `redraw` steps (the paper's feature redrawing; 0, the default,
 //   keeps the first draw).
+// RoPE: in RoFormer's form for kernelised attention (section 3.3), phi(q), phi(k) rotated by
+//   their positions in the numerator only (the core does it; the model passes AttnProblem::rope).
 // Leaves out: the ReLU kernel variant.
 #include <cmath>
 
@@ -178,8 +180,8 @@ MechanismInfo performer_info() {
   m.summary = "FAVOR+: positive orthogonal random features (Omega seeded, dumped), linear attention core";
   m.complexity = "O(N m D) time, O(N m) memory; decode O(m D) per token";
   m.caps = Capabilities{.exact = false, .causal = true, .backward = true, .decode = true,
-                        .constraints = "", .attn_dropout = false, .no_attn_dropout = "it forms no attention probabilities (random features, normalised as a ratio)", .rope = false,
-                        .no_rope = "RoFormer applies the rotation to the feature maps in the numerator only (its section 3.3), which this kernel does not implement yet; rotating q and k before the feature map is not that form"};
+                        .constraints = "", .attn_dropout = false, .no_attn_dropout = "it forms no attention probabilities (random features, normalised as a ratio)", .rope = true,
+                        .no_rope = "", .rope_feature_maps = true};
   m.params = {ParamSpec{"features", ParamType::Int, int64_t{256}, 1, 65536, {}, "random features m"},
               ParamSpec{"chunk", ParamType::Int, int64_t{64}, 1, 4096, {},
                         "causal chunk length: masked chunk x chunk products inside, running state across"},

@@ -55,13 +55,16 @@ int cmd_list(const std::string& what, const std::string& name, int width) {
       if (!m.caps.attn_dropout)
         notes += wrap_words(fmt::format("- {}: no attention dropout: {}", m.name, m.caps.no_attn_dropout), width, "  ");
       if (!m.caps.rope) notes += wrap_words(fmt::format("- {}: no --positions rope: {}", m.name, m.caps.no_rope), width, "  ");
+      if (m.caps.rope_feature_maps)
+        notes += wrap_words(fmt::format("- {}: --positions rope rotates its feature maps phi(q), phi(k) in the numerator "
+                                        "only (RoFormer section 3.3), not q and k", m.name), width, "  ");
       if (!m.caps.additive_bias)
         notes += wrap_words(fmt::format("- {}: no --positions alibi, bias or shaw: {}", m.name, m.caps.no_additive_bias), width, "  ");
       if (m.bf16.available && !m.bf16.constraints.empty())
         notes += wrap_words(fmt::format("- {}: bf16 (--dtype bf16): {}", m.name, m.bf16.constraints), width, "  ");
     }
     notes += wrap_words("positions: the --positions a model with this mechanism takes. emb: the embedding's only "
-                        "(sinusoidal, learned, none); rope: those and rope (q and k rotated before the mechanism); all: "
+                        "(sinusoidal, learned, none); rope: those and rope (q and k rotated before the mechanism, or its feature maps inside it); all: "
                         "those and alibi, bias (T5) and shaw, added to its logits inside its kernels",
                         width, "  ");
     notes += wrap_words("causal, decode: \"checked\" is a claim verified now on seeded inputs (CAB's checks): every "

@@ -293,7 +293,8 @@ std::vector<PointField> make_fields() {
        [](P p) { return fmt::format("positions={}", p.train.positions); }, nullptr,
        "sinusoidal | learned | none (added to the embedding) | rope (each layer's q, k rotated) | alibi | "
        "bias[:BUCKETS:MAX_DISTANCE] | shaw[:CLIP] (added to the logits inside the kernels). The default is a training "
-       "run's; at the attention level only none (the mechanism alone, as without the option), alibi, bias and shaw apply",
+       "run's; at the attention level only none (the mechanism alone, as without the option), alibi, bias, shaw and rope "
+       "(linear and performer, which rotate their feature maps inside) apply",
        nullptr, 26, true},
       AB_TRAIN_INT("eval_every", "eval_every", "--eval-every", eval_every,
                    "steps between validations (0: ten over the run); the best one's parameters are tested", 27,

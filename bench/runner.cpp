@@ -22,6 +22,7 @@
 
 #include "attention_impls/position_bias.hpp"
 #include "core/matmul.hpp"
+#include "core/rope.hpp"
 #include "bench/warnings.hpp"
 #include "core/sysinfo.hpp"
 #include "tasks/task.hpp"
@@ -67,16 +68,23 @@ double nmse(const float* out, const float* ref, size_t n) {
 
 namespace {
 
-// The attention level's --positions: the additive encodings, or none (the mechanism alone, as
-// without the option; a sweep over encodings names it). The others belong to a model's
-// embedding or to its rotation of q and k before the mechanism.
-PositionBiasSpec attention_bias(const PointId& id) {
+// The attention level's --positions: the additive encodings; rope, which a mechanism that
+// rotates its own feature maps takes inside (Capabilities::rope_feature_maps; for the others it
+// is the model's rotation of q and k ahead of the mechanism, SKIPPED here); or none (the
+// mechanism alone, as without the option; a sweep over encodings names it). Sinusoidal and
+// learned positions belong to a model's embedding.
+struct AttentionPositions {
+  PositionBiasSpec bias;
+  bool rope = false;
+};
+AttentionPositions attention_positions(const PointId& id) {
   if (id.train.positions.empty() || id.level == Level::model) return {};
   const PositionEncoding pe = parse_position_encoding(id.train.positions);
+  if (pe.kind == Positions::rope) return {{}, true};
   if (!pe.bias.active() && pe.kind != Positions::none)
-    throw InvalidInput(fmt::format("--positions {} belongs to a model (--level model); the attention level takes none, alibi, bias or shaw",
+    throw InvalidInput(fmt::format("--positions {} belongs to a model (--level model); the attention level takes none, alibi, bias, shaw or rope",
                                    id.train.positions));
-  return pe.bias;
+  return {pe.bias, false};
 }
 
 AttnProblem problem_of(const PointId& id) {
@@ -86,7 +94,9 @@ AttnProblem problem_of(const PointId& id) {
   p.strides = Strides3::contiguous(id.shape);
   p.threads = id.threads;
   p.dtype = id.dtype;
-  p.bias = attention_bias(id);
+  const AttentionPositions ap = attention_positions(id);
+  p.bias = ap.bias;
+  p.rope = ap.rope && find_mechanism(id.mechanism).caps.rope_feature_maps;
   return p;
 }
 
@@ -186,10 +196,14 @@ PreparedPoint prepare_point(const PointId& id, const RunOptions& opts) {
   // training run refuses it instead, exit 2, from the model).
   if (!id.train.positions.empty() && !id.training()) {
     const PositionEncoding pe = parse_position_encoding(id.train.positions);
-    attention_bias(id);  // the attention level takes the additive ones only (InvalidInput)
-    const std::string why = pe.bias.active() && !caps.additive_bias ? caps.no_additive_bias
-                            : pe.kind == Positions::rope && !caps.rope ? caps.no_rope
-                                                                         : std::string();
+    attention_positions(id);  // the attention level takes the additive ones and rope only (InvalidInput)
+    const std::string why =
+        pe.bias.active() && !caps.additive_bias ? caps.no_additive_bias
+        : pe.kind == Positions::rope && !caps.rope ? caps.no_rope
+        : pe.kind == Positions::rope && !caps.rope_feature_maps
+            ? "RoPE rotates its queries and keys ahead of it (the model's work, --level model); the attention level times "
+              "rope inside the mechanisms that rotate their own feature maps"
+            : std::string();
     if (!why.empty()) {
       pp.status = Status::SKIPPED;
       pp.message = fmt::format("--positions {} with {}: {}", id.train.positions, id.mechanism, why);
@@ -253,7 +267,10 @@ PreparedPoint prepare_point(const PointId& id, const RunOptions& opts) {
     ref.params = ParamValues();
     ref.shape = input_shape(id);
     auto f = find_mechanism("flash").make(problem_of(ref), ref.params);
-    pp.predicted_bytes += f->working_bytes(Mode::fwd) + static_cast<size_t>(ref.shape.numel()) * sizeof(float);
+    // Its output, and with RoPE rotated copies of q and k and the angle table.
+    const size_t copies = problem.rope ? 3 : 1;
+    pp.predicted_bytes += f->working_bytes(Mode::fwd) + copies * static_cast<size_t>(ref.shape.numel()) * sizeof(float) +
+                          (problem.rope ? static_cast<size_t>(ref.shape.N * ref.shape.D) * sizeof(float) : 0);
     if (id.dtype == Dtype::bf16) {  // and the mechanism itself in float32, run after flash is freed
       const size_t own = pp.info->make(problem_of(in_f32(id)), id.params)->working_bytes(Mode::fwd);
       const size_t flash_bytes = f->working_bytes(Mode::fwd);
@@ -420,15 +437,16 @@ PointResult run_point_impl(PreparedPoint& pp, const RunOptions& opts, PointResul
       // bf16 point's error is then what bf16 costs.
       const Shape4 s = input_shape(id);
       AttnProblem p{s, id.causal || decode, Strides3::contiguous(s), id.threads};
-      p.bias = attention_bias(id);
+      const AttentionPositions ap = attention_positions(id);
+      p.bias = ap.bias;
       Tensor o_ref(s);
       // The inputs are a function of the shape and the seed; so is flash's output on them.
       const std::string cached =
           opts.reference_dir.empty()
               ? ""
               : (std::filesystem::path(opts.reference_dir) /
-                 fmt::format("flash-B{}-H{}-N{}-D{}-causal{}{}-seed{}.f32", s.B, s.H, s.N, s.D, p.causal ? 1 : 0,
-                             p.bias.active() ? "-" + to_string(p.bias) : std::string(), opts.seed))
+                 fmt::format("flash-B{}-H{}-N{}-D{}-causal{}{}{}-seed{}.f32", s.B, s.H, s.N, s.D, p.causal ? 1 : 0,
+                             p.bias.active() ? "-" + to_string(p.bias) : std::string(), ap.rope ? "-rope" : "", opts.seed))
                     .string();
       const size_t bytes = static_cast<size_t>(o_ref.size()) * sizeof(float);
       std::ifstream in;
@@ -440,6 +458,22 @@ PointResult run_point_impl(PreparedPoint& pp, const RunOptions& opts, PointResul
         ref->setup(Mode::fwd, unused);
         AttnArgs ra = args;
         ra.o = o_ref.view();
+        // RoPE: exact attention under the same encoding, the softmax of q and k rotated by
+        // their positions (core/rope.hpp).
+        Tensor q_rot, k_rot;
+        std::vector<float> table;
+        if (ap.rope) {
+          table.resize(static_cast<size_t>(s.N * s.D));
+          rope_table(s.N, s.D, table.data());
+          q_rot = Tensor(s);
+          k_rot = Tensor(s);
+          std::copy_n(args.q.data, s.numel(), q_rot.data());
+          std::copy_n(args.k.data, s.numel(), k_rot.data());
+          rope_rotate(q_rot.data(), s.B, s.H, s.N, s.D, table.data(), false);
+          rope_rotate(k_rot.data(), s.B, s.H, s.N, s.D, table.data(), false);
+          ra.q = q_rot.view();
+          ra.k = k_rot.view();
+        }
         ref->forward(ra);
         if (!cached.empty() && !decode) {
           // Written whole under a temporary name, then renamed: a reader never sees half a file.

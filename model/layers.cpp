@@ -199,35 +199,6 @@ void sinusoidal_positions(int64_t N, int64_t d, float* P) {
     }
 }
 
-void rope_table(int64_t N, int64_t Dh, float* cos_sin) {
-  const int64_t half = Dh / 2;
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t i = 0; i < half; ++i) {
-      const double angle = static_cast<double>(n) * std::pow(10000.0, -2.0 * static_cast<double>(i) / static_cast<double>(Dh));
-      cos_sin[n * half + i] = static_cast<float>(std::cos(angle));
-      cos_sin[N * half + n * half + i] = static_cast<float>(std::sin(angle));
-    }
-}
-
-void rope_rotate(float* x, int64_t B, int64_t H, int64_t N, int64_t Dh, const float* cos_sin, bool inverse) {
-  const int64_t half = Dh / 2;
-  const float* cs = cos_sin;
-  const float* sn = cos_sin + N * half;
-  const float sign = inverse ? -1.0f : 1.0f;
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t bh = 0; bh < B * H; ++bh)
-    for (int64_t n = 0; n < N; ++n) {
-      float* r = x + (bh * N + n) * Dh;
-      const float* c = cs + n * half;
-      const float* s = sn + n * half;
-      for (int64_t i = 0; i < half; ++i) {
-        const float a = r[2 * i], b = r[2 * i + 1], si = sign * s[i];
-        r[2 * i] = a * c[i] - b * si;
-        r[2 * i + 1] = a * si + b * c[i];
-      }
-    }
-}
-
 void embedding_forward(const int32_t* tokens, int64_t rows, int64_t S, int64_t G, int64_t d, const float* E,
                        const float* positions, const float* cls, const float* globals, float* x) {
 #pragma omp parallel for schedule(static)

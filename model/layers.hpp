@@ -106,14 +106,6 @@ void embedding_backward(const int32_t* tokens, int64_t rows, int64_t S, int64_t 
 // The sinusoidal table of Vaswani et al.: P[n, 2i] = sin(n / 10000^(2i/d)), P[n, 2i+1] = cos(...).
 void sinusoidal_positions(int64_t N, int64_t d, float* P);
 
-// RoPE (Su et al., RoFormer, eq. 34): the rotation of each pair (2i, 2i+1) of a head's
-// dimensions at position n by the angle n·θ_i, θ_i = 10000^(-2i/Dh). The table holds
-// cos (N, Dh/2) then sin (N, Dh/2), so q_m·k_n of rotated rows depends on m - n only.
-void rope_table(int64_t N, int64_t Dh, float* cos_sin);
-// x (B, H, N, Dh) rotated in place by the angles of its positions; inverse: by minus the angles,
-// which is also the backward pass (a rotation's transpose is its inverse): dx = R^T dy.
-void rope_rotate(float* x, int64_t B, int64_t H, int64_t N, int64_t Dh, const float* cos_sin, bool inverse);
-
 // qkv (B·N, 3·H·Dh), laid out [q heads | k heads | v heads] per row -> q, k, v (B, H, N, Dh).
 void split_heads(const float* qkv, int64_t B, int64_t N, int64_t H, int64_t Dh, float* q, float* k, float* v);
 // The inverse: q, k, v (B, H, N, Dh) -> qkv (B·N, 3·H·Dh).

@@ -9,6 +9,7 @@
 
 #include "attention_impls/registry.hpp"
 #include "core/rng.hpp"
+#include "core/rope.hpp"
 #include "core/vecmath.hpp"
 
 namespace ab {
@@ -198,7 +199,11 @@ TransformerModel::TransformerModel(const ModelConfig& c, ModelMode mode) : c_(c)
     p.bias = kind_default;
   if (p.bias.active() && !info.caps.additive_bias)
     throw InvalidInput(fmt::format("--positions {} with {}: {}", to_string(c.positions), c.mechanism, info.caps.no_additive_bias));
-  if (c.positions == Positions::rope && Dh_ % 2)
+  // RoPE rotates q and k before the mechanism, or, for the kernel family, the mechanism's own
+  // feature maps inside it (RoFormer section 3.3).
+  p.rope = c.positions == Positions::rope && info.caps.rope_feature_maps;
+  const bool rotate_qk = c.positions == Positions::rope && !p.rope;
+  if (rotate_qk && Dh_ % 2)
     throw InvalidInput(fmt::format("--positions rope rotates pairs of a head's dimensions; the head size {} is odd", Dh_));
   for (int64_t l = 0; l < L; ++l) {
     attn_.push_back(info.make(p, c.params));
@@ -248,7 +253,7 @@ TransformerModel::TransformerModel(const ModelConfig& c, ModelMode mode) : c_(c)
   // 3. The arena. The residual stream has L + 1 slots; the per-layer activations have L slots
   // when a backward pass reads them, else one shared slot.
   if (c.positions == Positions::sinusoidal) pos_ = act(N * d);
-  if (c.positions == Positions::rope) rope_ = act(S_ * Dh_);  // every row the mechanism sees
+  if (rotate_qk) rope_ = act(S_ * Dh_);  // every row the mechanism sees
   for (int64_t l = 0; l <= L; ++l) x_.push_back(act(T_ * d));
   const int64_t slots = backward_ ? L : 1;
   for (int64_t s = 0; s < slots; ++s) {

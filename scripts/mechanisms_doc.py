@@ -14,10 +14,10 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "docs", "mechanisms.md")
 # The labelled paragraphs of a mechanism file's opening comment, in the order the page shows them.
-LABELS = ["Paper", "Computes", "Features", "Complexity", "Optimises", "Decode", "Backward", "Training", "Leaves out"]
+LABELS = ["Paper", "Computes", "Features", "Complexity", "Optimises", "Decode", "Backward", "Training", "RoPE", "Leaves out"]
 HEADINGS = {"Paper": "Paper", "Computes": "Computes", "Features": "Feature map", "Complexity": "Complexity",
             "Optimises": "How it is made fast", "Decode": "Decoding", "Backward": "Backward pass", "Training": "Training",
-            "Leaves out": "What it leaves out (deviations from the paper)"}
+            "RoPE": "RoPE", "Leaves out": "What it leaves out (deviations from the paper)"}
 
 
 def markdown_rows(text):

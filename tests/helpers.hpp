@@ -30,14 +30,13 @@ struct Run {
   size_t declared = 0;
 };
 
-inline Run run_mechanism(const std::string& name, const Shape4& s, bool causal, Mode mode,
-                         const std::vector<std::string>& params = {}, uint64_t seed = 7,
-                         int threads = 1, Dtype dtype = Dtype::f32) {
+// The problem as the caller sets it up (an encoding, RoPE inside the mechanism).
+inline Run run_problem(const std::string& name, const AttnProblem& p, Mode mode,
+                       const std::vector<std::string>& params = {}, uint64_t seed = 7) {
   Run r;
-  omp_set_num_threads(threads);
+  omp_set_num_threads(p.threads);
   const auto& info = find_mechanism(name);
-  AttnProblem p{s, causal, Strides3::contiguous(s), threads};
-  p.dtype = dtype;
+  const Shape4& s = p.shape;
   r.impl = info.make(p, resolve_params(info, params));
   r.impl->validate();
   r.declared = r.impl->working_bytes(mode);
@@ -50,6 +49,14 @@ inline Run run_mechanism(const std::string& name, const Shape4& s, bool causal, 
   if (mode == Mode::fwdbwd) r.impl->backward(r.data->args());
   r.tracked_peak = MemoryMeter::peak() - base;
   return r;
+}
+
+inline Run run_mechanism(const std::string& name, const Shape4& s, bool causal, Mode mode,
+                         const std::vector<std::string>& params = {}, uint64_t seed = 7,
+                         int threads = 1, Dtype dtype = Dtype::f32) {
+  AttnProblem p{s, causal, Strides3::contiguous(s), threads};
+  p.dtype = dtype;
+  return run_problem(name, p, mode, params, seed);
 }
 
 // Checks a finished fwdbwd run's dQ, dK, dV against central differences of the mechanism's own

@@ -40,10 +40,30 @@ std::vector<double> favor_exponent(const float* x, const float* omega, int64_t m
   return u;
 }
 
+// RoFormer's rotation of a feature row at position n, in double: pair p turns by
+// n * 10000^(-2p/F).
+std::vector<double> rotated(const std::vector<double>& x, int64_t n) {
+  const auto F = static_cast<int64_t>(x.size());
+  std::vector<double> y(x);
+  for (int64_t p = 0; 2 * p + 1 < F; ++p) {
+    const double angle = double(n) * std::pow(10000.0, -2.0 * double(p) / double(F));
+    y[2 * p] = x[2 * p] * std::cos(angle) - x[2 * p + 1] * std::sin(angle);
+    y[2 * p + 1] = x[2 * p] * std::sin(angle) + x[2 * p + 1] * std::cos(angle);
+  }
+  return y;
+}
+double dot_d(const std::vector<double>& x, const std::vector<double>& y) {
+  double s = 0;
+  for (size_t f = 0; f < x.size(); ++f) s += x[f] * y[f];
+  return s;
+}
+
 // Direct quadratic form: O_i = sum_j (phi_q_i . phi_k_j) v_j / (sum_j phi_q_i . phi_k_j + eps)
-// over admissible j. Feature rows are given per (b, h).
+// over admissible j. Feature rows are given per (b, h). rope: RoFormer's eq. 19, the numerator's
+// weight (R_i phi_q_i) . (R_j phi_k_j), the normaliser's unrotated.
 std::vector<double> kernel_reference(const AttnArgs& a, bool causal,
-                                     const std::function<std::vector<std::vector<double>>(const TensorView&, int64_t, int64_t, bool)>& feats) {
+                                     const std::function<std::vector<std::vector<double>>(const TensorView&, int64_t, int64_t, bool)>& feats,
+                                     bool rope = false) {
   const auto& s = a.q.shape;
   std::vector<double> out(static_cast<size_t>(s.numel()), 0.0);
   for (int64_t b = 0; b < s.B; ++b)
@@ -54,10 +74,10 @@ std::vector<double> kernel_reference(const AttnArgs& a, bool causal,
         std::vector<double> num(static_cast<size_t>(s.D), 0.0);
         for (int64_t j = 0; j < s.N; ++j) {
           if (causal && j > i) continue;
-          double w = 0;
-          for (size_t f = 0; f < fq[i].size(); ++f) w += fq[i][f] * fk[j][f];
+          const double w = dot_d(fq[i], fk[j]);
           den += w;
-          for (int64_t d = 0; d < s.D; ++d) num[d] += w * a.v.at(b, h, j, d);
+          const double wn = rope ? dot_d(rotated(fq[i], i), rotated(fk[j], j)) : w;
+          for (int64_t d = 0; d < s.D; ++d) num[d] += wn * a.v.at(b, h, j, d);
         }
         for (int64_t d = 0; d < s.D; ++d) out[ref::idx(s, b, h, i, d)] = num[d] / den;
       }
@@ -75,7 +95,7 @@ auto rowwise(const FeatureFn& fn) {
 
 // FAVOR+ as the spec writes it: queries stabilised per row, keys by the maximum over features
 // and sequence; under causality, by the maximum over the keys query i may see (j <= i).
-std::vector<double> favor_reference(const AttnArgs& a, bool causal, const float* omega, int64_t m) {
+std::vector<double> favor_reference(const AttnArgs& a, bool causal, const float* omega, int64_t m, bool rope = false) {
   const auto& s = a.q.shape;
   std::vector<double> out(static_cast<size_t>(s.numel()), 0.0);
   for (int64_t b = 0; b < s.B; ++b)
@@ -95,11 +115,15 @@ std::vector<double> favor_reference(const AttnArgs& a, bool causal, const float*
         const double cq = *std::max_element(uq[i].begin(), uq[i].end());
         double den = 1e-6;
         std::vector<double> num(static_cast<size_t>(s.D), 0.0);
+        std::vector<double> fq(static_cast<size_t>(m));
+        for (int64_t f = 0; f < m; ++f) fq[f] = std::exp(uq[i][f] - cq) / std::sqrt(double(m));
         for (int64_t j = 0; j <= (causal ? i : s.N - 1); ++j) {
-          double w = 0;
-          for (int64_t f = 0; f < m; ++f) w += std::exp(uq[i][f] - cq) * std::exp(uk[j][f] - ck) / m;
+          std::vector<double> fk(static_cast<size_t>(m));
+          for (int64_t f = 0; f < m; ++f) fk[f] = std::exp(uk[j][f] - ck) / std::sqrt(double(m));
+          const double w = dot_d(fq, fk);
           den += w;
-          for (int64_t d = 0; d < s.D; ++d) num[d] += w * a.v.at(b, h, j, d);
+          const double wn = rope ? dot_d(rotated(fq, i), rotated(fk, j)) : w;
+          for (int64_t d = 0; d < s.D; ++d) num[d] += wn * a.v.at(b, h, j, d);
         }
         for (int64_t d = 0; d < s.D; ++d) out[ref::idx(s, b, h, i, d)] = num[d] / den;
       }
@@ -291,6 +315,93 @@ TEST_P(KernelFiniteDifferences, GradientsMatch) {
 }
 INSTANTIATE_TEST_SUITE_P(Both, KernelFiniteDifferences,
                          ::testing::Combine(::testing::Values("linear", "performer"), ::testing::Bool()));
+
+// ---- RoPE in RoFormer's kernel form (section 3.3): rotated feature maps in the numerator ----
+AttnProblem rope_problem(const Shape4& s, bool causal) {
+  AttnProblem p{s, causal, Strides3::contiguous(s), 1};
+  p.rope = true;
+  return p;
+}
+
+// (mechanism, N, causal, chunk): N crosses the chunk and the streaming block's edges.
+using RopeKCase = std::tuple<std::string, int64_t, bool, int64_t>;
+class KernelRopeVsEquation19 : public ::testing::TestWithParam<RopeKCase> {};
+
+TEST_P(KernelRopeVsEquation19, MatchesTheDirectForm) {
+  const auto [name, N, causal, chunk] = GetParam();
+  const Shape4 s{2, 2, N, 16};
+  std::vector<std::string> params = {"chunk=" + std::to_string(chunk)};
+  if (name == "performer") params.push_back("features=24");
+  auto r = test::run_problem(name, rope_problem(s, causal), Mode::fwd, params, 3);
+  const AttnArgs a = r.data->args();
+  const auto want = name == "linear" ? kernel_reference(a, causal, rowwise(elu_features(s.D)), true)
+                                     : favor_reference(a, causal, r.impl->dump_tensors()[0].f32, 24, true);
+  EXPECT_LT(ref::rel_err(r.data->o.data(), want), name == "linear" ? 2e-5 : 1e-4);
+  // The rotation reaches the outputs: without it they differ.
+  const auto plain = name == "linear" ? kernel_reference(a, causal, rowwise(elu_features(s.D)), false)
+                                      : favor_reference(a, causal, r.impl->dump_tensors()[0].f32, 24, false);
+  if (N > 1) {
+    EXPECT_GT(ref::rel_err(r.data->o.data(), plain), 1e-3);
+  }
+  EXPECT_EQ(r.tracked_peak, r.declared);
+}
+INSTANTIATE_TEST_SUITE_P(Shapes, KernelRopeVsEquation19,
+                         ::testing::Combine(::testing::Values("linear", "performer"), ::testing::Values(1, 37, 100),
+                                            ::testing::Bool(), ::testing::Values(1, 16)));
+
+TEST_P(KernelFiniteDifferences, GradientsMatchWithRope) {
+  const auto [name, causal] = GetParam();
+  const Shape4 s{1, 2, 13, 8};
+  std::vector<std::string> params = {"chunk=5"};
+  if (name == "performer") params.push_back("features=12");
+  auto r = test::run_problem(name, rope_problem(s, causal), Mode::fwdbwd, params, 5);
+  EXPECT_EQ(r.tracked_peak, r.declared);
+  test::check_gradients_by_differences(r, 3, 3e-3, 2e-2);
+}
+
+// Token by token with RoPE equals the causal forward with RoPE (the state holds rotated keys).
+TEST(KernelRope, DecodeEqualsCausalForward) {
+  for (const std::string name : {"linear", "performer"}) {
+    const Shape4 s{2, 2, 45, 16};
+    const std::vector<std::string> params = {"chunk=16"};
+    auto full = test::run_problem(name, rope_problem(s, true), Mode::fwd, params, 13);
+    const auto& info = find_mechanism(name);
+    for (int64_t prefill : {int64_t{0}, int64_t{20}}) {
+      auto impl = info.make(rope_problem(s, true), resolve_params(info, params));
+      Rng rng(13, kStreamParams);
+      impl->setup(Mode::decode, rng);
+      AttnData d(s, 13, false);
+      const AttnArgs a = d.args();
+      impl->decode_prefill(a, prefill);
+      double worst = 0;
+      for (int64_t t = prefill; t < s.N; ++t) {
+        AttnArgs tok = a;
+        for (TensorView* v : {&tok.q, &tok.k, &tok.v, &tok.o}) {
+          v->data += t * v->strides.sn;
+          v->shape.N = 1;
+        }
+        impl->decode_step(tok, t);
+        for (int64_t i = 0; i < s.B * s.H * s.D; ++i) {
+          const int64_t b = i / (s.H * s.D), h = i / s.D % s.H, dd = i % s.D;
+          worst = std::max(worst, double(std::abs(d.o.view().at(b, h, t, dd) - full.data->o.view().at(b, h, t, dd))));
+        }
+      }
+      EXPECT_LT(worst, 2e-4) << name << " prefill " << prefill;
+    }
+  }
+}
+
+// An odd feature count has no pairs to rotate: refused at validation, naming the count.
+TEST(KernelRope, OddFeatureCountIsRefused) {
+  const auto& info = find_mechanism("performer");
+  auto impl = info.make(rope_problem(Shape4{1, 1, 8, 8}, false), resolve_params(info, {"features=7"}));
+  try {
+    impl->validate();
+    FAIL() << "no error";
+  } catch (const InvalidInput& e) {
+    EXPECT_NE(std::string(e.what()).find("7 features"), std::string::npos) << e.what();
+  }
+}
 
 // The chunked causal backward equals the non-chunked one (chunk >= N is one masked block).
 TEST(Linear, CausalBackwardDoesNotDependOnChunk) {

@@ -316,7 +316,10 @@ TEST(BiasRefusals, UndefinedCombinationsExitTwoNamingMechanismAndEncoding) {
     if (row("flash") || row("bigbird") || row("reformer")) {
       EXPECT_NE(line.find("| all |"), std::string::npos) << line;
     }
-    if (row("linear")) {
+    if (row("linear") || row("performer")) {  // RoPE inside, on the feature maps; no additive encoding
+      EXPECT_NE(line.find("| rope |"), std::string::npos) << line;
+    }
+    if (row("synthesizer")) {
       EXPECT_NE(line.find("| emb |"), std::string::npos) << line;
     }
     if (row("sinkhorn")) {
@@ -324,10 +327,18 @@ TEST(BiasRefusals, UndefinedCombinationsExitTwoNamingMechanismAndEncoding) {
     }
   }
 
-  // At the attention level, the encodings that live outside the mechanism are refused.
-  const auto model_only = test::exec("run --attn flash --seq 64 --positions rope");
+  // At the attention level, the encodings that live outside the mechanism are refused: the
+  // embedding's (exit 2); RoPE's rotation of q and k ahead of a mechanism is SKIPPED with the
+  // reason, and timed inside the kernel family.
+  const auto model_only = test::exec("run --attn flash --seq 64 --positions learned");
   EXPECT_EQ(model_only.code, 2) << model_only.out;
   EXPECT_NE(model_only.out.find("belongs to a model"), std::string::npos) << model_only.out;
+  const auto rope = test::exec("run --attn flash,linear --seq 64 --positions rope --mode fwd --reps 1 --min-time 0");
+  EXPECT_EQ(rope.code, 0) << rope.out;
+  EXPECT_NE(rope.out.find("SKIPPED: --positions rope with flash: RoPE rotates its queries and keys ahead of it"),
+            std::string::npos) << rope.out;
+  EXPECT_NE(rope.out.find("attn:linear/chunk:64/level:attention/mode:fwd/task:none/B:1/H:8/N:64/D:64/causal:0/threads:1/positions:rope "),
+            std::string::npos) << rope.out;
 }
 
 }  // namespace

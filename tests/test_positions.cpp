@@ -11,6 +11,7 @@
 
 #include "attention_impls/registry.hpp"
 #include "core/rng.hpp"
+#include "core/rope.hpp"
 #include "helpers.hpp"
 #include "model/layers.hpp"
 #include "model/transformer.hpp"
@@ -114,7 +115,24 @@ TEST_P(RopeGradients, EveryParameterMatchesFiniteDifferences) {
 INSTANTIATE_TEST_SUITE_P(Mechanisms, RopeGradients,
                          ::testing::Values(RopeCase{"copy", "flash", {}}, RopeCase{"listops", "flash", {}},
                                            RopeCase{"listops", "sliding", {"window=8"}},
-                                           RopeCase{"copy", "local", {"block=8"}}));
+                                           RopeCase{"copy", "local", {"block=8"}},
+                                           RopeCase{"copy", "linear", {"chunk=8"}},
+                                           RopeCase{"listops", "performer", {"features=8"}}));
+
+// The kernel family takes RoPE inside (its feature maps, RoFormer section 3.3): the model leaves
+// q and k alone, the mechanism's rotation changes the loss.
+TEST(Rope, KernelMechanismsRotateTheirFeatureMapsInside) {
+  const Batch b = batch_of("copy", 32, 2);
+  for (const std::string mech : {"linear", "performer"}) {
+    auto loss_of = [&](Positions p) {
+      TransformerModel m(tiny_rope("copy", mech, {}, 32, p), ModelMode::fwdbwd);
+      m.setup(3);
+      return m.loss(b);
+    };
+    EXPECT_GT(std::abs(loss_of(Positions::rope) - loss_of(Positions::none)), 1e-4) << mech;
+    EXPECT_TRUE(find_mechanism(mech).caps.rope_feature_maps) << mech;
+  }
+}
 
 // The rotation reaches the logits: the same weights give another loss than without positions;
 // and exact mechanisms stay equal under it (flash, vanilla, a local window covering every key).
