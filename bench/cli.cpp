@@ -130,13 +130,17 @@ int cli_main(int argc, char** argv) {
   app.set_help_all_flag("--help-all", "help for every verb");
 
   std::string list_what = "mechanisms", list_name;
-  auto* list = app.add_subcommand("list", "list mechanisms, one mechanism's parameters, or tasks");
-  list->add_option("what", list_what, "mechanisms | params | tasks")->capture_default_str();
+  auto* list = app.add_subcommand("list", "list mechanisms, one mechanism's parameters, tasks, or a point's fields");
+  list->add_option("what", list_what, "mechanisms | params | tasks | fields")->capture_default_str();
   list->add_option("name", list_name, "mechanism name (for params)");
   std::string list_data_dir;
   list->add_option("--data-dir", list_data_dir, "tasks: show what this directory provides");
   bool list_wide = false;
   list->add_flag("--wide", list_wide, "every column in full (default: fitted to 100 columns)");
+  std::string list_format = "text";
+  list->add_option("--format", list_format, "text | json (json: list fields, for scripts)")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
 
   // run
   GridOptions run_grid;
@@ -375,7 +379,8 @@ int cli_main(int argc, char** argv) {
 
   // Every verb's --help ends with examples a user can paste.
   const std::vector<std::pair<CLI::App*, std::vector<const char*>>> examples = {
-      {list, {"attnbench list", "attnbench list params reformer", "attnbench list tasks --data-dir /usr/share/datasets/fashion-mnist"}},
+      {list, {"attnbench list", "attnbench list params reformer", "attnbench list tasks --data-dir /usr/share/datasets/fashion-mnist",
+              "attnbench list fields --format json"}},
       {run, {"attnbench run --attn flash,local,linear --seq 1024,4096 --mode fwd,fwdbwd",
              "attnbench run --attn all --seq 1024:16384:x2 --dry-run",
              "attnbench run --attn all --seq 2048 --error --out all.json",
@@ -437,7 +442,8 @@ int cli_main(int argc, char** argv) {
     refuse_empty_values(app);
     set_user_context(user_context);
     if (list->parsed())
-      return cmd_list(list_what, list_what == "tasks" ? list_data_dir : list_name, list_wide ? 0 : kDefaultTableWidth);
+      return cmd_list(list_what, list_what == "tasks" ? list_data_dir : list_name, list_wide ? 0 : kDefaultTableWidth,
+                      list_format == "json");
     if (task_sample->parsed()) return cmd_task_sample(task_opts);
     if (task_rate->parsed()) return cmd_task_rate(task_opts);
     if (run->parsed()) {

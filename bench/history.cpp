@@ -11,10 +11,10 @@
 #include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <regex>
 #include <set>
 
 #include "bench/export.hpp"
+#include "bench/point.hpp"
 #include "bench/process.hpp"
 #include "bench/report.hpp"
 #include "bench/result_writer.hpp"
@@ -224,14 +224,12 @@ std::vector<HistorySeries> history_series(const HistoryOptions& o) {
     if (it == by_point.end()) {
       HistorySeries s;
       s.machine = key.first;
-      const std::string& name = key.second;
-      const size_t level = name.find("/level:");
-      const std::string mech = level == std::string::npos ? name : name.substr(0, level);
-      std::smatch n;
-      const std::string rest = level == std::string::npos ? "" : name.substr(level + 1);
-      std::regex_search(rest, n, std::regex("(^|/)N:([0-9]+)"));
-      s.group = n.empty() ? rest : std::regex_replace(rest, std::regex("(^|/)N:[0-9]+"), "");
-      s.label = (mech.rfind("attn:", 0) == 0 ? mech.substr(5) : mech) + (n.empty() ? "" : " N=" + n[2].str());
+      // The point its name names (PointId::from_name): grouped as `table` groups it, a line per
+      // mechanism, parameters and N.
+      const PointId id = PointId::from_name(key.second);
+      s.group = group_title(id);
+      const std::string params = params_text(id.params);
+      s.label = id.mechanism + (params.empty() ? "" : " " + params) + " N=" + std::to_string(id.shape.N);
       it = by_point.emplace(key, std::move(s)).first;
       order.push_back(key);
     }

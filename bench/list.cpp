@@ -4,9 +4,11 @@
 #include <fmt/ranges.h>
 
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "attention_impls/capability_checks.hpp"
 #include "attention_impls/registry.hpp"
+#include "bench/point.hpp"
 #include "bench/task_cli.hpp"
 #include "bench/terminal.hpp"
 #include "bench/text_table.hpp"
@@ -24,7 +26,57 @@ std::string admitted_positions(const Capabilities& c) {
 }
 }  // namespace
 
-int cmd_list(const std::string& what, const std::string& name, int width) {
+namespace {
+const char* type_name(PointFieldType t) {
+  switch (t) {
+    case PointFieldType::Text: return "text";
+    case PointFieldType::Int: return "int";
+    case PointFieldType::Flag: return "flag";
+    case PointFieldType::Mechanism: return "mechanism";
+    case PointFieldType::Params: return "params";
+  }
+  return "";
+}
+const char* scope_name(PointField::Scope s) {
+  switch (s) {
+    case PointField::all: return "all";
+    case PointField::model: return "model";
+    case PointField::real_data: return "real_data";
+    case PointField::training: return "training";
+    case PointField::low_precision: return "low_precision";
+  }
+  return "";
+}
+
+// The point schema (bench/point.hpp) in its name's order: what scripts read names through.
+int list_fields(int width, bool json) {
+  if (json) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& f : point_fields())
+      out.push_back({{"key", f.key}, {"segment", f.segment}, {"option", f.option}, {"type", type_name(f.type)},
+                     {"scope", scope_name(f.scope)}, {"named_when_set", f.named_when_set}, {"help", f.help ? f.help : ""}});
+    std::cout << nlohmann::json{{"fields", out},
+                                {"name", "segment:value joined by '/', in this order; a field out of its scope or unset "
+                                         "(named_when_set) is left out; params: one NAME:value segment per mechanism "
+                                         "parameter after the mechanism's; a text value may hold '/' (a data directory)"}}
+                     .dump(1)
+              << "\n";
+    return 0;
+  }
+  TextTable t;
+  t.header = {"segment", "JSON key", "option", "type", "scope", "meaning"};
+  t.keep = {0, 1, 2, 3, 4};
+  for (const auto& f : point_fields())
+    t.rows.push_back({f.segment, f.key, f.option, type_name(f.type), std::string(scope_name(f.scope)) + (f.named_when_set ? ", when set" : ""),
+                      f.help ? f.help : ""});
+  std::cout << render_markdown(t, width);
+  return 0;
+}
+}  // namespace
+
+int cmd_list(const std::string& what, const std::string& name, int width, bool json) {
+  if (json && what != "fields") throw InvalidInput("--format json applies to `list fields`");
+  if (what == "fields") return list_fields(width, json);
   if (what == "mechanisms") {
     // In full (--wide) one table; fitted, the capabilities in the table and each mechanism's
     // complexity and summary below it, wrapped.
@@ -93,7 +145,7 @@ int cmd_list(const std::string& what, const std::string& name, int width) {
     o.data_dir = name;
     return cmd_list_tasks(o, width);
   }
-  throw unknown_name("list", what, {"mechanisms", "params", "tasks"}, "lists");
+  throw unknown_name("list", what, {"mechanisms", "params", "tasks", "fields"}, "lists");
 }
 
 }  // namespace ab

@@ -1,6 +1,8 @@
 #include "bench/point.hpp"
 
 #include <algorithm>
+#include <charconv>
+#include <cstring>
 #include <regex>
 
 #include <fmt/format.h>
@@ -384,6 +386,64 @@ std::string PointId::name() const {
     n += fmt::format("{}{}:{}", n.empty() ? "" : "/", f.segment, value_text(f.get(*this)));
   }
   return n;
+}
+
+PointId PointId::from_name(const std::string& name) {
+  const auto& fields = point_fields();
+  auto bad = [&](const std::string& why) { return InvalidInput(fmt::format("point name '{}': {}", name, why)); };
+  // Whether a segment of field `after` or later begins at `pos`.
+  auto later_segment_at = [&](size_t pos, size_t after) {
+    for (size_t j = after; j < fields.size(); ++j)
+      if (fields[j].type != PointFieldType::Params && name.compare(pos, std::strlen(fields[j].segment) + 1, std::string(fields[j].segment) + ":") == 0)
+        return true;
+    return false;
+  };
+  PointId id;
+  size_t at = 0;  // where the next segment begins
+  for (size_t i = 0; i < fields.size() && at < name.size(); ++i) {
+    const PointField& f = fields[i];
+    if (f.type == PointFieldType::Params) {
+      // The mechanism's parameters: segments up to the first later field's (the level's).
+      while (at < name.size() && !later_segment_at(at, i + 1)) {
+        const size_t end = std::min(name.find('/', at), name.size()), colon = name.find(':', at);
+        if (colon == std::string::npos || colon >= end) throw bad(fmt::format("segment '{}' has no ':'", name.substr(at, end - at)));
+        id.params.set(name.substr(at, colon - at), name.substr(colon + 1, end - colon - 1));
+        at = end + 1;
+      }
+      continue;
+    }
+    const std::string head = std::string(f.segment) + ":";
+    if (name.compare(at, head.size(), head) != 0) continue;  // not named: its default
+    const size_t from = at + head.size();
+    // A '/' ends the value unless what follows it, up to the next '/', holds no ':' (a directory).
+    auto piece_has_colon = [&](size_t pos) {
+      const size_t colon = name.find(':', pos);
+      return colon != std::string::npos && colon < std::min(name.find('/', pos), name.size());
+    };
+    size_t end = name.find('/', from);
+    while (end != std::string::npos && !piece_has_colon(end + 1)) end = name.find('/', end + 1);
+    if (end == std::string::npos) end = name.size();
+    const std::string text = name.substr(from, end - from);
+    switch (f.type) {
+      case PointFieldType::Int: {
+        int64_t v = 0;
+        const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+        if (ec != std::errc() || ptr != text.data() + text.size()) throw bad(fmt::format("{} '{}' is not an integer", f.segment, text));
+        f.set(id, v);
+        break;
+      }
+      case PointFieldType::Flag:
+        if (text != "0" && text != "1") throw bad(fmt::format("{} '{}' is not 0 or 1", f.segment, text));
+        f.set(id, text == "1");
+        break;
+      default:
+        f.set(id, text);
+    }
+    at = end + 1;
+  }
+  if (at < name.size()) throw bad(fmt::format("segment '{}' is not a field, or out of order", name.substr(at, name.find('/', at) - at)));
+  if (id.mechanism.empty()) throw bad("it does not begin with attn:NAME");
+  return id;
 }
 
 void write_point(const PointId& id, nlohmann::json& entry) {

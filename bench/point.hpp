@@ -79,6 +79,10 @@ struct PointId {
   bool training() const { return train.steps > 0; }
   // attn:NAME/param:value/.../level:L/mode:M/task:T[/L:../dmodel:../mlp:..]/B:../H:../N:../D:../causal:0|1[/dtype:bf16]/threads:..
   std::string name() const;
+  // The point a name() names: its segments read through the field table, in its order (a
+  // value may hold '/', a data directory: it runs to the next '/' followed by a NAME: segment).
+  // InvalidInput naming the segment for a name that is not one.
+  static PointId from_name(const std::string& name);
 };
 
 // ---- the schema ----

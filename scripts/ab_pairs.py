@@ -1,15 +1,20 @@
 #!/usr/bin/env python3
 """A/B pairs of two binaries' result files: new/old median time per point, pair by pair.
 
-usage: scripts/ab_pairs.py NEW_PREFIX OLD_PREFIX PAIRS
+usage: scripts/ab_pairs.py NEW_PREFIX OLD_PREFIX PAIRS     ($ATTNBENCH: the executable whose field
+  table reads the point names; default build/attnbench)
   reads NEW_PREFIX1.json ... NEW_PREFIXn.json and OLD_PREFIX1.json ... (run alternately: new 1,
   old 1, new 2, old 2, ...) and prints, per point, each pair's new/old ratio of median times,
   the medians, and each side's fraction of the GEMM rate its own run measured on the point's
   threads; then, per N, the two-thread speed-up of each file where it has both thread counts.
 """
 import json
+import os
 import statistics
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import point_names  # noqa: E402
 
 
 def load(path):
@@ -31,10 +36,11 @@ def load(path):
 
 
 def short(name):
-    """The mechanism and the fields an A/B usually varies (a file may hold several mechanisms and shapes)."""
-    parts = name.split("/")
-    kept = [x for x in parts[1:] if x.split(":")[0] in ("mode", "B", "H", "N", "causal", "dtype", "threads")]
-    return " ".join([parts[0].removeprefix("attn:")] + kept)
+    """The mechanism and the fields an A/B usually varies (a file may hold several mechanisms and
+    shapes), read through the suite's field table (scripts/point_names.py)."""
+    p = point_names.parse(name, point_names.field_table())
+    kept = [f"{k}:{v}" for k, v in p.fields.items() if k in ("mode", "B", "H", "N", "causal", "dtype", "threads")]
+    return " ".join([p.mechanism] + kept)
 
 
 def main():

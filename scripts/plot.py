@@ -70,6 +70,7 @@ usage: /usr/bin/python3 scripts/plot.py extrapolation RESULT.json OUT_PREFIX
 import argparse
 import json
 import math
+import os
 import sys
 from collections import defaultdict
 
@@ -79,6 +80,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker  # noqa: E402
 import numpy as np  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import point_names  # noqa: E402
 
 
 def load(path):
@@ -135,19 +139,14 @@ def crossover(ns_a, t_a, ns_b, t_b):
     return math.exp(math.log(n0) + f * (math.log(n1) - math.log(n0)))
 
 
-def config_words(point):
-    """A run's configuration as "key=value" words: its name's fields but the mechanism and the seed
-    (a value holding '/', a data directory, stays one word)."""
-    fields = []
-    for piece in point.split("/"):
-        if ":" in piece or not fields:
-            fields.append(piece)
-        else:
-            fields[-1] += "/" + piece
-    return [f.replace(":", "=", 1) for f in fields[1:] if not f.startswith("seed:")]
+def config_words(point, table):
+    """A run's configuration as "key=value" words: its name's segments (read through the field
+    table, scripts/point_names.py) but the mechanism and the seed."""
+    segments = point_names.parse(point, table).segments[1:]
+    return [f"{k}={v}" for k, v in segments if k != "seed"]
 
 
-def load_curves(paths):
+def load_curves(paths, table):
     """Per run (its point name): the loss lines and the validation lines, in step order."""
     runs = defaultdict(lambda: {"loss": [], "val": [], "mechanism": "", "seed": 0, "task": "", "config": []})
     for path in paths:
@@ -159,7 +158,7 @@ def load_curves(paths):
                 j = json.loads(line)
                 r = runs[j["point"]]
                 r["mechanism"], r["seed"], r["task"] = j.get("mechanism", "?"), j.get("seed", 0), j.get("task", "")
-                r["config"] = config_words(j["point"])
+                r["config"] = config_words(j["point"], table)
                 if "val_accuracy" in j:
                     r["val"].append((j["step"], j["elapsed_s"], j["val_accuracy"], j.get("val_token_accuracy")))
                 else:
@@ -171,11 +170,13 @@ def curves_main(argv):
     ap = argparse.ArgumentParser(description="learning curves of training runs")
     ap.add_argument("logs", nargs="+")
     ap.add_argument("--title", default="")
+    ap.add_argument("--attnbench", default=None, help="the executable whose field table reads the run names "
+                    "(default: $ATTNBENCH, else build/attnbench)")
     a = ap.parse_args(argv)
     *logs, prefix = a.logs
     if not logs:
         raise SystemExit("plot.py curves: give at least one log and an output prefix")
-    runs = load_curves(logs)
+    runs = load_curves(logs, point_names.field_table(a.attnbench))
     if not runs:
         raise SystemExit("plot.py curves: the logs hold no runs")
     # A line's identity, as a row of `attnbench table`: the mechanism, with what tells its
@@ -243,7 +244,6 @@ def curves_main(argv):
 def mechanism_families(exe):
     """{mechanism: family} in the registry's order, from `attnbench list --wide` (the one list of
     mechanisms); empty when the binary is not there (then every mechanism is its own family)."""
-    import os
     import subprocess
     from mechanisms_doc import markdown_rows
     if not exe or not os.path.exists(exe):
@@ -361,7 +361,6 @@ def machines_that_ran(ctx):
 
 
 def bubbles_main(argv):
-    import os
     ap = argparse.ArgumentParser(description="LRA's speed-accuracy-memory chart of a training result file")
     ap.add_argument("result")
     ap.add_argument("prefix")
@@ -496,7 +495,6 @@ def inference_bytes_per_token(exe, point):
 
 
 def frontier_main(argv):
-    import os
     ap = argparse.ArgumentParser(description="the recall-cost frontier of a zoology-mqar result file")
     ap.add_argument("result")
     ap.add_argument("prefix")
@@ -562,7 +560,6 @@ def frontier_main(argv):
 
 
 def extrapolation_main(argv):
-    import os
     ap = argparse.ArgumentParser(description="test accuracy against test length, a line per position encoding")
     ap.add_argument("result")
     ap.add_argument("prefix")
@@ -638,7 +635,6 @@ def history_main(argv):
 
 
 def main():
-    import os
     if len(sys.argv) > 1 and sys.argv[1] == "history":
         return history_main(sys.argv[2:])
     if len(sys.argv) > 1 and sys.argv[1] == "curves":

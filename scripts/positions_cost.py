@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""What each additive position encoding adds to a mechanism: a markdown table from `attnbench run
---positions none,alibi,bias,shaw` result files. Per mechanism, N and mode: the median time without
+"""What each position encoding adds to a mechanism: a markdown table from `attnbench run
+--positions none,alibi,bias,shaw` (or `none,rope` for the kernel family, which rotates its feature
+maps inside) result files; the encodings' columns are those the files hold. Per mechanism, N and mode: the median time without
 an encoding, then each encoding's median time as a change against it (the medians of every kept
 repetition), the tracked peak memory without and with each, and the largest spread (coefficient
 of variation of the repetitions) among the row's points: a row above 10% was measured while
@@ -13,7 +14,7 @@ import statistics
 import sys
 from collections import defaultdict
 
-ENCODINGS = ("alibi", "bias", "shaw")
+ORDER = ("alibi", "bias", "shaw", "rope")
 
 
 def encoding(name):
@@ -33,22 +34,26 @@ def main(paths):
                 continue
             p = b["point"]
             params = " ".join(f"{k}={v}" for k, v in sorted(p.get("params", {}).items()))
-            key = (p["attn"], params, p["heads"], p["seq"], p["mode"])
+            key = (p["attn"], params, p["heads"], p["seq"], p["mode"], bool(p.get("causal")))
             enc = encoding(p.get("positions"))
             spelled[enc] = p.get("positions") or "none"
             times[key + (enc,)].append(b["real_time"])
             peak[key + (enc,)] = b.get("peak_bytes", 0.0)
-    rows = sorted({k[:5] for k in times}, key=lambda k: (k[0], k[1], k[3], k[4]))
-    head = ["mechanism", "params", "H", "N", "mode", "none ms"] + [f"{spelled.get(e, e)}" for e in ENCODINGS]
+    ENCODINGS = tuple(e for e in ORDER if e in spelled)
+    rows = sorted({k[:6] for k in times}, key=lambda k: (k[0], k[1], k[5], k[3], k[4]))
+    causal = any(k[5] for k in rows)  # a causal column only when some point is causal
+    head = ["mechanism", "params"] + (["causal"] if causal else []) + ["H", "N", "mode", "none ms"]
+    head += [f"{spelled.get(e, e)}" for e in ENCODINGS]
     head += ["peak MiB none"] + [f"peak MiB {e}" for e in ENCODINGS] + ["max cv %"]
     print("| " + " | ".join(head) + " |")
-    print("|" + "|".join(["---"] * 5 + ["---:"] * (len(head) - 5)) + "|")
+    text = 6 if causal else 5
+    print("|" + "|".join(["---"] * text + ["---:"] * (len(head) - text)) + "|")
     for k in rows:
         base = times.get(k + ("none",))
         if not base:
             continue
         b = statistics.median(base)
-        cells = [k[0], k[1] or "", str(k[2]), str(k[3]), k[4], f"{b:.4g}"]
+        cells = [k[0], k[1] or ""] + (["yes" if k[5] else "no"] if causal else []) + [str(k[2]), str(k[3]), k[4], f"{b:.4g}"]
         for e in ENCODINGS:
             t = times.get(k + (e,))
             cells.append(f"{statistics.median(t):.4g} ({100 * (statistics.median(t) / b - 1):+.0f}%)" if t else "")

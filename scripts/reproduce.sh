@@ -25,7 +25,7 @@ targets=(
   "decode|2 min|decoding one token after N = 1024..65536 of context (the RNN view of linear attention)"
   "lra-efficiency|15 min|LRA Table 2: the text model's training steps, N = 1K..4K, every mechanism, two threads"
   "peers|10 min|PyTorch's naive attention (default and tuned allocator) beside flash and vanilla, N = 256..4096, fwd and fwd+bwd, one thread (scripts/peers.py; needs python3-torch)"
-  "positions-cost|30 min|what ALiBi, T5's bias and Shaw's embeddings add inside each mechanism that admits them, fwd and fwd+bwd, N = 1024..16384, one thread"
+  "positions-cost|35 min|what ALiBi, T5's bias and Shaw's embeddings add inside each mechanism that admits them, and RoPE inside linear and performer, fwd and fwd+bwd, N = 1024..16384, one thread"
   "convolution|5 min|lightconv and dynamicconv against flash: time, GFLOP/s against the GEMM rate and memory, fwd and fwd+bwd, N = 1024..16384, one thread, and their decode"
   "etc|4 min|ETC (radius 64, 16 global tokens) beside Longformer (window 64, 16 global) and sliding (window 64): time, GFLOP/s against the GEMM rate and memory, fwd and fwd+bwd, N = 1024..16384, one thread"
   "routing-transformer|6 min|the Routing Transformer (k-means routing, the defaults: sqrt(N) clusters of sqrt(N) tokens) beside Reformer: time, GFLOP/s against the GEMM rate and memory, fwd and fwd+bwd, causal and not, N = 1024..16384, one thread"
@@ -128,7 +128,11 @@ run_target() {
       bench positions_cost --attn flash,local,sliding,dilated,strided,longformer,bigbird --seq 1024,4096 --positions none,alibi,bias,shaw --mode fwd,fwdbwd --threads 1 --reps 3 --rounds 3
       bench positions_cost_vanilla --attn vanilla --seq 1024,4096 --positions none,alibi,bias,shaw --mode fwd,fwdbwd --threads 1 --reps 3 --rounds 3
       bench positions_cost_16384 --attn flash,local,sliding,dilated,strided,longformer,bigbird --heads 1 --seq 16384 --positions none,alibi,bias,shaw --mode fwd,fwdbwd --threads 1 --reps 2 --rounds 2
-      $py scripts/positions_cost.py "$work"/positions_cost*.json >"$work/positions_cost_overhead.md" ;;
+      $py scripts/positions_cost.py "$work"/positions_cost.json "$work"/positions_cost_vanilla.json "$work"/positions_cost_16384.json >"$work/positions_cost_overhead.md"
+      # RoPE inside the kernel family (their feature maps rotated in the numerator), causal and not.
+      bench positions_cost_kernel --attn linear,performer --seq 1024,4096,16384 --positions none,rope --mode fwd,fwdbwd --threads 1 --reps 3 --rounds 3
+      bench positions_cost_kernel_causal --attn linear,performer --seq 1024,4096,16384 --positions none,rope --mode fwd,fwdbwd --threads 1 --reps 3 --rounds 3 --causal
+      $py scripts/positions_cost.py "$work"/positions_cost_kernel*.json >"$work/positions_cost_rope_overhead.md" ;;
     convolution)
       bench convolution --attn lightconv,dynamicconv --seq 1024:16384:x2 --mode fwd,fwdbwd --threads 1 --rounds 3
       bench convolution_causal --attn lightconv,dynamicconv --seq 1024:16384:x2 --mode fwd,fwdbwd --threads 1 --rounds 3 --causal
@@ -169,10 +173,10 @@ run_target() {
           "$exe" table "$file" --metric "$metric"
           echo
         done >"$work/copy.md"
-        $py scripts/plot.py curves "$work"/logs/*.jsonl "$work/copy_curves" --title "copy task, N = 128: learning curves"
+        $py scripts/plot.py curves "$work"/logs/*.jsonl "$work/copy_curves" --attnbench "$exe" --title "copy task, N = 128: learning curves"
       elif [ "$name" = zoology-calibration ] || [ "$name" = zoology-mqar ]; then
         "$exe" table "$file" --metric accuracy >"$work/$name.md"
-        $py scripts/plot.py curves "$work"/logs/*.jsonl "$work/${name//-/_}_curves" --title "MQAR: learning curves"
+        $py scripts/plot.py curves "$work"/logs/*.jsonl "$work/${name//-/_}_curves" --attnbench "$exe" --title "MQAR: learning curves"
         if [ "$name" = zoology-mqar ]; then
           # The throughput axis from each configuration's training step timed on an idle core.
           bench mqar_speed --preset zoology-mqar --threads 1 --reps 3 --min-time 0.5
@@ -187,7 +191,7 @@ run_target() {
         $py scripts/plot.py extrapolation "$file" "$work/positions_extrapolation" --attnbench "$exe"
       elif [ "$name" = lra-knobs ]; then
         "$exe" table "$file" --metric accuracy >"$work/lra-knobs.md"
-        $py scripts/plot.py curves "$work"/logs/*.jsonl "$work/lra_knobs_curves" --title "LRA at CPU scale, more steps or width: learning curves"
+        $py scripts/plot.py curves "$work"/logs/*.jsonl "$work/lra_knobs_curves" --attnbench "$exe" --title "LRA at CPU scale, more steps or width: learning curves"
       else
         "$exe" table "$file" --metric accuracy --published lra >"$work/lra-accuracy.md"
         # The chart's speeds: each configuration's training step timed (the runs' own wall clock

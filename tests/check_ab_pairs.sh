@@ -17,7 +17,7 @@ for i in 1 2; do
       --out "$work/$side$i.json" >/dev/null 2>&1 || fail "run $side$i"
   done
 done
-out=$("$py" "$root/scripts/ab_pairs.py" "$work/new" "$work/old" 2) || fail "ab_pairs.py: $out"
+out=$(ATTNBENCH="$exe" "$py" "$root/scripts/ab_pairs.py" "$work/new" "$work/old" 2) || fail "ab_pairs.py: $out"
 [ "$(grep -c 'new/old [0-9.]* [0-9.]*  of GEMM new [0-9.]* [0-9.]* old [0-9.]* [0-9.]*$' <<<"$out")" = 4 ] ||
   fail "expected 4 points with two pairs each in: $out"
 [ "$(grep -c '^new two-thread speed-up .*N:64 .* median [0-9.]*$' <<<"$out")" = 1 ] || fail "no speed-up line for N 64 in: $out"

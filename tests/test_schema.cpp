@@ -10,6 +10,7 @@
 #include "bench/point.hpp"
 #include "bench/result_reader.hpp"
 #include "bench/table.hpp"
+#include "bench/train_presets.hpp"
 #include "tests/helpers.hpp"
 
 namespace ab {
@@ -101,6 +102,63 @@ TEST_P(PointSchema, FieldRoundTripsThroughNameLabelJsonAndTable) {
 
 INSTANTIATE_TEST_SUITE_P(EveryField, PointSchema, ::testing::Range<size_t>(0, point_fields().size()),
                          [](const ::testing::TestParamInfo<size_t>& i) { return std::string(point_fields()[i.param].key); });
+
+// Every point of every training preset (and its timing points) named, read back from its name
+// alone, and named again: the same name and the same point fields (JSON), so a name is a point.
+TEST(PointNames, EveryPresetPointRoundTripsThroughItsName) {
+  TrainPresetOptions o;
+  o.data_dir = "/usr/share/datasets/fashion-mnist";  // a value holding '/'
+  size_t checked = 0;
+  for (const std::string& preset : train_presets())
+    for (const auto& points : {train_preset_grid(preset, o), train_preset_timing_points(preset, o)})
+      for (const PointId& id : points) {
+        const PointId back = PointId::from_name(id.name());
+        ASSERT_EQ(back.name(), id.name()) << preset;
+        nlohmann::json a, b;
+        write_point(id, a);
+        write_point(back, b);
+        ASSERT_EQ(a, b) << id.name();
+        ++checked;
+      }
+  EXPECT_GT(checked, 500u);
+  // The two points `run` wrote above, attention and model level.
+  for (const Written& w : written()) EXPECT_EQ(PointId::from_name(w.read.id.name()).name(), w.read.id.name());
+}
+
+// The field table scripts read names through: every field, in the name's order.
+TEST(PointNames, ListFieldsExportsTheSchemaAsJson) {
+  const auto e = test::exec("list fields --format json", false);
+  ASSERT_EQ(e.code, 0) << e.out;
+  const auto j = nlohmann::json::parse(e.out);
+  ASSERT_EQ(j["fields"].size(), point_fields().size());
+  for (size_t i = 0; i < point_fields().size(); ++i) {
+    EXPECT_EQ(j["fields"][i]["segment"], point_fields()[i].segment);
+    EXPECT_EQ(j["fields"][i]["key"], point_fields()[i].key);
+  }
+  const auto wrong = test::exec("list mechanisms --format json");
+  EXPECT_EQ(wrong.code, 2) << wrong.out;
+  EXPECT_NE(wrong.out.find("list fields"), std::string::npos) << wrong.out;
+}
+
+TEST(PointNames, ANameThatIsNotOneIsRefusedNamingTheSegment) {
+  const std::string good = written()[0].read.id.name();
+  auto refused = [](const std::string& name, const std::string& says) {
+    try {
+      PointId::from_name(name);
+      ADD_FAILURE() << "accepted " << name;
+    } catch (const InvalidInput& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  refused("", "attn:NAME");
+  refused(good + "/colour:red", "'colour:red'");
+  std::string n = good;
+  n.replace(n.find("/N:48"), 5, "/N:4x8");
+  refused(n, "N '4x8' is not an integer");
+  n = good;
+  n.replace(n.find("causal:1"), 8, "causal:2");
+  refused(n, "causal '2' is not 0 or 1");
+}
 
 }  // namespace
 }  // namespace ab
