@@ -1,5 +1,7 @@
-// The `attnbench` command line: the verbs' options (CLI11) and their dispatch. The verbs live in
-// their own files: list, run, sweep, table, compare, merge, dump, task.
+// The `attnbench` command line: parsing (CLI11), the options verbs share, and the exit codes.
+// Each verb is a table entry in its own file under bench/verbs/ (name, summary, examples, its
+// options, what runs it), registered in one list (bench/verbs/verbs.cpp); the work itself is in
+// the verbs' engines in bench/ (run.cpp, sweep.cpp, train.cpp, table.cpp, ...).
 #pragma once
 
 namespace ab {
