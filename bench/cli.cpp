@@ -8,9 +8,9 @@
 #include <iostream>
 #include <sstream>
 
-#include "bench/grid.hpp"
-#include "bench/process.hpp"
-#include "bench/runner.hpp"
+#include "bench/points/grid.hpp"
+#include "bench/process/process.hpp"
+#include "bench/engine/runner.hpp"
 #include "bench/verbs/verb.hpp"
 
 namespace ab {

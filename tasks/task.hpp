@@ -38,7 +38,7 @@ Split parse_split(const std::string& text);  // throws InvalidInput
 
 // The longest example a task makes: 2^28 tokens (1 GiB of int32 ids per example, and per
 // document of a pair). Longer ones cannot be generated in memory alongside a batch; `run` bounds
-// a model's shapes the same way before anything is allocated (bench/grid.cpp).
+// a model's shapes the same way before anything is allocated (bench/points/grid.cpp).
 constexpr int64_t kMaxTaskSeq = int64_t{1} << 28;
 
 struct TaskOptions {

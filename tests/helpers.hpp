@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "attention_impls/registry.hpp"
-#include "bench/process.hpp"
-#include "bench/runner.hpp"
+#include "bench/process/process.hpp"
+#include "bench/engine/runner.hpp"
 #include "model/transformer.hpp"
 #include "tasks/task.hpp"
 

@@ -10,8 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "attention_impls/tiled_softmax.hpp"
-#include "bench/result.hpp"
-#include "bench/result_reader.hpp"
+#include "bench/results/result.hpp"
+#include "bench/results/result_reader.hpp"
 #include "tests/helpers.hpp"
 
 namespace ab {

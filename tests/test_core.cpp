@@ -13,10 +13,10 @@
 #include <thread>
 
 #include "attention_impls/attention.hpp"
-#include "bench/grid.hpp"
-#include "bench/result_reader.hpp"
-#include "bench/result_writer.hpp"
-#include "bench/runner.hpp"
+#include "bench/points/grid.hpp"
+#include "bench/results/result_reader.hpp"
+#include "bench/results/result_writer.hpp"
+#include "bench/engine/runner.hpp"
 #include "core/matmul.hpp"
 #include "core/memory.hpp"
 #include "core/rng.hpp"

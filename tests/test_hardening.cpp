@@ -17,7 +17,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "bench/grid.hpp"
+#include "bench/points/grid.hpp"
 #include "tests/helpers.hpp"
 
 namespace ab {

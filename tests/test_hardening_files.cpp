@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 
-#include "bench/result_reader.hpp"
+#include "bench/results/result_reader.hpp"
 #include "tests/helpers.hpp"
 
 namespace ab {

@@ -359,38 +359,6 @@ TEST_P(KernelFiniteDifferences, GradientsMatchWithRope) {
   test::check_gradients_by_differences(r, 3, 3e-3, 2e-2);
 }
 
-// Token by token with RoPE equals the causal forward with RoPE (the state holds rotated keys).
-TEST(KernelRope, DecodeEqualsCausalForward) {
-  for (const std::string name : {"linear", "performer"}) {
-    const Shape4 s{2, 2, 45, 16};
-    const std::vector<std::string> params = {"chunk=16"};
-    auto full = test::run_problem(name, rope_problem(s, true), Mode::fwd, params, 13);
-    const auto& info = find_mechanism(name);
-    for (int64_t prefill : {int64_t{0}, int64_t{20}}) {
-      auto impl = info.make(rope_problem(s, true), resolve_params(info, params));
-      Rng rng(13, kStreamParams);
-      impl->setup(Mode::decode, rng);
-      AttnData d(s, 13, false);
-      const AttnArgs a = d.args();
-      impl->decode_prefill(a, prefill);
-      double worst = 0;
-      for (int64_t t = prefill; t < s.N; ++t) {
-        AttnArgs tok = a;
-        for (TensorView* v : {&tok.q, &tok.k, &tok.v, &tok.o}) {
-          v->data += t * v->strides.sn;
-          v->shape.N = 1;
-        }
-        impl->decode_step(tok, t);
-        for (int64_t i = 0; i < s.B * s.H * s.D; ++i) {
-          const int64_t b = i / (s.H * s.D), h = i / s.D % s.H, dd = i % s.D;
-          worst = std::max(worst, double(std::abs(d.o.view().at(b, h, t, dd) - full.data->o.view().at(b, h, t, dd))));
-        }
-      }
-      EXPECT_LT(worst, 2e-4) << name << " prefill " << prefill;
-    }
-  }
-}
-
 // An odd feature count has no pairs to rotate: refused at validation, naming the count.
 TEST(KernelRope, OddFeatureCountIsRefused) {
   const auto& info = find_mechanism("performer");
@@ -417,6 +385,36 @@ TEST(Linear, CausalBackwardDoesNotDependOnChunk) {
 }
 
 // ---- decode ----
+// Feeds tokens [prefill, N) of seeded inputs one at a time to `name` set up for decode on problem
+// `p` (each step twice: recomputing a position is idempotent) and returns the largest difference
+// from `want`, the causal forward's outputs on the same inputs.
+double decode_vs_forward(const std::string& name, const AttnProblem& p, const std::vector<std::string>& params,
+                         uint64_t seed, int64_t prefill, const Tensor& want) {
+  const auto& info = find_mechanism(name);
+  const Shape4& s = p.shape;
+  auto impl = info.make(p, resolve_params(info, params));
+  Rng rng(seed, kStreamParams);
+  impl->setup(Mode::decode, rng);
+  AttnData d(s, seed, false);
+  const AttnArgs a = d.args();
+  impl->decode_prefill(a, prefill);
+  double worst = 0;
+  for (int64_t t = prefill; t < s.N; ++t) {
+    AttnArgs tok = a;
+    for (TensorView* v : {&tok.q, &tok.k, &tok.v, &tok.o}) {
+      v->data += t * v->strides.sn;
+      v->shape.N = 1;
+    }
+    impl->decode_step(tok, t);
+    impl->decode_step(tok, t);
+    for (int64_t b = 0; b < s.B; ++b)
+      for (int64_t h = 0; h < s.H; ++h)
+        for (int64_t dd = 0; dd < s.D; ++dd)
+          worst = std::max(worst, double(std::abs(d.o.view().at(b, h, t, dd) - want.view().at(b, h, t, dd))));
+  }
+  return worst;
+}
+
 class DecodeTokenByToken : public ::testing::TestWithParam<std::string> {};
 
 // Feeding the sequence one token at a time gives the causal forward's outputs.
@@ -428,33 +426,24 @@ TEST_P(DecodeTokenByToken, EqualsCausalForward) {
   if (name == "sliding") params.push_back("window=9");
   if (name == "local") params = {"block=8", "lookback=2"};
   auto full = run_mechanism(name, s, true, Mode::fwd, params, 13);
-  const auto& info = find_mechanism(name);
-  for (int64_t prefill : {int64_t{0}, int64_t{40}}) {
-    auto impl = info.make(AttnProblem{s, true, Strides3::contiguous(s), 1}, resolve_params(info, params));
-    Rng rng(13, kStreamParams);
-    impl->setup(Mode::decode, rng);
-    AttnData d(s, 13, false);
-    const AttnArgs a = d.args();
-    impl->decode_prefill(a, prefill);
-    double worst = 0;
-    for (int64_t t = prefill; t < s.N; ++t) {
-      AttnArgs tok = a;
-      for (TensorView* v : {&tok.q, &tok.k, &tok.v, &tok.o}) {
-        v->data += t * v->strides.sn;
-        v->shape.N = 1;
-      }
-      impl->decode_step(tok, t);
-      impl->decode_step(tok, t);  // recomputing the same position is idempotent
-      for (int64_t b = 0; b < s.B; ++b)
-        for (int64_t h = 0; h < s.H; ++h)
-          for (int64_t dd = 0; dd < s.D; ++dd)
-            worst = std::max(worst, double(std::abs(d.o.view().at(b, h, t, dd) - full.data->o.view().at(b, h, t, dd))));
-    }
-    EXPECT_LT(worst, 2e-4) << name << " prefill " << prefill;
-  }
+  for (int64_t prefill : {int64_t{0}, int64_t{40}})
+    EXPECT_LT(decode_vs_forward(name, AttnProblem{s, true, Strides3::contiguous(s), 1}, params, 13, prefill, full.data->o), 2e-4)
+        << name << " prefill " << prefill;
 }
 INSTANTIATE_TEST_SUITE_P(All, DecodeTokenByToken,
                          ::testing::Values("vanilla", "flash", "linear", "performer", "sliding", "local"));
+
+// Token by token with RoPE equals the causal forward with RoPE (the state holds rotated keys).
+TEST(KernelRope, DecodeEqualsCausalForward) {
+  for (const std::string name : {"linear", "performer"}) {
+    const Shape4 s{2, 2, 45, 16};
+    const std::vector<std::string> params = {"chunk=16"};
+    auto full = test::run_problem(name, rope_problem(s, true), Mode::fwd, params, 13);
+    for (int64_t prefill : {int64_t{0}, int64_t{20}})
+      EXPECT_LT(decode_vs_forward(name, rope_problem(s, true), params, 13, prefill, full.data->o), 2e-4)
+          << name << " prefill " << prefill;
+  }
+}
 
 // ---- memory and FLOPs ----
 TEST(KernelMemory, TrackedPeakEqualsDeclared) {

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <set>
 
-#include "bench/point.hpp"
+#include "bench/points/point.hpp"
 #include "attention_impls/registry.hpp"
 #include "attention_impls/tiled_softmax.hpp"
 #include "core/dtype.hpp"

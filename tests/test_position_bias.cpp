@@ -16,7 +16,7 @@
 
 #include "attention_impls/position_bias.hpp"
 #include "attention_impls/registry.hpp"
-#include "bench/runner.hpp"
+#include "bench/engine/runner.hpp"
 #include "tests/helpers.hpp"
 #include "tests/patterns.hpp"
 #include "tests/reference.hpp"

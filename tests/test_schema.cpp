@@ -1,4 +1,4 @@
-// The point schema (bench/point.hpp) round trip, field by field: every identity field `run`
+// The point schema (bench/points/point.hpp) round trip, field by field: every identity field `run`
 // writes reads back, appears in the point's name, in the reproducing label and in `table`'s
 // group title. One parametrised test over the table, so a new field is covered by adding it.
 #include <gtest/gtest.h>
@@ -7,10 +7,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "bench/point.hpp"
-#include "bench/result_reader.hpp"
-#include "bench/table.hpp"
-#include "bench/train_presets.hpp"
+#include "bench/points/point.hpp"
+#include "bench/results/result_reader.hpp"
+#include "bench/results/table.hpp"
+#include "bench/points/train_presets.hpp"
 #include "tests/helpers.hpp"
 
 namespace ab {

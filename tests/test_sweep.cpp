@@ -17,14 +17,14 @@
 #include <sstream>
 #include <thread>
 
-#include "bench/table.hpp"
-#include "bench/compare.hpp"
-#include "bench/merge.hpp"
-#include "bench/grid.hpp"
-#include "bench/instructions.hpp"
-#include "bench/result_reader.hpp"
-#include "bench/stats.hpp"
-#include "bench/sweep.hpp"
+#include "bench/results/table.hpp"
+#include "bench/results/compare.hpp"
+#include "bench/results/merge.hpp"
+#include "bench/points/grid.hpp"
+#include "bench/engine/instructions.hpp"
+#include "bench/results/result_reader.hpp"
+#include "bench/results/stats.hpp"
+#include "bench/engine/sweep.hpp"
 #include "tests/helpers.hpp"
 
 extern char** environ;

@@ -15,10 +15,10 @@
 #include <set>
 
 #include "attention_impls/registry.hpp"
-#include "bench/result_reader.hpp"
-#include "bench/table.hpp"
-#include "bench/train.hpp"
-#include "bench/train_presets.hpp"
+#include "bench/results/result_reader.hpp"
+#include "bench/results/table.hpp"
+#include "bench/engine/train.hpp"
+#include "bench/points/train_presets.hpp"
 #include "model/trainer.hpp"
 #include "tasks/task.hpp"
 #include "tests/helpers.hpp"

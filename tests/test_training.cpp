@@ -10,7 +10,7 @@
 #include <set>
 
 #include "attention_impls/registry.hpp"
-#include "bench/runner.hpp"
+#include "bench/engine/runner.hpp"
 #include "core/dropout.hpp"
 #include "tests/helpers.hpp"
 

@@ -12,8 +12,8 @@
 #include <set>
 #include <sstream>
 
-#include "bench/terminal.hpp"
-#include "bench/warnings.hpp"
+#include "bench/text/terminal.hpp"
+#include "bench/results/warnings.hpp"
 #include "tests/helpers.hpp"
 
 namespace ab {

@@ -1,7 +1,7 @@
 // attnbench compare: the regression gate.
 #include <memory>
 
-#include "bench/compare.hpp"
+#include "bench/results/compare.hpp"
 #include "bench/verbs/verb.hpp"
 
 namespace ab {

@@ -2,7 +2,7 @@
 #include <iostream>
 #include <memory>
 
-#include "bench/dump.hpp"
+#include "bench/engine/dump.hpp"
 #include "bench/verbs/verb.hpp"
 
 namespace ab {

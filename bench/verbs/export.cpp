@@ -1,7 +1,7 @@
 // attnbench export: result files as one long table.
 #include <memory>
 
-#include "bench/export.hpp"
+#include "bench/results/export.hpp"
 #include "bench/verbs/verb.hpp"
 
 namespace ab {

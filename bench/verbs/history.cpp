@@ -1,7 +1,7 @@
 // attnbench history add | report: results across commits in a SQLite store.
 #include <memory>
 
-#include "bench/history.hpp"
+#include "bench/results/history.hpp"
 #include "bench/verbs/verb.hpp"
 
 namespace ab {

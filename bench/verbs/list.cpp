@@ -1,8 +1,8 @@
 // attnbench list: mechanisms, one mechanism's parameters, tasks, or a point's fields.
 #include <memory>
 
-#include "bench/list.hpp"
-#include "bench/text_table.hpp"
+#include "bench/engine/list.hpp"
+#include "bench/text/text_table.hpp"
 #include "bench/verbs/verb.hpp"
 
 namespace ab {

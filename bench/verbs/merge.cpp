@@ -1,8 +1,8 @@
 // attnbench merge: join result files (a sweep's shards) into one.
 #include <memory>
 
-#include "bench/merge.hpp"
-#include "bench/result_writer.hpp"
+#include "bench/results/merge.hpp"
+#include "bench/results/result_writer.hpp"
 #include "bench/verbs/verb.hpp"
 
 namespace ab {

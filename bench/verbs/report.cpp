@@ -1,7 +1,7 @@
 // attnbench report: result files as one self-contained HTML page.
 #include <memory>
 
-#include "bench/report.hpp"
+#include "bench/results/report.hpp"
 #include "bench/verbs/verb.hpp"
 
 namespace ab {

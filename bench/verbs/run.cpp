@@ -2,10 +2,10 @@
 // preset's points.
 #include <memory>
 
-#include "bench/plan.hpp"
-#include "bench/result_writer.hpp"
-#include "bench/run.hpp"
-#include "bench/text_table.hpp"
+#include "bench/engine/plan.hpp"
+#include "bench/results/result_writer.hpp"
+#include "bench/engine/run.hpp"
+#include "bench/text/text_table.hpp"
 #include "bench/verbs/verb.hpp"
 
 namespace ab {

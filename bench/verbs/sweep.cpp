@@ -2,9 +2,9 @@
 #include <cmath>
 #include <memory>
 
-#include "bench/run.hpp"
-#include "bench/sweep.hpp"
-#include "bench/text_table.hpp"
+#include "bench/engine/run.hpp"
+#include "bench/engine/sweep.hpp"
+#include "bench/text/text_table.hpp"
 #include "bench/verbs/verb.hpp"
 
 namespace ab {

@@ -1,7 +1,7 @@
 // attnbench table: comparison tables from result files (rows mechanisms, columns N).
 #include <memory>
 
-#include "bench/table.hpp"
+#include "bench/results/table.hpp"
 #include "bench/verbs/verb.hpp"
 
 namespace ab {

@@ -1,7 +1,7 @@
 // attnbench task sample | rate: a task's data, or how fast it is generated.
 #include <memory>
 
-#include "bench/task_cli.hpp"
+#include "bench/engine/task_cli.hpp"
 #include "bench/verbs/verb.hpp"
 
 namespace ab {

@@ -2,11 +2,11 @@
 // through the sweep (isolated, resumable, shardable).
 #include <memory>
 
-#include "bench/plan.hpp"
-#include "bench/run.hpp"
-#include "bench/sweep.hpp"
-#include "bench/text_table.hpp"
-#include "bench/train.hpp"
+#include "bench/engine/plan.hpp"
+#include "bench/engine/run.hpp"
+#include "bench/engine/sweep.hpp"
+#include "bench/text/text_table.hpp"
+#include "bench/engine/train.hpp"
 #include "bench/verbs/verb.hpp"
 
 namespace ab {

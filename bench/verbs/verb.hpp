@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "bench/grid.hpp"
-#include "bench/train_presets.hpp"
+#include "bench/points/grid.hpp"
+#include "bench/points/train_presets.hpp"
 
 namespace ab {
 
