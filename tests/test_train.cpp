@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
@@ -584,6 +585,57 @@ TEST(TrainCli, PerTaskParametersKeepOneRowPerMechanism) {
   ASSERT_EQ(t.code, 0) << t.out;
   for (const char* row : {"| local dmodel=16 H=2 steps=2 | ", "| local dmodel=32 H=4 steps=2 | ", "| local dmodel=16 H=2 steps=3 | "})
     EXPECT_NE(t.out.find(row), std::string::npos) << row << "\n" << t.out;
+  fs::remove(out);
+}
+
+// The MQAR table (Zoology's layout): a rate's seeds are averaged (mean ± sample std), and the rate
+// is chosen by its seeds' mean validation accuracy, not by the best single seed.
+TEST(TrainTable, RecallTableAveragesSeedsBeforeChoosingTheRate) {
+  const std::string out = test::temp_path("recall_seeds.json");
+  fs::remove(out);
+  auto e = test::exec("train --task mqar --seq 64 --layers 1 --dmodel 16 --heads 1 --mlp 0 --tie-embeddings --vocab 64 "
+                      "--steps 3 --eval-every 3 --eval-examples 64 --test-examples 64 --train-examples 256 "
+                      "--lr 0.001,0.01 --seed 1,2 --out " + out, false);
+  ASSERT_EQ(e.code, 0) << e.out;
+  // The expected cell from the file: per rate, the seeds' mean validation and test accuracy.
+  std::map<std::string, std::vector<std::pair<double, double>>> by_rate;  // lr -> (val, test) per seed
+  std::ifstream in(out);
+  const nlohmann::json file = nlohmann::json::parse(in);
+  for (const auto& b : file.at("benchmarks"))
+    if (b.value("run_type", "") == "iteration")
+      by_rate[b.at("point").at("lr").get<std::string>()].push_back({b.at("val_accuracy").get<double>(), b.at("accuracy").get<double>()});
+  ASSERT_EQ(by_rate.size(), 2u) << file.dump().substr(0, 2000);
+  std::string best;
+  double best_val = -1;
+  for (const auto& [lr, runs] : by_rate) {
+    ASSERT_EQ(runs.size(), 2u) << lr;
+    const double val = (runs[0].first + runs[1].first) / 2;
+    if (val > best_val) best_val = val, best = lr;
+  }
+  const auto& r = by_rate.at(best);
+  const double mean = 50 * (r[0].second + r[1].second), sd = 100 * std::abs(r[0].second - r[1].second) / std::sqrt(2.0);
+  const auto t = test::exec("table " + out + " --metric accuracy", false);
+  ASSERT_EQ(t.code, 0) << t.out;
+  EXPECT_NE(t.out.find(fmt::format("| flash | {:.2f} ± {:.2f} (n=2) (lr {}, best of 2) |", mean, sd, best)), std::string::npos)
+      << best << "\n" << t.out;
+  // Validation accuracies set so that the best single seed's rate (0.001: 0.9 and 0.1) is not the
+  // best mean's (0.01: 0.6 and 0.6): the table takes 0.01.
+  nlohmann::json edited = file;
+  std::map<std::string, int> seen;
+  std::map<std::string, double> val_of;  // run name -> its validation accuracy
+  for (auto& b : edited["benchmarks"])
+    if (b.value("run_type", "") == "iteration") {
+      const std::string lr = b["point"]["lr"];
+      val_of[b["run_name"]] = lr == "0.001" ? (seen[lr]++ ? 0.1 : 0.9) : 0.6;
+    }
+  for (auto& b : edited["benchmarks"])
+    if (val_of.count(b["run_name"])) b["val_accuracy"] = val_of.at(b["run_name"]);
+  const std::string edited_path = test::temp_path("recall_seeds_edited.json");
+  std::ofstream(edited_path) << edited.dump();
+  const auto t2 = test::exec("table " + edited_path + " --metric accuracy", false);
+  ASSERT_EQ(t2.code, 0) << t2.out;
+  EXPECT_NE(t2.out.find("(n=2) (lr 0.01, best of 2) |"), std::string::npos) << t2.out;
+  fs::remove(edited_path);
   fs::remove(out);
 }
 

@@ -177,7 +177,8 @@ namespace {
 // Zoology's Figure 2 layout for the associative-recall runs (every training run on mqar): one
 // table per length N (D pairs), rows mechanisms (and what tells a mechanism's configurations
 // apart: a window, a feature count), columns d_model; a cell is the best over the learning
-// rates, chosen by validation accuracy (not by the test set it reports), with the rate chosen.
+// rates, chosen by validation accuracy (not by the test set it reports; a rate's seeds by their
+// mean), with the rate chosen and, where a rate has several seeds, mean ± sample std over them.
 std::string recall_table(const std::vector<ResultFile>& files, const AccuracyTableOptions& o) {
   const Field* field = find_field(o.metric);
   const bool percent = o.metric != "eval_loss";
@@ -203,7 +204,7 @@ std::string recall_table(const std::vector<ResultFile>& files, const AccuracyTab
   std::string out;
   const std::string what = o.metric == "accuracy" ? "test accuracy" : o.metric;
   out += fmt::format("**{} ({}{}): mqar, one table per N; the best over learning rates by validation accuracy, the rate "
-                     "chosen in brackets**\n",
+                     "chosen in brackets; mean ± sample std over seeds where a rate has several**\n",
                      o.metric, percent ? "%, " : "", what);
   std::vector<std::string> notes;
   for (auto& [N, runs] : by_n) {
@@ -231,27 +232,51 @@ std::string recall_table(const std::vector<ResultFile>& files, const AccuracyTab
     for (const auto& row : rows) {
       out += "| " + row + " |";
       for (int64_t w : widths) {
-        const PointResult* best = nullptr;
+        // The runs of each rate (its seeds), in the order met; a rate's validation accuracy is
+        // its seeds' mean, and the cell the chosen rate's test value, mean ± sample std over them.
+        std::vector<std::pair<std::string, std::vector<const PointResult*>>> by_rate;
         std::string failed;
-        int tried = 0;
+        bool any = false;
         for (const auto& x : runs) {
           if (x.row != row || x.r->id.model.dmodel != w) continue;
-          ++tried;
+          any = true;
+          auto it = std::find_if(by_rate.begin(), by_rate.end(), [&](const auto& p) { return p.first == x.r->id.train.lr; });
+          if (it == by_rate.end()) it = by_rate.insert(by_rate.end(), {x.r->id.train.lr, {}});
           if (x.r->status != Status::OK) {
             failed = fmt::format("{}: {}", to_string(x.r->status), x.r->message);
             continue;
           }
-          if (!best || x.r->train->val_accuracy > best->train->val_accuracy) best = x.r;
+          it->second.push_back(x.r);
         }
-        if (!tried) {
+        auto mean_val = [](const std::vector<const PointResult*>& rs) {
+          double m = 0;
+          for (const auto* r : rs) m += r->train->val_accuracy;
+          return m / static_cast<double>(rs.size());
+        };
+        const std::vector<const PointResult*>* best = nullptr;
+        const std::string* best_lr = nullptr;
+        for (const auto& [lr, rs] : by_rate)
+          if (!rs.empty() && (!best || mean_val(rs) > mean_val(*best))) best = &rs, best_lr = &lr;
+        if (!any) {
           out += " not run |";
         } else if (!best) {
           out += " FAIL |";
           notes.push_back(fmt::format("{} at N {} d_model {}: {}", row, N, w, failed));
         } else {
-          const auto v = field->value(*best, real_stats(*best).median, nullptr);
-          out += fmt::format(" {} (lr {}{}) |", v ? fmt::format("{:.2f}", *v * (percent ? 100 : 1)) : "-", best->id.train.lr,
-                             tried > 1 ? fmt::format(", best of {}", tried) : "");
+          std::vector<double> values;
+          for (const auto* r : *best)
+            if (const auto v = field->value(*r, real_stats(*r).median, nullptr)) values.push_back(*v * (percent ? 100 : 1));
+          std::string cell = "-";
+          if (values.size() == 1) {
+            cell = fmt::format("{:.2f}", values[0]);
+          } else if (values.size() > 1) {
+            double mean = 0, var = 0;
+            for (double v : values) mean += v;
+            mean /= static_cast<double>(values.size());
+            for (double v : values) var += (v - mean) * (v - mean);
+            cell = fmt::format("{:.2f} ± {:.2f} (n={})", mean, std::sqrt(var / static_cast<double>(values.size() - 1)), values.size());
+          }
+          out += fmt::format(" {} (lr {}{}) |", cell, *best_lr, by_rate.size() > 1 ? fmt::format(", best of {}", by_rate.size()) : "");
         }
       }
       out += "\n";
