@@ -5,6 +5,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "bench/points/point.hpp"
@@ -123,6 +125,23 @@ TEST(PointNames, EveryPresetPointRoundTripsThroughItsName) {
   EXPECT_GT(checked, 500u);
   // The two points `run` wrote above, attention and model level.
   for (const Written& w : written()) EXPECT_EQ(PointId::from_name(w.read.id.name()).name(), w.read.id.name());
+}
+
+// --seed on a preset gives every configuration each seed asked for (the recall and extrapolation
+// presets took the first seed alone, silently).
+TEST(PresetSeeds, EveryConfigurationRunsEverySeedGiven) {
+  TrainPresetOptions o;
+  o.seeds = {2, 3};
+  for (const std::string& preset : train_presets()) {
+    std::map<std::string, std::set<int64_t>> seeds_of;  // configuration (name without the seed) -> seeds
+    for (PointId id : train_preset_grid(preset, o)) {
+      const int64_t seed = id.train.seed;
+      id.train.seed = 0;
+      seeds_of[id.name()].insert(seed);
+    }
+    ASSERT_FALSE(seeds_of.empty()) << preset;
+    for (const auto& [config, seeds] : seeds_of) EXPECT_EQ(seeds, (std::set<int64_t>{2, 3})) << preset << ": " << config;
+  }
 }
 
 // The field table scripts read names through: every field, in the name's order.

@@ -298,9 +298,9 @@ std::vector<PointId> train_preset_grid(const std::string& name, const TrainPrese
       const std::vector<std::string> flash_only = chosen({"flash"});
       for (const RecallRun& k : {RecallRun{kZoologyVocab, kZoologyBatch, 20, 1}, RecallRun{1024, kZoologyBatch, 20, 1},
                                  RecallRun{kZoologyVocab, 64, 20, 1}})
-        add(recall_runs(recall_recipe(64, 64, "0.0022", k), flash_only, {seeds.front()}, o.threads));
+        add(recall_runs(recall_recipe(64, 64, "0.0022", k), flash_only, seeds, o.threads));
       for (const char* lr : {"0.0022", "0.01", "0.00046"})
-        add(recall_runs(recall_recipe(64, 64, lr, kCalibration), flash_only, {seeds.front()}, o.threads));
+        add(recall_runs(recall_recipe(64, 64, lr, kCalibration), flash_only, seeds, o.threads));
       return out;
     }
     // 1. flash at every length and rate (its target first); 2. every other mechanism, length by
@@ -311,23 +311,23 @@ std::vector<PointId> train_preset_grid(const std::string& name, const TrainPrese
     std::vector<std::string> rest = all;
     std::erase(rest, "flash");
     for (int64_t N : kRecallLengths)
-      for (const auto& lr : kRecallRates) add(recall_runs(recall_recipe(N, 64, lr, kGrid), chosen({"flash"}), {seeds.front()}, o.threads));
+      for (const auto& lr : kRecallRates) add(recall_runs(recall_recipe(N, 64, lr, kGrid), chosen({"flash"}), seeds, o.threads));
     for (int64_t N : kRecallLengths)
-      for (const auto& lr : kRecallRates) add(recall_runs(recall_recipe(N, 64, lr, kGrid), rest, {seeds.front()}, o.threads));
+      for (const auto& lr : kRecallRates) add(recall_runs(recall_recipe(N, 64, lr, kGrid), rest, seeds, o.threads));
     for (const auto& lr : kRecallRates) {
       for (int64_t window : {8, 32, 64, 128}) {
         TaskRecipe r = recall_recipe(128, 64, lr, kGrid);
         std::erase_if(r.params, [](const std::string& p) { return p.rfind("sliding.", 0) == 0; });
         r.params.push_back(fmt::format("sliding.window={}", window));
-        add(recall_runs(r, chosen({"sliding"}), {seeds.front()}, o.threads));
+        add(recall_runs(r, chosen({"sliding"}), seeds, o.threads));
       }
       for (int64_t features : {16, 256}) {
         TaskRecipe r = recall_recipe(128, 64, lr, kGrid);
         std::erase(r.params, "performer.features=64");
         r.params.push_back(fmt::format("performer.features={}", features));
-        add(recall_runs(r, chosen({"performer"}), {seeds.front()}, o.threads));
+        add(recall_runs(r, chosen({"performer"}), seeds, o.threads));
       }
-      for (int64_t d : {32, 128}) add(recall_runs(recall_recipe(128, d, lr, kGrid), chosen({"linear", "flash"}), {seeds.front()}, o.threads));
+      for (int64_t d : {32, 128}) add(recall_runs(recall_recipe(128, d, lr, kGrid), chosen({"linear", "flash"}), seeds, o.threads));
     }
     return out;
   }
@@ -336,16 +336,16 @@ std::vector<PointId> train_preset_grid(const std::string& name, const TrainPrese
     // admit (not learned absolute positions, which exist at the trained length only); 3. MQAR.
     for (const auto& e : kEncodings)
       if (task_chosen(TaskRecipe{"induction", {}, {}}))
-        add(runs(induction_extrapolation_recipe(e), chosen({"flash"}), {seeds.front()}, "", o.threads));
+        add(runs(induction_extrapolation_recipe(e), chosen({"flash"}), seeds, "", o.threads));
     for (const auto& e : kEncodings)
       if (e != "learned" && task_chosen(TaskRecipe{"induction", {}, {}}))
-        add(runs(induction_extrapolation_recipe(e), chosen({"sliding", "local"}), {seeds.front()}, "", o.threads));
+        add(runs(induction_extrapolation_recipe(e), chosen({"sliding", "local"}), seeds, "", o.threads));
     if (task_chosen(TaskRecipe{"mqar", {}, {}}))
       for (const auto& e : kEncodings) {
         TaskRecipe r = recall_recipe(128, 64, "0.0022", kGrid);
         r.options["positions"] = e;
         r.options["test_seq"] = "256,512";
-        add(recall_runs(r, chosen({"flash"}), {seeds.front()}, o.threads));
+        add(recall_runs(r, chosen({"flash"}), seeds, o.threads));
       }
     if (out.empty()) throw InvalidInput("--preset positions-extrapolation has the induction and mqar tasks only");
     return out;
@@ -358,7 +358,9 @@ std::vector<PointId> train_preset_grid(const std::string& name, const TrainPrese
   std::vector<std::string> rest;
   for (const auto& m : mechanism_names())
     if (std::find(kLraCore.begin(), kLraCore.end(), m) == kLraCore.end()) rest.push_back(m);
-  const std::vector<int64_t> first = {seeds.front()};
+  // Seeds given with --seed: every run each of them. The preset's own: the Transformer three,
+  // the rest the first.
+  const std::vector<int64_t> first = o.seeds.empty() ? std::vector<int64_t>{seeds.front()} : seeds;
   // 1. The Transformer everywhere; 2. the core rows everywhere; 3. every other mechanism on
   // ListOps; 4. the Transformer's other seeds; 5. the rest of the grid.
   if (flash)
@@ -370,7 +372,7 @@ std::vector<PointId> train_preset_grid(const std::string& name, const TrainPrese
   }
   for (const auto& r : recipes)
     if (r.task == "listops" && !chosen(rest).empty()) add(runs(r, chosen(rest), first, "", o.threads));
-  const std::vector<int64_t> more_seeds(seeds.begin() + 1, seeds.end());
+  const std::vector<int64_t> more_seeds = o.seeds.empty() ? std::vector<int64_t>(seeds.begin() + 1, seeds.end()) : std::vector<int64_t>{};
   if (flash && !more_seeds.empty())
     for (const auto& r : recipes) add(runs(r, {"flash"}, more_seeds, train_preset_data_dir(name, r.task, o), o.threads));
   for (const auto& r : recipes)
