@@ -450,26 +450,34 @@ def bubbles_main(argv):
     fig.savefig(a.prefix + ".svg")
 
 
-def recall_runs(path, seq=None):
-    """The best run over learning rates (by validation accuracy) of each (mechanism configuration,
-    d_model) at one length N (the largest in the file unless given) of a zoology-mqar result file:
-    {(mechanism, params tuple, d_model): (test accuracy, tokens/s of its own steps, point)}."""
-    doc = read_result_file(path)
-    runs = [b for b in doc.get("benchmarks", []) if b.get("run_type") == "iteration" and not b.get("error_occurred")
-            and b.get("point", {}).get("task") == "mqar" and "accuracy" in b]
+def recall_runs(paths, seq=None):
+    """The best learning rate (by validation accuracy, a rate's seeds by their mean, as `attnbench
+    table` chooses) of each (mechanism configuration, d_model) at one length N (the largest in the
+    files unless given) of zoology-mqar result files (the grid, and files of further seeds):
+    {(mechanism, params tuple, d_model): (test accuracy, the seeds' mean, tokens/s of its first
+    run's own steps, point)}."""
+    runs, ctx = [], None
+    for path in paths:
+        doc = read_result_file(path)
+        ctx = ctx if ctx is not None else doc.get("context", {})
+        runs += [b for b in doc.get("benchmarks", []) if b.get("run_type") == "iteration" and not b.get("error_occurred")
+                 and b.get("point", {}).get("task") == "mqar" and "accuracy" in b]
     if not runs:
-        raise SystemExit(f"plot.py frontier: {path} holds no finished mqar training run")
+        raise SystemExit(f"plot.py frontier: {', '.join(paths)} hold no finished mqar training run")
     n = seq or max(b["point"]["seq"] for b in runs)
-    best = {}
+    by_rate = defaultdict(list)  # (configuration, lr) -> its seeds' runs
     for b in runs:
         p = b["point"]
-        if p["seq"] != n:
-            continue
-        key = (p["attn"], tuple(sorted(p.get("params", {}).items())), p["dmodel"])
-        if key not in best or b["val_accuracy"] > best[key][3]:
-            tokens = b.get("tokens_per_s") or 1000.0 / b["real_time"] * p["batch"] * p["seq"]
-            best[key] = (b["accuracy"], tokens, p, b["val_accuracy"])
-    return n, {k: v[:3] for k, v in best.items()}, doc.get("context", {})
+        if p["seq"] == n:
+            by_rate[((p["attn"], tuple(sorted(p.get("params", {}).items())), p["dmodel"]), p["lr"])].append(b)
+    best = {}
+    for (key, _), rs in by_rate.items():
+        val = sum(b["val_accuracy"] for b in rs) / len(rs)
+        if key not in best or val > best[key][3]:
+            first = rs[0]
+            tokens = first.get("tokens_per_s") or 1000.0 / first["real_time"] * first["point"]["batch"] * first["point"]["seq"]
+            best[key] = (sum(b["accuracy"] for b in rs) / len(rs), tokens, first["point"], val)
+    return n, {k: v[:3] for k, v in best.items()}, ctx
 
 
 def inference_bytes_per_token(exe, point):
@@ -498,13 +506,15 @@ def frontier_main(argv):
     ap = argparse.ArgumentParser(description="the recall-cost frontier of a zoology-mqar result file")
     ap.add_argument("result")
     ap.add_argument("prefix")
+    ap.add_argument("--also", action="append", default=[],
+                    help="a result file of further seeds of the same grid (repeatable): a rate's seeds are averaged")
     ap.add_argument("--seq", type=int, help="the length N to draw (default: the longest in the file)")
     ap.add_argument("--speed", help="a `run --preset zoology-mqar` result: tokens/s of timed training steps instead of "
                                     "the runs' own wall clock")
     ap.add_argument("--attnbench", default=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                                         "build", "attnbench"))
     a = ap.parse_args(argv)
-    n, best, ctx = recall_runs(a.result, a.seq)
+    n, best, ctx = recall_runs([a.result] + a.also, a.seq)
     if not best:
         raise SystemExit(f"plot.py frontier: {a.result} has no finished run at N={n}")
     speed_source = "its own run's wall clock"
@@ -552,7 +562,7 @@ def frontier_main(argv):
         ax.set_ylim(-2, 102)
     fig.legend(loc="center right", fontsize=8)
     fig.suptitle(f"{os.path.basename(a.result)}: {ctx.get('command', '')[:140]}\n(best over learning rates by validation "
-                 f"accuracy; memory: the decode state where a mechanism has a decode step, else a forward call's tracked working "
+                 f"accuracy, a rate's seeds averaged; memory: the decode state where a mechanism has a decode step, else a forward call's tracked working "
                  f"memory, measured by attnbench run --mode {'/'.join(modes)})", fontsize=8)
     fig.tight_layout(rect=(0, 0, 0.88, 0.94))
     fig.savefig(a.prefix + ".png", dpi=110)

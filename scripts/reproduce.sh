@@ -183,7 +183,8 @@ run_target() {
           commands+=("attnbench train --preset $name --attn flash,sinkhorn,linformer,longformer,bigbird --seed 2,3 --filter 'N:128/.*lr:0.0022/' --threads 1 --jobs $jobs --out $seeds --train-dir runs/$name-seeds --resume")
           "$exe" train --preset "$name" --attn flash,sinkhorn,linformer,longformer,bigbird --seed 2,3 --filter 'N:128/.*lr:0.0022/' \
             --threads 1 --jobs "$jobs" --out "$seeds" --train-dir "runs/$name-seeds" --resume || true
-          [ -f "$seeds" ] && tables+=("$seeds")
+          local also=()
+          if [ -f "$seeds" ]; then tables+=("$seeds"); also=(--also "$seeds"); fi
         fi
         "$exe" table "${tables[@]}" --metric accuracy >"$work/$name.md"
         $py scripts/plot.py curves "$work"/logs/*.jsonl "$work/${name//-/_}_curves" --attnbench "$exe" --title "MQAR: learning curves"
@@ -191,7 +192,8 @@ run_target() {
           # The throughput axis from each configuration's training step timed on an idle core.
           bench mqar_speed --preset zoology-mqar --threads 1 --reps 3 --min-time 0.5
           for n in 64 128 256; do
-            $py scripts/plot.py frontier "$file" "$work/mqar_frontier_$n" --seq "$n" --speed "$work/mqar_speed.json" --attnbench "$exe"
+            $py scripts/plot.py frontier "$file" "$work/mqar_frontier_$n" --seq "$n" --speed "$work/mqar_speed.json" --attnbench "$exe" \
+              "${also[@]}"
           done
         fi
       elif [ "$name" = positions-extrapolation ]; then
