@@ -83,6 +83,12 @@ struct AttnProblem {
 struct AttnArgs {
   TensorView q, k, v, o;
   TensorView dout, dq, dk, dv;
+  // Token `pos` of q, k, v and o alone (N = 1): what decode_step takes.
+  AttnArgs token(int64_t pos) const {
+    AttnArgs t = *this;
+    for (TensorView* x : {&t.q, &t.k, &t.v, &t.o}) *x = x->token(pos);
+    return t;
+  }
 };
 
 struct Capabilities {

@@ -30,6 +30,13 @@ struct TensorView {
   float* head(int64_t b, int64_t h) const { return data + b * strides.sb + h * strides.sh; }
   float* row(int64_t b, int64_t h, int64_t n) const { return head(b, h) + n * strides.sn; }
   float& at(int64_t b, int64_t h, int64_t n, int64_t d) const { return row(b, h, n)[d]; }
+  // Row n alone: the (B, H, 1, D) window a decode step reads or writes.
+  TensorView token(int64_t n) const {
+    TensorView v = *this;
+    v.data = data + n * strides.sn;
+    v.shape.N = 1;
+    return v;
+  }
 };
 
 // An owning, contiguous, tracked tensor.

@@ -400,11 +400,7 @@ double decode_vs_forward(const std::string& name, const AttnProblem& p, const st
   impl->decode_prefill(a, prefill);
   double worst = 0;
   for (int64_t t = prefill; t < s.N; ++t) {
-    AttnArgs tok = a;
-    for (TensorView* v : {&tok.q, &tok.k, &tok.v, &tok.o}) {
-      v->data += t * v->strides.sn;
-      v->shape.N = 1;
-    }
+    const AttnArgs tok = a.token(t);
     impl->decode_step(tok, t);
     impl->decode_step(tok, t);
     for (int64_t b = 0; b < s.B; ++b)

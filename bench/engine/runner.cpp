@@ -119,13 +119,6 @@ size_t io_bytes(const PointId& id) {
   return (id.mode == RunMode::fwdbwd ? 8 : 4) * t;
 }
 
-// Views of token `pos` alone: (B, H, 1, D) windows into the full tensors.
-TensorView token_view(const TensorView& t, int64_t pos) {
-  TensorView v = t;
-  v.data = t.data + pos * t.strides.sn;
-  v.shape.N = 1;
-  return v;
-}
 }  // namespace
 
 ModelConfig model_config(const PointId& id) {
@@ -406,8 +399,7 @@ PointResult run_point_impl(PreparedPoint& pp, const RunOptions& opts, PointResul
   AttnData data(input_shape(id), opts.seed, bwd);
   const AttnArgs args = data.args();
   const int64_t pos = id.shape.N;  // decode: the new token follows N context tokens
-  AttnArgs token = args;
-  for (TensorView* v : {&token.q, &token.k, &token.v, &token.o}) *v = token_view(*v, pos);
+  const AttnArgs token = args.token(pos);
   // Working memory is what the mechanism holds beyond its inputs and outputs.
   const size_t baseline = MemoryMeter::current();
   MemoryMeter::reset_peak();
@@ -490,7 +482,7 @@ PointResult run_point_impl(PreparedPoint& pp, const RunOptions& opts, PointResul
       }
       if (decode) {
         // Compare the new token's row only.
-        const TensorView got = token.o, want = token_view(o_ref.view(), pos);
+        const TensorView got = token.o, want = o_ref.view().token(pos);
         Tensor a(got.shape), b(got.shape);
         for (int64_t bb = 0; bb < s.B; ++bb)
           for (int64_t h = 0; h < s.H; ++h)
