@@ -59,8 +59,8 @@ void FeatureMapAttention::rotate_features(float* phi, int64_t rows, int64_t pos0
   if (rope_) rope_rotate_rows(phi, rows, F_, F_, rope_table_.data(), rope_rows_, pos0, inverse);
 }
 
-float* FeatureMapAttention::numerator_features(const float* phi, float* rotated, int64_t rows) const {
-  if (!rope_) return const_cast<float*>(phi);
+float* FeatureMapAttention::numerator_features(float* phi, float* rotated, int64_t rows) const {
+  if (!rope_) return phi;
   std::copy_n(phi, rows * F_, rotated);
   rotate_features(rotated, rows, 0, false);
   return rotated;

@@ -72,7 +72,7 @@ class FeatureMapAttention : public Attention {
   // (inverse: the backward); nothing without AttnProblem::rope.
   void rotate_features(float* phi, int64_t rows, int64_t pos0, bool inverse) const;
   // Numerator features: a rotated copy of phi (rows at positions 0, 1, ...) with RoPE, else phi.
-  float* numerator_features(const float* phi, float* rotated, int64_t rows) const;
+  float* numerator_features(float* phi, float* rotated, int64_t rows) const;
 
   // Products, named by what they compute (len: rows of the chunk or sequence).
   MatmulSpec spec_QKt(int64_t len) const;     // A = phiQ_c phiK_c^T        (len x len)

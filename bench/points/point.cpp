@@ -398,6 +398,11 @@ PointId PointId::from_name(const std::string& name) {
         return true;
     return false;
   };
+  // A '/' ends a value unless what follows it, up to the next '/', holds no ':' (a directory).
+  auto piece_has_colon = [&](size_t pos) {
+    const size_t colon = name.find(':', pos);
+    return colon != std::string::npos && colon < std::min(name.find('/', pos), name.size());
+  };
   PointId id;
   size_t at = 0;  // where the next segment begins
   for (size_t i = 0; i < fields.size() && at < name.size(); ++i) {
@@ -415,11 +420,6 @@ PointId PointId::from_name(const std::string& name) {
     const std::string head = std::string(f.segment) + ":";
     if (name.compare(at, head.size(), head) != 0) continue;  // not named: its default
     const size_t from = at + head.size();
-    // A '/' ends the value unless what follows it, up to the next '/', holds no ':' (a directory).
-    auto piece_has_colon = [&](size_t pos) {
-      const size_t colon = name.find(':', pos);
-      return colon != std::string::npos && colon < std::min(name.find('/', pos), name.size());
-    };
     size_t end = name.find('/', from);
     while (end != std::string::npos && !piece_has_colon(end + 1)) end = name.find('/', end + 1);
     if (end == std::string::npos) end = name.size();

@@ -85,6 +85,13 @@ struct Cell {
     for (double v : values) s += (v - m) * (v - m);
     return std::sqrt(s / static_cast<double>(values.size() - 1));
   }
+  // "-" without values, the value alone for one, else "mean ± sample std (n=k)".
+  template <class Number>
+  std::string text(const Number& number) const {
+    if (!mean()) return "-";
+    if (values.size() == 1) return number(*mean());
+    return fmt::format("{} ± {} (n={})", number(*mean()), number(stddev()), values.size());
+  }
 };
 
 // Spearman's rank correlation of paired values (average ranks for ties).
@@ -263,19 +270,10 @@ std::string recall_table(const std::vector<ResultFile>& files, const AccuracyTab
           out += " FAIL |";
           notes.push_back(fmt::format("{} at N {} d_model {}: {}", row, N, w, failed));
         } else {
-          std::vector<double> values;
+          Cell seeds;
           for (const auto* r : *best)
-            if (const auto v = field->value(*r, real_stats(*r).median, nullptr)) values.push_back(*v * (percent ? 100 : 1));
-          std::string cell = "-";
-          if (values.size() == 1) {
-            cell = fmt::format("{:.2f}", values[0]);
-          } else if (values.size() > 1) {
-            double mean = 0, var = 0;
-            for (double v : values) mean += v;
-            mean /= static_cast<double>(values.size());
-            for (double v : values) var += (v - mean) * (v - mean);
-            cell = fmt::format("{:.2f} ± {:.2f} (n={})", mean, std::sqrt(var / static_cast<double>(values.size() - 1)), values.size());
-          }
+            if (const auto v = field->value(*r, real_stats(*r).median, nullptr)) seeds.values.push_back(*v * (percent ? 100 : 1));
+          const std::string cell = seeds.text([](double v) { return fmt::format("{:.2f}", v); });
           out += fmt::format(" {} (lr {}{}) |", cell, *best_lr, by_rate.size() > 1 ? fmt::format(", best of {}", by_rate.size()) : "");
         }
       }
@@ -380,9 +378,7 @@ std::string accuracy_table(const std::vector<ResultFile>& files, const AccuracyT
       notes.push_back(fmt::format("{} on {}: {}", row, task, c.failures.front()));
       return "FAIL";
     }
-    if (!c.mean()) return "-";
-    if (c.values.size() == 1) return number(*c.mean());
-    return fmt::format("{} ± {} (n={})", number(*c.mean()), number(c.stddev()), c.values.size());
+    return c.text(number);
   };
   auto average = [&](const std::string& row) -> std::string {
     double sum = 0;
