@@ -131,6 +131,16 @@ TEST(Rope, KernelMechanismsRotateTheirFeatureMapsInside) {
     };
     EXPECT_GT(std::abs(loss_of(Positions::rope) - loss_of(Positions::none)), 1e-4) << mech;
     EXPECT_TRUE(find_mechanism(mech).caps.rope_feature_maps) << mech;
+    // The rotation is the mechanism's: its working memory holds the angle table, and the model's
+    // activations hold no q, k table (as they do for a mechanism that takes rotated q and k).
+    auto part = [&](Positions p, const std::string& name) {
+      TransformerModel m(tiny_rope("copy", mech, {}, 32, p), ModelMode::fwdbwd);
+      for (const auto& [n, bytes] : m.memory_parts())
+        if (n == name) return bytes;
+      return size_t{0};
+    };
+    EXPECT_GT(part(Positions::rope, "attention"), part(Positions::none, "attention")) << mech;
+    EXPECT_EQ(part(Positions::rope, "activations"), part(Positions::none, "activations")) << mech;
   }
 }
 
