@@ -120,6 +120,9 @@ struct Capabilities {
 struct Bf16Support {
   bool available = false;
   std::string constraints;
+  // Its backward pass runs in bf16 too. Without it a bf16 training step runs this mechanism in
+  // float32 (the model's linear layers stay bf16) and the result says so.
+  bool backward = false;
 };
 
 // A tensor the model's optimiser trains: the mechanism's own parameter and its gradient, which a

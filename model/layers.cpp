@@ -53,16 +53,16 @@ Linear::Linear(int64_t M, int64_t K, int64_t N, bool with_backward, bool bf16, b
     s.single_thread = false;  // called outside any parallel region: oneDNN parallelises
     return s;
   };
-  if (bf16 && with_backward) throw std::logic_error("Linear: the bf16 product has no backward pass");
   const MatmulSpec fwd = spec(weights_nk ? MatmulSpec::tile(M, N, K, K, false, K, true, N)    // X · W^T, W (N, K)
                                          : MatmulSpec::tile(M, N, K, K, false, N, false, N));  // X · W, W (K, N)
   fwd_ = Matmul(bf16 ? fwd.with_bf16_inputs() : fwd);
+  auto typed = [&](MatmulSpec s) { return bf16 ? spec(s).with_bf16_inputs() : spec(s); };
   if (with_backward && weights_nk) {
-    bwd_data_ = Matmul(spec(MatmulSpec::tile(M, K, N, N, false, K, false, K)));    // dY · W
-    bwd_weights_ = Matmul(spec(MatmulSpec::tile(N, K, M, N, true, K, false, K)));  // dY^T · X
+    bwd_data_ = Matmul(typed(MatmulSpec::tile(M, K, N, N, false, K, false, K)));    // dY · W
+    bwd_weights_ = Matmul(typed(MatmulSpec::tile(N, K, M, N, true, K, false, K)));  // dY^T · X
   } else if (with_backward) {
-    bwd_data_ = Matmul(spec(MatmulSpec::tile(M, K, N, N, false, N, true, K)));    // dY · W^T
-    bwd_weights_ = Matmul(spec(MatmulSpec::tile(K, N, M, K, true, N, false, N)));  // X^T · dY
+    bwd_data_ = Matmul(typed(MatmulSpec::tile(M, K, N, N, false, N, true, K)));    // dY · W^T
+    bwd_weights_ = Matmul(typed(MatmulSpec::tile(K, N, M, K, true, N, false, N)));  // X^T · dY
   }
 }
 
@@ -90,10 +90,11 @@ void Linear::forward(const void* X, const void* W, const float* b, float* Y) con
   }
 }
 
-void Linear::backward(const float* X, const float* W, const float* dY, float* dX, float* dW, float* db) const {
-  bwd_data_.run(0, dY, W, dX);
-  if (weights_nk_) bwd_weights_.run(0, dY, X, dW);  // weights (N, K): dY^T · X
-  else bwd_weights_.run(0, X, dY, dW);
+void Linear::backward(const void* X, const void* W, const float* dY, const void* dY_product, float* dX, float* dW,
+                      float* db) const {
+  bwd_data_.run(0, dY_product, W, dX);
+  if (weights_nk_) bwd_weights_.run(0, dY_product, X, dW);  // weights (N, K): dY^T · X
+  else bwd_weights_.run(0, X, dY_product, dW);
   if (!db) return;
   // Column sums, 64 columns per task: each thread owns its columns, so the order is fixed.
   constexpr int64_t kCols = 64;

@@ -35,8 +35,9 @@ class BoundPrimitive {
 
 // Y (M, N) = X (M, K) · W (K, N) + b (N); W row-major, or (weights_nk) stored as (N, K) and
 // read transposed (a tied output layer: the embedding table). bf16: X and W hold bf16 numbers (the
-// caller rounds them), the product accumulates in float and Y and b are float; forward only. A
-// null b: no bias.
+// caller rounds them), the product accumulates in float and Y and b are float; in the backward
+// pass X, W and dY enter both products as bf16 numbers too (PyTorch's CPU autocast), dX and dW
+// come out in float. A null b: no bias.
 class Linear {
  public:
   Linear() = default;
@@ -46,8 +47,12 @@ class Linear {
   double forward_flops() const { return 2.0 * M_ * N_ * K_; }
   void forward(const void* X, const void* W, const float* b, float* Y) const;
   // dX (M, K) = dY · W^T; dW (K, N) = X^T · dY (weights_nk: (N, K) = dY^T · X); db (N) = column
-  // sums of dY (none when db is null). Overwrites all three.
-  void backward(const float* X, const float* W, const float* dY, float* dX, float* dW, float* db) const;
+  // sums of dY (none when db is null). Overwrites all three. X, W and dY_product as the products
+  // read them (floats, or bf16 numbers in a bf16 layer); db sums the float dY.
+  void backward(const void* X, const void* W, const float* dY, const void* dY_product, float* dX, float* dW, float* db) const;
+  void backward(const float* X, const float* W, const float* dY, float* dX, float* dW, float* db) const {
+    backward(X, W, dY, dY, dX, dW, db);
+  }
   int64_t M() const { return M_; }
 
  private:

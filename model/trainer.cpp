@@ -128,6 +128,7 @@ struct Trainer::State {
   Buffer<float> best;  // the trained tensors at the best validation accuracy
   bool has_best = false;
   bool stopped_early = false;  // stop_at was reached: the run is finished at `step`
+  std::string converted_from;  // the checkpoint's run in another dtype (TrainConfig::convert_dtype)
 };
 
 Trainer::Trainer(TrainConfig c) : c_(std::move(c)) {
@@ -273,6 +274,7 @@ void Trainer::save_checkpoint(const State& st, TrainOutcome& out) {
   const int64_t best_floats = st.has_best ? static_cast<int64_t>(st.best.size()) : 0;
   nlohmann::json header = {{"version", kCheckpointVersion},
                            {"identity", c_.identity},
+                           {"dtype", to_string(c_.model.dtype)},  // the steps' products; the state is float32 in every dtype
                            {"step", st.step},
                            {"best_val_accuracy", st.best_val},
                            {"best_step", st.best_step},
@@ -383,7 +385,14 @@ void Trainer::load_checkpoint(State& st) {
     throw corrupt(fmt::format("format version {}, this attnbench reads versions 1 and {}", version, kCheckpointVersion));
   if ((version >= 2) != has_file_crc) throw corrupt("its second line does not match its format version");
   const std::string identity = field("identity", vt::string).get<std::string>();
-  if (identity != c_.identity)
+  const auto& others = c_.other_dtype_identities;
+  const bool other_dtype = std::find(others.begin(), others.end(), identity) != others.end();
+  if (other_dtype && !c_.convert_dtype)
+    throw InvalidInput(fmt::format("{} holds this run in another --dtype:\n  it holds  {}\n  this run  {}\n(refused; nothing was "
+                                   "loaded; --convert-dtype continues it in this run's dtype)",
+                                   path, identity, c_.identity));
+  if (other_dtype) st.converted_from = identity;
+  else if (identity != c_.identity)
     throw InvalidInput(fmt::format("{} belongs to another run:\n  it holds  {}\n  this run  {}\n(refused; nothing was loaded)",
                                    path, identity, c_.identity));
   const auto state = model_->state();
@@ -471,6 +480,7 @@ TrainOutcome Trainer::run(bool resume, const std::function<void(const CurvePoint
     load_checkpoint(st);
     out.resumed = true;
     out.resumed_at = st.step;
+    out.converted_from = st.converted_from;
   }
   const int64_t tokens_per_step = c_.model.batch * c_.model.seq * (c_.model.two_tower ? 2 : 1);
   const double t_run = now() - st.elapsed;  // elapsed counts across resumes

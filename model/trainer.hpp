@@ -61,6 +61,11 @@ struct TrainConfig {
   int64_t log_every = 10;
   uint64_t seed = 1;
   std::string identity;  // the point's name; a checkpoint of another point is refused
+  // The names of this run in another --dtype. Their checkpoints are refused with a hint, or, with
+  // convert_dtype, continued in this run's dtype: master weights and AdamW's moments are float32
+  // in every dtype, so the state carries over as it is (bf16 copies are made per step).
+  std::vector<std::string> other_dtype_identities;
+  bool convert_dtype = false;
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0;  // 0: only when interrupted or finished
   double stop_at = 0;  // > 0: stop once a validation accuracy reaches it (Zoology's early stop)
@@ -105,6 +110,7 @@ struct TrainOutcome {
   bool interrupted = false;
   bool resumed = false;
   int64_t resumed_at = 0;
+  std::string converted_from;  // the checkpoint's run, when convert_dtype continued another dtype's
   bool stopped_early = false;  // a validation accuracy reached stop_at at step steps_done
   std::vector<LengthResult> at_lengths;
 };

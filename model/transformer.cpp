@@ -141,6 +141,19 @@ int64_t TransformerModel::act(int64_t count) {
   return off;
 }
 
+Dtype attention_dtype(const ModelConfig& c, const MechanismInfo& info, ModelMode mode) {
+  if (c.dtype != Dtype::bf16 || !info.bf16.available) return Dtype::f32;
+  return mode == ModelMode::fwd || info.bf16.backward ? Dtype::bf16 : Dtype::f32;
+}
+
+std::string TransformerModel::precision() const {
+  if (!bf16()) return "";
+  const Dtype attn = attention_dtype(c_, find_mechanism(c_.mechanism), mode_);
+  return fmt::format("bf16 step: the linear layers' products in bf16 with float accumulation{}; {} in {}{}", backward_ ? ", forward and backward" : "",
+                     c_.mechanism, to_string(attn),
+                     attn == Dtype::bf16 ? "" : backward_ && find_mechanism(c_.mechanism).bf16.available ? " (its bf16 path is forward only)" : "");
+}
+
 TransformerModel::TransformerModel(const ModelConfig& c, ModelMode mode) : c_(c), mode_(mode) {
   backward_ = mode != ModelMode::fwd;
   // The mechanisms and primitives are planned for this many threads (one execution slot each).
@@ -154,8 +167,6 @@ TransformerModel::TransformerModel(const ModelConfig& c, ModelMode mode) : c_(c)
   if (d % H) throw InvalidInput(fmt::format("--dmodel {} is not a multiple of --heads {}", d, H));
   if (c.vocab < 2) throw InvalidInput("the vocabulary needs at least 2 tokens");
   if (c.pooling != Pooling::lm && c.classes < 2) throw InvalidInput("a classifier needs at least 2 classes");
-  if (c.dtype == Dtype::bf16 && mode != ModelMode::fwd)
-    throw InvalidInput(fmt::format("the model runs bf16 forward only (--mode fwd), not --mode {}", to_string(mode)));
   Dh_ = d / H;
   Benc_ = c.two_tower ? 2 * c.batch : c.batch;
   // ETC's global tokens: learned rows before each sequence's tokens (S_ rows an encoder sequence).
@@ -180,8 +191,10 @@ TransformerModel::TransformerModel(const ModelConfig& c, ModelMode mode) : c_(c)
   p.causal = c.causal;
   p.strides = Strides3::contiguous(p.shape);
   p.threads = c.threads;
-  p.dtype = c.dtype;
-  if (c.dtype == Dtype::bf16 && !info.bf16.available)
+  // bf16: the mechanism's own bf16 path where it has one for this mode; else it runs in float32
+  // inside the bf16 step (training, or no bf16 path at all), and precision() says so.
+  p.dtype = attention_dtype(c, info, mode);
+  if (c.dtype == Dtype::bf16 && mode == ModelMode::fwd && !info.bf16.available)
     throw InvalidInput(fmt::format("{} has no bf16 path", c.mechanism));
   // Training: the mechanism's own tensors learn with the model, and it drops attention
   // probabilities where it can (a mechanism without the capability runs without: `list` says
@@ -321,13 +334,17 @@ void TransformerModel::create_primitives() {
     ff_gelu_ = Gelu(T_ * F, backward_);
   }
   xb_floats_ = b16 ? T_ * std::max(d, F) : 0;
+  // The backward products read dY rounded: the widest layer output (qkv, the MLP, the head).
+  gb_floats_ = b16 && backward_ ? T_ * std::max(3 * d, F) : 0;
   if (lm) {
     // Tied: the weights are the embedding table (V, d), read transposed.
     head1_lin_ = Linear(rows_, d, C_, backward_, b16, c_.tie_embeddings);
+    if (b16 && backward_) gb_floats_ = std::max(gb_floats_, rows_ * C_);
   } else {
     head1_lin_ = Linear(B, feat_, Fh, backward_, b16);
     head2_lin_ = Linear(B, Fh, C_, backward_, b16);
     if (b16) xb_floats_ = std::max({xb_floats_, B * feat_, B * Fh});
+    if (b16 && backward_) gb_floats_ = std::max({gb_floats_, B * Fh, B * C_});
     head_gelu_ = Gelu(B * Fh, backward_);
   }
   ln_ = LayerNorm(T_, d, backward_);
@@ -368,7 +385,13 @@ std::vector<std::pair<std::string, size_t>> TransformerModel::memory_parts() con
 }
 
 size_t TransformerModel::bf16_bytes() const {
-  return bf16() ? static_cast<size_t>(n_params_ + xb_floats_) * sizeof(uint16_t) : 0;
+  return bf16() ? static_cast<size_t>(n_params_ + xb_floats_ + gb_floats_) * sizeof(uint16_t) : 0;
+}
+
+const void* TransformerModel::product_grad(const float* dy, int64_t n) const {
+  if (!bf16()) return dy;
+  to_bf16_parallel(dy, gb_.data(), n);
+  return gb_.data();
 }
 
 const void* TransformerModel::product_input(const float* x, int64_t n) const {
@@ -432,6 +455,7 @@ void TransformerModel::setup(uint64_t seed) {
   if (bf16()) {
     wb_ = Buffer<uint16_t>(static_cast<size_t>(n_params_));
     xb_ = Buffer<uint16_t>(static_cast<size_t>(xb_floats_));
+    if (gb_floats_) gb_ = Buffer<uint16_t>(static_cast<size_t>(gb_floats_));
   }
   for (Linear* l : {&qkv_lin_, &o_lin_, &head1_lin_}) l->bind(scratch_.data());
   if (has_mlp()) {
@@ -674,7 +698,8 @@ void TransformerModel::backward() {
       // adds to it.
       const bool tied = c_.tie_embeddings;
       float* dh = compact_ ? A(dhg_) : dhf;
-      head1_lin_.backward(head_input(), W(tied ? emb_ : wc1_), A(logits_), dh, G(tied ? emb_ : wc1_), tied ? nullptr : G(bc1_));
+      head1_lin_.backward(product_input(head_input(), rows_ * d), product_weights(tied ? emb_ : wc1_), A(logits_),
+                          product_grad(A(logits_), rows_ * C_), dh, G(tied ? emb_ : wc1_), tied ? nullptr : G(bc1_));
       if (compact_) {  // scattered back to the token rows (in order: a row may take several adds)
         std::fill_n(dhf, T_ * d, 0.0f);
         for (int64_t r = 0; r < rows_; ++r) {
@@ -685,9 +710,11 @@ void TransformerModel::backward() {
       }
       return;
     }
-    head2_lin_.backward(A(gz_), W(wc2_), A(logits_), A(dz_), G(wc2_), G(bc2_));
+    head2_lin_.backward(product_input(A(gz_), B * head_hidden()), product_weights(wc2_), A(logits_), product_grad(A(logits_), B * C_),
+                        A(dz_), G(wc2_), G(bc2_));
     head_gelu_.backward(A(z_), A(dz_), A(dz_));
-    head1_lin_.backward(A(feat_buf_), W(wc1_), A(dz_), A(dfeat_), G(wc1_), G(bc1_));
+    head1_lin_.backward(product_input(A(feat_buf_), B * feat_), product_weights(wc1_), A(dz_), product_grad(A(dz_), B * head_hidden()),
+                        A(dfeat_), G(wc1_), G(bc1_));
     std::fill_n(dhf, T_ * d, 0.0f);
     const float* hf = A(hf_);
 #pragma omp parallel for schedule(static)
@@ -723,9 +750,11 @@ void TransformerModel::backward() {
     timed(LayerType::feedforward, [&] {
       // Through the branch's dropout: the same mask on the gradient (a copy: dres goes on).
       const float* dbranch = dropped_copy(A(dres_), A(dtmp2_), dropout_at(l, 2));
-      ff2_lin_.backward(A(a.g), W(p.w2), dbranch, A(dff_), G(p.w2), G(p.b2));
+      ff2_lin_.backward(product_input(A(a.g), T_ * c_.mlp), product_weights(p.w2), dbranch, product_grad(dbranch, T_ * d), A(dff_),
+                        G(p.w2), G(p.b2));
       ff_gelu_.backward(A(a.u), A(dff_), A(dff_));
-      ff1_lin_.backward(A(a.h2), W(p.w1), A(dff_), A(dtmp_), G(p.w1), G(p.b1));
+      ff1_lin_.backward(product_input(A(a.h2), T_ * d), product_weights(p.w1), A(dff_), product_grad(A(dff_), T_ * c_.mlp), A(dtmp_),
+                        G(p.w1), G(p.b1));
     });
     timed(LayerType::layernorm, [&] {
       ln_.backward(A(a.xm), A(a.mean2), A(a.var2), A(dtmp_), W(p.ln2_g), W(p.ln2_b), A(dtmp2_), G(p.ln2_g), G(p.ln2_b));
@@ -734,7 +763,8 @@ void TransformerModel::backward() {
     }  // without an MLP the stream's gradient reaches the attention branch as it is
     timed(LayerType::projections, [&] {
       const float* dbranch = dropped_copy(A(dres_), A(dtmp2_), dropout_at(l, 1));
-      o_lin_.backward(A(a.a), W(p.wo), dbranch, A(dtmp_), G(p.wo), G(p.bo));
+      o_lin_.backward(product_input(A(a.a), T_ * d), product_weights(p.wo), dbranch, product_grad(dbranch, T_ * d), A(dtmp_), G(p.wo),
+                      G(p.bo));
       split_single(A(dtmp_), Benc_, S, H, Dh_, A(do_));
     });
     timed(LayerType::attention, [&] { attn_[static_cast<size_t>(l)]->backward(attention_args(l)); });
@@ -744,7 +774,8 @@ void TransformerModel::backward() {
         rope_rotate(A(dk_), Benc_, H, S, Dh_, A(rope_), true);
       }
       merge_qkv(A(dq_), A(dk_), A(dv_), Benc_, S, H, Dh_, A(qkv_));
-      qkv_lin_.backward(A(a.h1), W(p.wqkv), A(qkv_), A(dtmp_), G(p.wqkv), G(p.bqkv));
+      qkv_lin_.backward(product_input(A(a.h1), T_ * d), product_weights(p.wqkv), A(qkv_), product_grad(A(qkv_), T_ * 3 * d),
+                        A(dtmp_), G(p.wqkv), G(p.bqkv));
     });
     timed(LayerType::layernorm, [&] {
       ln_.backward(A(x_[l]), A(a.mean1), A(a.var1), A(dtmp_), W(p.ln1_g), W(p.ln1_b), A(dtmp2_), G(p.ln1_g), G(p.ln1_b));

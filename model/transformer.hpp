@@ -90,9 +90,11 @@ struct ModelConfig {
   float dropout = 0, attn_dropout = 0;
   float clip = 0;  // 0: no clipping
   ClipMode clip_mode = ClipMode::global;
-  // bf16 (fwd mode only, mechanisms with a bf16 path): every product in bf16 with float
-  // accumulation (the linear layers' inputs and weights rounded per step, the attention's own
-  // bf16 path); embedding, layer norms, GELU, softmax and the residual stream in float.
+  // bf16: every product in bf16 with float accumulation (the linear layers' inputs, weights and,
+  // backward, output gradients rounded per step; the attention's own bf16 path where it has one
+  // for the mode, else float32: attention_dtype); embedding, layer norms, GELU, softmax, the
+  // loss, the residual stream, the master weights, the gradients and AdamW's moments in float
+  // (PyTorch's CPU autocast). Forward (inference) needs a mechanism with a bf16 path.
   Dtype dtype = Dtype::f32;
   // A language model whose examples predict at few positions (mqar: D queries of N): the output
   // layer runs on those rows only, gathered, at most this many per example (0: every position,
@@ -111,6 +113,10 @@ inline ModelConfig model_config_for_task(const TaskInfo& task, int64_t seq) {
   o.seq = seq;
   return model_config_for_task(task, o);
 }
+
+// The precision a model's attention runs in: bf16 when the model is bf16 and the mechanism's bf16
+// path covers the mode (forward, or forward and backward), else float32.
+Dtype attention_dtype(const ModelConfig& c, const MechanismInfo& info, ModelMode mode);
 
 class TransformerModel {
  public:
@@ -186,6 +192,8 @@ class TransformerModel {
   float* gradients() const { return g_.data(); }
   int64_t parameter_count() const { return n_params_; }
   const ModelConfig& config() const { return c_; }
+  // What ran in which precision ("" in float32), for the result's message.
+  std::string precision() const;
 
  private:
   struct LayerParams { int64_t ln1_g, ln1_b, wqkv, bqkv, wo, bo, ln2_g = 0, ln2_b = 0, w1 = 0, b1 = 0, w2 = 0, b2 = 0; };
@@ -221,6 +229,8 @@ class TransformerModel {
   // or (bf16) rounded: the input into xb_, the weights from wb_ (rounded at the step's start).
   const void* product_input(const float* x, int64_t n) const;
   const void* product_weights(int64_t off) const;
+  // A backward product's dY (n floats) as the products read it: itself, or rounded into gb_.
+  const void* product_grad(const float* dy, int64_t n) const;
   size_t bf16_bytes() const;
 
   ModelConfig c_;
@@ -257,8 +267,9 @@ class TransformerModel {
   Buffer<std::byte> scratch_;
   Buffer<int32_t> tokens_, targets_;
   Buffer<int32_t> gather_;  // compact head: the token row of each loss row (rows_)
-  Buffer<uint16_t> wb_, xb_;  // bf16: the parameters, and the largest linear layer's input
-  int64_t xb_floats_ = 0;
+  // bf16: the parameters, the largest linear layer's input and (backward) its output's gradient.
+  Buffer<uint16_t> wb_, xb_, gb_;
+  int64_t xb_floats_ = 0, gb_floats_ = 0;
   int64_t steps_ = 0;
   // Training: the mechanisms' learned tensors and their AdamW moments, the dropout seed, and
   // whether this forward pass drops (train_step) or not (evaluate, loss).

@@ -20,6 +20,7 @@
 #include "bench/results/table.hpp"
 #include "bench/engine/train.hpp"
 #include "bench/points/train_presets.hpp"
+#include "core/sysinfo.hpp"
 #include "model/trainer.hpp"
 #include "tasks/task.hpp"
 #include "tests/helpers.hpp"
@@ -338,13 +339,17 @@ TEST(Trainer, TiedValidationAccuracyKeepsTheLowerLoss) {
 // resumed run routes with the checkpoint's centroids or its losses part from the straight run's).
 TEST(Trainer, ResumedRunIsBitIdenticalToAStraightOne) {
   omp_set_num_threads(1);
-  for (const auto& [task, mech, params] : std::vector<std::tuple<std::string, std::string, std::vector<std::string>>>{
-           {"listops", "linformer", {"k=8"}}, {"copy", "reformer", {"bucket_size=8"}},
-           {"copy", "routing", {"clusters=4", "decay=0.5"}}}) {
-    SCOPED_TRACE(mech);
+  // And a bf16 run (its products' bf16 copies are made per step from the float32 state).
+  std::vector<std::tuple<std::string, std::string, std::vector<std::string>, Dtype>> cases{
+      {"listops", "linformer", {"k=8"}, Dtype::f32}, {"copy", "reformer", {"bucket_size=8"}, Dtype::f32},
+      {"copy", "routing", {"clusters=4", "decay=0.5"}, Dtype::f32}};
+  if (cpu_has_bf16()) cases.emplace_back("copy", "flash", std::vector<std::string>{}, Dtype::bf16);
+  for (const auto& [task, mech, params, dtype] : cases) {
+    SCOPED_TRACE(mech + " " + to_string(dtype));
     TrainConfig c = copy_run(40);
     c.task = task;
     c.model = tiny_model(task, mech, 32, params);
+    c.model.dtype = dtype;
     c.model.dropout = 0.1f;
     c.model.attn_dropout = find_mechanism(mech).caps.attn_dropout ? 0.1f : 0.0f;
     c.model.positions = Positions::learned;
@@ -396,6 +401,36 @@ TEST(Trainer, ResumedRunIsBitIdenticalToAStraightOne) {
 // ---- the train verb ----
 const char* kTinyTrain =
     " --task copy --seq 32 --layers 1 --dmodel 16 --heads 2 --mlp 32 --batch 8 --eval-examples 16 --test-examples 16";
+
+// A float32 checkpoint and a bf16 run of the same recipe: refused (exit 2) with the hint, then
+// continued with --convert-dtype, the result's note naming the checkpoint's run; the flag alone
+// (no --resume) is bad input.
+TEST(TrainCli, AnotherDtypesCheckpointResumesOnlyWhenAskedToConvert) {
+  if (!cpu_has_bf16()) GTEST_SKIP() << "no AVX512-BF16 CPU";
+  const std::string dir = test::temp_path("ckpt_dtype"), out = test::temp_path("ckpt_dtype.json");
+  fs::remove_all(dir);
+  fs::remove(out);
+  // The whole f32 run: the recipe (steps included) must be the same for the checkpoint to be this run's.
+  auto e = test::exec(std::string("train --steps 20 --checkpoint ") + dir + kTinyTrain);
+  ASSERT_EQ(e.code, 0) << e.out;
+  e = test::exec(std::string("train --steps 20 --dtype bf16 --resume --checkpoint ") + dir + kTinyTrain);
+  EXPECT_EQ(e.code, 2) << e.out;
+  EXPECT_NE(e.out.find("holds this run in another --dtype"), std::string::npos) << e.out;
+  e = test::exec(std::string("train --steps 20 --dtype bf16 --convert-dtype --checkpoint ") + dir + kTinyTrain);
+  EXPECT_EQ(e.code, 2) << e.out;
+  EXPECT_NE(e.out.find("--convert-dtype needs --resume"), std::string::npos) << e.out;
+  e = test::exec(std::string("train --steps 20 --dtype bf16 --resume --convert-dtype --checkpoint ") + dir + " --out " + out + kTinyTrain);
+  ASSERT_EQ(e.code, 0) << e.out;
+  const ResultFile rf = read_result_file(out);
+  ASSERT_EQ(rf.points.size(), 1u);
+  EXPECT_EQ(rf.points[0].id.dtype, Dtype::bf16);
+  EXPECT_EQ(rf.points[0].train->train_steps, 20);
+  EXPECT_NE(rf.points[0].message.find("resumed at step 20 from the checkpoint of attn:flash/level:model/mode:train/task:copy/"),
+            std::string::npos) << rf.points[0].message;
+  EXPECT_NE(rf.points[0].message.find("flash in f32"), std::string::npos) << rf.points[0].message;
+  fs::remove_all(dir);
+  fs::remove(out);
+}
 
 TEST(TrainCli, TruncatedOrMismatchedCheckpointExitsTwo) {
   const std::string dir = test::temp_path("ckpt_cli");

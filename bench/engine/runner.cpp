@@ -210,9 +210,13 @@ PreparedPoint prepare_point(const PointId& id, const RunOptions& opts) {
     return pp;
   }
   if (id.dtype == Dtype::bf16) {
-    // The model level runs bf16 forward (inference) only, with a mechanism that has a bf16 path.
-    if (!pp.info->bf16.available) pp.message = id.mechanism + " has no bf16 path";
-    else if (id.mode != RunMode::fwd) pp.message = fmt::format("{} in bf16: {}", id.mechanism, pp.info->bf16.constraints);
+    // The attention level runs a mechanism's own bf16 path, within its constraints; the model
+    // level's inference needs that path, and its training steps run the linear layers in bf16
+    // and the mechanism in whatever precision its backward has (the result's message says).
+    const bool model_training = id.level == Level::model && id.mode != RunMode::fwd;
+    if (!pp.info->bf16.available && !model_training) pp.message = id.mechanism + " has no bf16 path";
+    else if (id.mode != RunMode::fwd && !model_training && !pp.info->bf16.backward)
+      pp.message = fmt::format("{} in bf16: {}", id.mechanism, pp.info->bf16.constraints);
     if (!pp.message.empty()) {
       pp.status = Status::SKIPPED;
       return pp;
@@ -385,6 +389,7 @@ PointResult run_model_point(PreparedPoint& pp, const RunOptions& opts, PointResu
   for (const auto& r : res.reps) calls += static_cast<double>(r.iterations);
   for (double s : model.layer_seconds()) res.layer_ms.push_back(s / calls * 1e3);
   res.peak_bytes = MemoryMeter::peak() - baseline;
+  if (const std::string p = model.precision(); !p.empty()) res.message += (res.message.empty() ? "" : "; ") + p;
   return res;
 }
 

@@ -168,6 +168,12 @@ TrainConfig train_config(const PointId& id) {
   c.test_examples = id.train.test_examples;
   c.seed = static_cast<uint64_t>(id.train.seed);
   c.identity = id.name();
+  for (const Dtype other : {Dtype::f32, Dtype::bf16})
+    if (other != id.dtype) {
+      PointId o = id;
+      o.dtype = other;
+      c.other_dtype_identities.push_back(o.name());
+    }
   c.stop_at = id.train.stop_at.empty() ? 0 : number_of(id.train.stop_at);
   for (const auto& n : split(id.train.test_seq, ','))
     if (!n.empty()) c.test_seqs.push_back(std::stoll(n));
@@ -183,6 +189,7 @@ std::optional<PointResult> train_point(const PointId& id, const TrainCliOptions&
   TrainConfig c = train_config(id);
   c.checkpoint_dir = checkpoint_dir;
   c.checkpoint_every = o.checkpoint_every;
+  c.convert_dtype = o.convert_dtype;
   c.log_every = o.log_every;
   Trainer trainer(c);  // bad input throws InvalidInput before anything runs
   inject_fault(id);
@@ -255,6 +262,10 @@ std::optional<PointResult> train_point(const PointId& id, const TrainCliOptions&
   // A mechanism without attention dropout ran without it: the result says so.
   if (c.model.attn_dropout > 0 && !find_mechanism(id.mechanism).caps.attn_dropout)
     res.message = fmt::format("attention dropout not applied: {}", find_mechanism(id.mechanism).caps.no_attn_dropout);
+  if (const std::string p = trainer.model().precision(); !p.empty()) res.message += (res.message.empty() ? "" : "; ") + p;
+  if (!out.converted_from.empty())
+    res.message += fmt::format("{}resumed at step {} from the checkpoint of {}", res.message.empty() ? "" : "; ", out.resumed_at,
+                               out.converted_from);
   std::string lengths;
   for (const auto& [n, a] : t.accuracy_at) lengths += fmt::format("{} N={} {:.4f}", lengths.empty() ? "; at" : ",", n, a);
   progress.finish(fmt::format("train {} {} seed {}: test accuracy {:.4f} (best val {:.4f} at step {}; final {:.4f}{}){}, "

@@ -15,6 +15,7 @@ struct TrainCliOptions {
   std::string checkpoint_dir;  // a directory per run: DIR, or DIR/<run> when the grid has several
   int64_t checkpoint_every = 0;
   bool resume = false;
+  bool convert_dtype = false;  // --resume may continue this run's checkpoint from another --dtype
   std::string log_path;  // JSON lines, every run's lines naming their point
   int64_t log_every = 10;
   std::string out;       // the result file: created, or a result file the runs are added to

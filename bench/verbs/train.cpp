@@ -52,6 +52,9 @@ VerbMain add_train(CLI::App& app, SharedOptions& shared) {
   app.add_option("--checkpoint-every", t.checkpoint_every, "steps between checkpoints (0: at the end and when stopped)")
       ->capture_default_str();
   app.add_flag("--resume", t.resume, "continue from the checkpoint in --checkpoint");
+  app.add_flag("--convert-dtype", t.convert_dtype,
+               "with --resume: continue a checkpoint this run wrote in another --dtype (f32 <-> bf16: the weights and the "
+               "optimiser's moments are float32 in both; the result's note says so)");
   app.add_option("--log", t.log_path, "write the learning curve here, one JSON object per line");
   app.add_option("--log-every", t.log_every, "steps per log line (the loss averaged over them)")->capture_default_str();
   app.add_option("--out", t.out, "add each run's result entry to this result file (created if absent)");
@@ -73,6 +76,8 @@ VerbMain add_train(CLI::App& app, SharedOptions& shared) {
   return [o, &shared, shard, train_dir](const std::string& command) {
     o->grid.set_training(true);
     if (o->wide) o->train.width = 0;
+    if (!o->preset.empty() && o->train.convert_dtype)
+      throw InvalidInput("--convert-dtype continues one run's --checkpoint; a preset's runs in another --dtype have directories of their own");
     if (!o->preset.empty()) return train_preset_runs(*o, shared, command);
     if (o->jobs != 1) throw InvalidInput("--jobs needs --preset (or sweep --verb train): runs in one train process run one after another");
     for (const CLI::Option* preset_only : {shard, train_dir})
@@ -82,6 +87,7 @@ VerbMain add_train(CLI::App& app, SharedOptions& shared) {
     if (shared.dry_run) return cmd_dry_run(o->grid.grid(), RunOptions{}, false, o->wide ? 0 : kDefaultTableWidth);
     if (shared.status) throw InvalidInput("--status needs --preset (or use sweep --verb train ... --status)");
     if (o->retry_failed) throw InvalidInput("--retry-failed needs --preset (a single run has no failed points to retry)");
+    if (o->train.convert_dtype && !o->train.resume) throw InvalidInput("--convert-dtype needs --resume (it continues a checkpoint)");
     return cmd_train(o->grid.grid(), o->train, command);
   };
 }
