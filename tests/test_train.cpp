@@ -804,6 +804,27 @@ TEST(TrainCli, PresetRefusesTheFieldsItSets) {
   EXPECT_FALSE(fs::exists("never.json"));
 }
 
+// --dtype bf16 turns every run of a preset into its bf16 twin (the same recipe, a name of its
+// own); one precision per file.
+TEST(TrainCli, PresetTakesOneDtype) {
+  TrainPresetOptions o;
+  const auto f32 = train_preset_grid("copy", o);
+  o.dtype = Dtype::bf16;
+  const auto bf16 = train_preset_grid("copy", o);
+  ASSERT_EQ(f32.size(), bf16.size());
+  for (size_t i = 0; i < f32.size(); ++i) {
+    EXPECT_EQ(bf16[i].dtype, Dtype::bf16);
+    PointId back = bf16[i];
+    back.dtype = Dtype::f32;
+    EXPECT_EQ(back.name(), f32[i].name());
+    EXPECT_NE(bf16[i].name(), f32[i].name());
+  }
+  auto e = test::exec("train --preset copy --dtype f32,bf16 --out never.json --dry-run");
+  EXPECT_EQ(e.code, 2) << e.out;
+  EXPECT_NE(e.out.find("takes one --dtype"), std::string::npos) << e.out;
+  EXPECT_FALSE(fs::exists("never.json"));
+}
+
 TEST(TrainCli, BadRecipesExitTwoAndTrainNothing) {
   for (const auto& [args, msg] : std::vector<std::pair<std::string, std::string>>{
            {"train --steps 0", "--steps must be at least 1"},

@@ -241,7 +241,8 @@ std::string train_preset_data_dir(const std::string& name, const std::string& ta
   return o.data_dir.empty() ? "/usr/share/datasets/fashion-mnist" : o.data_dir;
 }
 
-std::vector<PointId> train_preset_grid(const std::string& name, const TrainPresetOptions& o) {
+namespace {
+std::vector<PointId> preset_runs(const std::string& name, const TrainPresetOptions& o) {
   for (const auto& m : o.mechanisms) find_mechanism(m);
   for (const auto& t : o.tasks) find_task(t);
   auto chosen = [&](const std::vector<std::string>& list) {
@@ -377,6 +378,14 @@ std::vector<PointId> train_preset_grid(const std::string& name, const TrainPrese
     for (const auto& r : recipes) add(runs(r, {"flash"}, more_seeds, train_preset_data_dir(name, r.task, o), o.threads));
   for (const auto& r : recipes)
     if (r.task != "listops" && !chosen(rest).empty()) add(runs(r, chosen(rest), first, train_preset_data_dir(name, r.task, o), o.threads));
+  return out;
+}
+
+}  // namespace
+
+std::vector<PointId> train_preset_grid(const std::string& name, const TrainPresetOptions& o) {
+  std::vector<PointId> out = preset_runs(name, o);
+  for (PointId& id : out) id.dtype = o.dtype;  // the recipes are the same in every precision
   return out;
 }
 

@@ -23,6 +23,7 @@ struct TrainPresetOptions {
   std::vector<int64_t> seeds;           // empty: the preset's
   std::string data_dir;                 // lra-accuracy, lra-knobs: the image task's real data (Fashion-MNIST)
   int threads = 2;
+  Dtype dtype = Dtype::f32;  // bf16: every run's steps in bf16 (a name of its own, so a file of its own runs)
 };
 
 const std::vector<std::string>& train_presets();  // copy, lra-accuracy, lra-knobs

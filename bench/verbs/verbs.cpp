@@ -3,6 +3,7 @@
 #include <set>
 
 #include "bench/verbs/verb.hpp"
+#include "core/dtype.hpp"
 
 namespace ab {
 
@@ -34,10 +35,11 @@ const char* SharedOptions::jobs_help() {
 }
 
 TrainPresetOptions preset_options(const GridOptions& g, const std::string& preset) {
-  static const std::set<std::string> narrowing = {"attn", "task", "seed", "threads", "data_dir"};
+  static const std::set<std::string> narrowing = {"attn", "task", "seed", "threads", "data_dir", "dtype"};
   for (const auto& f : point_fields())
     if (!narrowing.count(f.key) && g.given(f.key))
-      throw InvalidInput(fmt::format("--preset {} sets {} itself: --attn, --task, --seed, --threads and --data-dir narrow or change it",
+      throw InvalidInput(fmt::format("--preset {} sets {} itself: --attn, --task, --seed, --threads, --data-dir and --dtype narrow or "
+                                     "change it",
                                      preset, f.option));
   TrainPresetOptions po;
   if (g.given("attn")) po.mechanisms = g.mechanism_list();
@@ -45,6 +47,13 @@ TrainPresetOptions preset_options(const GridOptions& g, const std::string& prese
   if (g.given("seed")) po.seeds = parse_int_list(g.text.at("seed"), 0);
   if (g.given("data_dir")) po.data_dir = g.text.at("data_dir");
   if (g.given("threads")) po.threads = static_cast<int>(parse_int_list(g.text.at("threads")).at(0));
+  if (g.given("dtype")) {
+    const auto dtypes = split(g.text.at("dtype"), ',');
+    if (dtypes.size() != 1) throw InvalidInput(fmt::format("--preset {} takes one --dtype (a result file per precision)", preset));
+    po.dtype = parse_dtype(dtypes[0]);
+    if (po.dtype == Dtype::bf16 && !cpu_has_bf16())
+      throw InvalidInput("--dtype bf16 needs a CPU with AVX512-BF16 (vdpbf16ps); this one has none");
+  }
   return po;
 }
 
