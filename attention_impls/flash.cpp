@@ -18,10 +18,13 @@
 //   when B*H does not divide over them, parts of each head's key tiles with a partial dQ each
 //   (TiledSoftmax::key_parts). Decode: the new token against a key-value cache, tile by tile
 //   with the same online softmax.
-// Leaves out: a fused backward kernel (the backward is still oneDNN tiles), a bf16 backward pass.
+// Leaves out: a fused backward kernel (the backward is still oneDNN tiles).
 // bf16 (--dtype bf16, AVX512-BF16): the dense kernel with Q, K, V rounded to bf16 once per call,
 //   both products by vdpbf16ps (two bf16 products added into each float lane), the softmax and
 //   its statistics in float, the probabilities rounded to bf16 for their product with V.
+//   Backward: Q, K, V and dO rounded once per call into contiguous copies (4 B H N D bf16
+//   numbers), the engine's tiles as oneDNN bf16 products (P and dS rounded per tile), every
+//   gradient and row statistic in float; no attention dropout in bf16.
 #include <omp.h>
 
 #include <cmath>
@@ -61,13 +64,15 @@ class Flash final : public Attention {
         qk_(p.shape.D, p.strides.sn, p.strides.sn, 1.0f / std::sqrt(static_cast<float>(p.shape.D))),
         core_(shape_of(p)),
         bias_(p.bias, p.shape, p.causal, 1.0f / std::sqrt(static_cast<float>(p.shape.D)), p.threads),
-        biased_(&qk_, &bias_, TilePositions{}) {}
+        biased_(&qk_, &bias_, TilePositions{}),
+        qk16_(p.shape.D, p.shape.D, p.shape.D, 1.0f / std::sqrt(static_cast<float>(p.shape.D)), false, true) {}
 
   void validate() const override {
     if (p_.dtype == Dtype::bf16 && !TiledSoftmax::dense_bf16_kernel(p_.shape.D))
       throw InvalidInput(fmt::format("flash --dtype bf16 needs D of 16, 32, 64 or 128 and a build for AVX512-BF16; got D={}",
                                      p_.shape.D));
     if (p_.bias.active() && p_.dtype == Dtype::bf16) throw InvalidInput("flash adds a position encoding in float32 only (no --dtype bf16)");
+    if (p_.attn_dropout && p_.dtype == Dtype::bf16) throw InvalidInput("flash in bf16 applies no attention dropout (float32 does)");
   }
 
   double flops(Mode mode) const override {
@@ -83,7 +88,7 @@ class Flash final : public Attention {
       return KvCache::bytes(p_.shape, p_.shape.N + 1) +
              static_cast<size_t>(p_.threads) * kDecodeTile * sizeof(float);
     plan(mode);
-    return core_.working_bytes(mode) + bias_.working_bytes(mode);
+    return core_.working_bytes(mode) + bias_.working_bytes(mode) + bf16_copies_bytes(mode);
   }
 
   void setup(Mode mode, Rng& rng) override {
@@ -96,6 +101,13 @@ class Flash final : public Attention {
     plan(mode);
     core_.setup(mode);
     bias_.setup(mode, rng);
+    if (bf16_copies_bytes(mode)) {
+      const size_t n = static_cast<size_t>(p_.shape.numel());
+      q16_ = Buffer<uint16_t>(n);
+      k16_ = Buffer<uint16_t>(n);
+      v16_ = Buffer<uint16_t>(n);
+      dout16_ = Buffer<uint16_t>(n);
+    }
   }
 
   // With a position encoding, the engine's tiled path with the encoding added to each tile
@@ -106,6 +118,7 @@ class Flash final : public Attention {
     core_.forward(source(), a.v, a.o);
   }
   void backward(const AttnArgs& a) override {
+    if (p_.dtype == Dtype::bf16) return backward_bf16(a);
     qk_.bind(a.q, a.k);
     qk_.bind_grads(a.dq, a.dk);
     bias_.begin_backward();
@@ -120,9 +133,35 @@ class Flash final : public Attention {
   void decode_step(const AttnArgs& t, int64_t pos) override;
 
  private:
+  // bf16 backward: Q, K, V and dO rounded once per call into contiguous copies; the engine's
+  // tiles multiply them (the source qk16_ reads Q and K), dQ, dK, dV come out in float.
+  void backward_bf16(const AttnArgs& a) {
+    const Shape4& s = p_.shape;
+    for (const TensorView* t : {&a.q, &a.k, &a.v, &a.dout, &a.dq, &a.dk, &a.dv})
+      if (!(t->strides == Strides3::contiguous(s)))
+        throw InvalidInput("flash's bf16 backward pass takes contiguous (B, H, N, D) tensors");
+    const int64_t n = s.numel();
+    to_bf16_parallel(a.q.data, q16_.data(), n);
+    to_bf16_parallel(a.k.data, k16_.data(), n);
+    to_bf16_parallel(a.v.data, v16_.data(), n);
+    to_bf16_parallel(a.dout.data, dout16_.data(), n);
+    const Shape4 pairs{s.B, s.H, s.N, s.D / 2};  // two bf16 numbers to a float
+    auto view = [&](Buffer<uint16_t>& b) { return TensorView{reinterpret_cast<float*>(b.data()), pairs, Strides3::contiguous(pairs)}; };
+    qk16_.bind(view(q16_), view(k16_));
+    qk16_.bind_grads(a.dq, a.dk);
+    core_.bind_bf16(view(v16_), view(dout16_));
+    core_.backward(qk16_, a.v, a.o, a.dout, a.dv);
+  }
+  size_t bf16_copies_bytes(Mode mode) const {
+    return p_.dtype == Dtype::bf16 && mode == Mode::fwdbwd ? 4 * static_cast<size_t>(p_.shape.numel()) * sizeof(uint16_t) : 0;
+  }
+
   void plan(Mode mode) const {
     if (planned_ && planned_mode_ == mode) return;
-    core_.plan(mode, source());
+    // bf16 with a backward pass: the tiles are planned for the bf16 source (the forward's dense
+    // kernel packs the float Q, K, V itself and plans no tile).
+    if (p_.dtype == Dtype::bf16 && mode == Mode::fwdbwd) core_.plan(mode, qk16_);
+    else core_.plan(mode, source());
     planned_ = true;
     planned_mode_ = mode;
   }
@@ -136,6 +175,8 @@ class Flash final : public Attention {
   mutable TiledSoftmax core_;
   PositionBias bias_;
   BiasedLogits biased_;
+  QKLogits qk16_;  // bf16 backward: over the bf16 copies
+  Buffer<uint16_t> q16_, k16_, v16_, dout16_;
   mutable bool planned_ = false;
   mutable Mode planned_mode_ = Mode::fwd;
   KvCache cache_;
@@ -188,7 +229,9 @@ MechanismInfo flash_info() {
                         .constraints = "", .attn_dropout = true, .no_attn_dropout = ""};
   m.caps.additive_bias = true;
   m.caps.no_additive_bias = "";
-  m.bf16 = Bf16Support{.available = true, .constraints = "forward; D of 16, 32, 64 or 128"};
+  m.bf16 = Bf16Support{.available = true,
+                       .constraints = "forward and backward; D of 16, 32, 64 or 128; backward: contiguous tensors, no attention dropout",
+                       .backward = true};
   m.make = [](const AttnProblem& p, const ParamValues&) { return std::make_unique<Flash>(p); };
   return m;
 }

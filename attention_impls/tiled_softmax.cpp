@@ -530,14 +530,18 @@ MatmulSpec QKLogits::spec_kq(int64_t rows, int64_t cols) const {
   const MatmulSpec s = MatmulSpec::tile(cols, rows, D_, ld_k_, false, ld_q_, true, rows, scale_);
   return bf16_inputs_ ? s.with_bf16_inputs() : s;
 }
+// bf16: dS and K (Q) in bf16, dQ (dK) in float at the bf16 copies' row stride (the engine's bf16
+// backward takes contiguous tensors, so floats and bf16 numbers share it).
 MatmulSpec QKLogits::spec_dq(int64_t rows, int64_t cols, int64_t ldS) const {
-  return MatmulSpec::tile(rows, D_, cols, ldS, false, ld_k_, false, ld_q_, scale_, true);
+  const MatmulSpec s = MatmulSpec::tile(rows, D_, cols, ldS, false, ld_k_, false, ld_q_, scale_, true);
+  return bf16_inputs_ ? s.with_bf16_inputs() : s;
 }
 MatmulSpec QKLogits::spec_dq_partial(int64_t rows, int64_t cols, int64_t ldS) const {
   return MatmulSpec::tile(rows, D_, cols, ldS, false, ld_k_, false, D_, scale_, true);
 }
 MatmulSpec QKLogits::spec_dk(int64_t rows, int64_t cols, int64_t ldS) const {
-  return MatmulSpec::tile(cols, D_, rows, ldS, true, ld_q_, false, ld_k_, scale_, true);
+  const MatmulSpec s = MatmulSpec::tile(cols, D_, rows, ldS, true, ld_q_, false, ld_k_, scale_, true);
+  return bf16_inputs_ ? s.with_bf16_inputs() : s;
 }
 
 void QKLogits::plan_tile(MatmulCache& mm, int64_t rows, int64_t cols, int64_t ldS, bool backward) const {
@@ -548,7 +552,7 @@ void QKLogits::plan_tile(MatmulCache& mm, int64_t rows, int64_t cols, int64_t ld
     mm.add(spec_qk(rows, cols, ldS));
   }
   if (backward) {
-    if (bf16_inputs_) throw std::logic_error("QKLogits: bf16 inputs have no backward pass");
+    if (bf16_inputs_ && keys_major_) throw std::logic_error("QKLogits: keys-major bf16 tiles have no backward pass");
     mm.add(spec_dq(rows, cols, ldS));
     mm.add(spec_dk(rows, cols, ldS));
     if (key_split()) mm.add(spec_dq_partial(rows, cols, ldS));
@@ -686,12 +690,15 @@ MatmulSpec TiledSoftmax::spec_pv(int64_t rows, int64_t cols, bool accumulate) co
   return s_.bf16_tiles ? s.with_bf16_inputs() : s;
 }
 // dV_j(cols, D) += P^T dO_i
+// (bf16: P and dO in bf16, dV in float; contiguous rows, so ld_v and ld_o serve both types.)
 MatmulSpec TiledSoftmax::spec_dv(int64_t rows, int64_t cols) const {
-  return MatmulSpec::tile(cols, s_.D, rows, s_.bwd_cols, true, s_.ld_o, false, s_.ld_v, 1.0f, true);
+  const MatmulSpec s = MatmulSpec::tile(cols, s_.D, rows, s_.bwd_cols, true, s_.ld_o, false, s_.ld_v, 1.0f, true);
+  return s_.bf16 ? s.with_bf16_inputs() : s;
 }
-// dP(rows, cols) = dO_i V_j^T
+// dP(rows, cols) = dO_i V_j^T (bf16: dO and V in bf16)
 MatmulSpec TiledSoftmax::spec_dp(int64_t rows, int64_t cols) const {
-  return MatmulSpec::tile(rows, cols, s_.D, s_.ld_o, false, s_.ld_v, true, s_.bwd_cols);
+  const MatmulSpec s = MatmulSpec::tile(rows, cols, s_.D, s_.ld_o, false, s_.ld_v, true, s_.bwd_cols);
+  return s_.bf16 ? s.with_bf16_inputs() : s;
 }
 
 std::pair<int64_t, int64_t> TiledSoftmax::queries_using(int64_t c0, int64_t c1) const {
@@ -803,7 +810,8 @@ int64_t TiledSoftmax::dense_keys_floats() const {
 size_t TiledSoftmax::tile_floats(Mode mode) const {
   size_t f = static_cast<size_t>(score_area() + 2 * s_.fwd_rows);
   if (s_.bf16_tiles) f += static_cast<size_t>((s_.fwd_rows * s_.fwd_cols + 1) / 2);  // P in bf16
-  if (mode == Mode::fwdbwd) f = std::max(f, static_cast<size_t>(2 * s_.bwd_rows * s_.bwd_cols));
+  // Backward: the P and dS tiles (bf16: and their bf16 copies, one tile's floats for both).
+  if (mode == Mode::fwdbwd) f = std::max(f, static_cast<size_t>((s_.bf16 ? 3 : 2) * s_.bwd_rows * s_.bwd_cols));
   return f;
 }
 
@@ -1120,10 +1128,15 @@ void TiledSoftmax::backward(const LogitsSource& src, const TensorView& v, const 
   };
   // Passes 1-4 of (b, h) over its key tiles (all, or those of one part); dQ into dq_part when
   // given (a later part of a split pair), else through the source.
+  if (s_.bf16 && (!bf16_v_.data || !bf16_dout_.data || dropout_.active() || parts > 1))
+    throw std::logic_error("TiledSoftmax::backward: bf16 needs bind_bf16's copies, no dropout and whole pairs");
   auto backward_keys = [&](int tid, int64_t bh, int64_t part, float* dq_part) {
     const int64_t b = bh / s_.H, h = bh % s_.H;
     float* P = tiles_.data() + static_cast<size_t>(tid) * per_thread;
     float* dS = P + kBwdRows * kBwdCols;
+    // bf16: P and dS rounded for their products, rows of kBwdCols bf16 numbers.
+    uint16_t* Pb = reinterpret_cast<uint16_t*>(dS + kBwdRows * kBwdCols);
+    uint16_t* dSb = Pb + kBwdRows * kBwdCols;
     const float* lse_own = lse_.data() + bh * Nq;
     auto lse_at = [&](int64_t i) {
       return external_lse ? external_lse->base[b * external_lse->b_stride + h * external_lse->h_stride +
@@ -1153,6 +1166,23 @@ void TiledSoftmax::backward(const LogitsSource& src, const TensorView& v, const 
           exp_shift_sum(Pr + a, Pr + a, e - a, shift);
           if (a > 0) fill(Pr, a, 0.0f);
           if (e < cols) fill(Pr + e, cols - e, 0.0f);
+        }
+        if (s_.bf16) {
+          // The products in bf16 (P, dO, V and then dS rounded), dV, dP and dS in float.
+          const float* dOi16 = bf16_dout_.row(b, h, r0);
+          for (int64_t r = 0; r < rows; ++r) to_bf16(P + r * kBwdCols, Pb + r * kBwdCols, cols);
+          mm_.run(tid, spec_dv(rows, cols), Pb, dOi16, dVj);
+          mm_.run(tid, spec_dp(rows, cols), dOi16, bf16_v_.row(b, h, c0), dS);
+          for (int64_t r = 0; r < rows; ++r) {
+            const float* Pr = P + r * kBwdCols;
+            float* dSr = dS + r * kBwdCols;
+            const float dr = delta[r0 + r];
+#pragma omp simd
+            for (int64_t c = 0; c < cols; ++c) dSr[c] = Pr[c] * (dSr[c] - dr);
+            to_bf16(dSr, dSb + r * kBwdCols, cols);
+          }
+          src.logits_backward(mm_, tid, b, h, r0, rows, c0, cols, reinterpret_cast<const float*>(dSb), kBwdCols);
+          continue;
         }
         if (!dropout_.active()) {
           mm_.run(tid, spec_dv(rows, cols), P, dOi, dVj);

@@ -130,7 +130,10 @@ struct TiledSoftmaxShape {
   int64_t dense_cols = 512;
   // Forward in bf16 (the dense kernel only): Q, K, V rounded to bf16, both products in bf16 with
   // float accumulation (vdpbf16ps), the softmax and its statistics in float, P rounded to bf16
-  // for its product with V. Needs dense_bf16_kernel(D); the backward pass has no bf16 path.
+  // for its product with V. Needs dense_bf16_kernel(D). Backward in bf16 (FlashAttention-2's
+  // passes over oneDNN bf16 tiles): the source a QKLogits with bf16 inputs over contiguous bf16
+  // copies of Q and K, V and dO rounded by the caller (bind_bf16), P and dS rounded per tile, dV,
+  // dQ, dK, the row statistics and dS itself in float; contiguous tensors, no dropout.
   bool bf16 = false;
   // Forward in bf16 over oneDNN tiles (the sparse patterns' bands, strips and gathered keys,
   // which the dense kernel does not take): Q, K (the source, a QKLogits with bf16_inputs) and V
@@ -234,6 +237,12 @@ class TiledSoftmax {
   void backward(const LogitsSource& src, const TensorView& v, const TensorView& o,
                 const TensorView& dout, const TensorView& dv, bool accumulate = false,
                 const LseView* lse = nullptr);
+  // bf16 backward: V and dO rounded to bf16, two to a float (views of D/2 floats a row), which
+  // the tile products read; backward's v and dout stay the float tensors (dO·O in float).
+  void bind_bf16(const TensorView& v, const TensorView& dout) {
+    bf16_v_ = v;
+    bf16_dout_ = dout;
+  }
   // The forward's row log-sum-exp of (b, h) (needs keep_lse or backward mode).
   const float* lse(int64_t b, int64_t h) const { return lse_.data() + (b * s_.H + h) * s_.Nq; }
   // Admissible keys of query row i (pattern and causality).
@@ -282,6 +291,7 @@ class TiledSoftmax {
   TiledSoftmaxShape s_;
   Mode mode_ = Mode::fwd;
   Dropout dropout_;
+  TensorView bf16_v_, bf16_dout_;  // bind_bf16
   MatmulCache mm_;
   Buffer<std::byte> scratch_;
   Buffer<float> tiles_, lse_, delta_;

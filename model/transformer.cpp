@@ -141,17 +141,30 @@ int64_t TransformerModel::act(int64_t count) {
   return off;
 }
 
+namespace {
+// Why a bf16 model's attention runs in float32 ("" when it runs in bf16).
+std::string attention_in_f32_because(const ModelConfig& c, const MechanismInfo& info, ModelMode mode) {
+  if (!info.bf16.available) return "no bf16 path";
+  if (c.position_bias.active() || c.positions == Positions::alibi || c.positions == Positions::bias || c.positions == Positions::shaw)
+    return "a position encoding inside the kernel is float32";
+  if (mode == ModelMode::fwd) return "";
+  if (!info.bf16.backward) return "its bf16 path is forward only";
+  if (mode == ModelMode::train && c.attn_dropout > 0 && info.caps.attn_dropout) return "attention dropout is float32";
+  return "";
+}
+}  // namespace
+
 Dtype attention_dtype(const ModelConfig& c, const MechanismInfo& info, ModelMode mode) {
-  if (c.dtype != Dtype::bf16 || !info.bf16.available) return Dtype::f32;
-  return mode == ModelMode::fwd || info.bf16.backward ? Dtype::bf16 : Dtype::f32;
+  if (c.dtype != Dtype::bf16) return Dtype::f32;
+  return attention_in_f32_because(c, info, mode).empty() ? Dtype::bf16 : Dtype::f32;
 }
 
 std::string TransformerModel::precision() const {
   if (!bf16()) return "";
-  const Dtype attn = attention_dtype(c_, find_mechanism(c_.mechanism), mode_);
-  return fmt::format("bf16 step: the linear layers' products in bf16 with float accumulation{}; {} in {}{}", backward_ ? ", forward and backward" : "",
-                     c_.mechanism, to_string(attn),
-                     attn == Dtype::bf16 ? "" : backward_ && find_mechanism(c_.mechanism).bf16.available ? " (its bf16 path is forward only)" : "");
+  const MechanismInfo& info = find_mechanism(c_.mechanism);
+  const std::string why = attention_f32_because_.empty() ? attention_in_f32_because(c_, info, mode_) : attention_f32_because_;
+  return fmt::format("bf16 step: the linear layers' products in bf16 with float accumulation{}; {} in {}", backward_ ? ", forward and backward" : "",
+                     c_.mechanism, why.empty() ? "bf16" : fmt::format("f32 ({})", why));
 }
 
 TransformerModel::TransformerModel(const ModelConfig& c, ModelMode mode) : c_(c), mode_(mode) {
@@ -196,6 +209,7 @@ TransformerModel::TransformerModel(const ModelConfig& c, ModelMode mode) : c_(c)
   p.dtype = attention_dtype(c, info, mode);
   if (c.dtype == Dtype::bf16 && mode == ModelMode::fwd && !info.bf16.available)
     throw InvalidInput(fmt::format("{} has no bf16 path", c.mechanism));
+  if (c.dtype == Dtype::bf16 && !cpu_has_bf16()) throw InvalidInput("--dtype bf16 needs a CPU with AVX512-BF16 (vdpbf16ps); this one has none");
   // Training: the mechanism's own tensors learn with the model, and it drops attention
   // probabilities where it can (a mechanism without the capability runs without: `list` says
   // which, and the trainer records it).
@@ -218,6 +232,14 @@ TransformerModel::TransformerModel(const ModelConfig& c, ModelMode mode) : c_(c)
   const bool rotate_qk = c.positions == Positions::rope && !p.rope;
   if (rotate_qk && Dh_ % 2)
     throw InvalidInput(fmt::format("--positions rope rotates pairs of a head's dimensions; the head size {} is odd", Dh_));
+  // A bf16 training step whose mechanism refuses this shape in bf16 (flash's kernel and a head
+  // size it lacks) runs the attention in float32 and says why; inference refuses it.
+  if (p.dtype == Dtype::bf16 && backward_) try {
+      info.make(p, c.params)->validate();
+    } catch (const InvalidInput& e) {
+      p.dtype = Dtype::f32;
+      attention_f32_because_ = e.what();
+    }
   for (int64_t l = 0; l < L; ++l) {
     attn_.push_back(info.make(p, c.params));
     attn_.back()->validate();

@@ -279,6 +279,7 @@ class TransformerModel {
   uint64_t seed_ = 0;
   bool dropping_ = false;
   bool attn_dropout_planned_ = false;
+  std::string attention_f32_because_;  // bf16 training: the mechanism refused the shape in bf16
   std::vector<double> tensor_norms_;
   std::array<double, kLayerTypes> seconds_{};
 };

@@ -389,7 +389,8 @@ const char* kTinyModel = " --layers 1 --dmodel 16 --heads 2 --mlp 16 --batch 2 -
 
 // The model level in bf16: inference (--mode fwd) runs and is named so, and a mechanism without
 // a bf16 path is SKIPPED there with the reason; a training step runs with the linear layers in
-// bf16 and the attention in float32 (no mechanism has a bf16 backward yet), and its note says so.
+// bf16 and the attention in bf16 where its backward has a bf16 path (flash), else in float32, and
+// its note says which.
 TEST(CliModel, Bf16RunsInferenceAndTrainingSteps) {
   if (!TiledSoftmax::dense_bf16_kernel(16) || !cpu_has_bf16()) GTEST_SKIP() << "no AVX512-BF16 build or CPU";
   const std::string path = test::temp_path("model_bf16.json");
@@ -408,9 +409,11 @@ TEST(CliModel, Bf16RunsInferenceAndTrainingSteps) {
   EXPECT_EQ(status["attn:flash/level:model/mode:fwd" + tail], "OK") << e.out;
   EXPECT_NE(note["attn:flash/level:model/mode:fwd" + tail].find("flash in bf16"), std::string::npos) << e.out;
   EXPECT_EQ(status["attn:flash/level:model/mode:train" + tail], "OK") << e.out;
-  EXPECT_NE(note["attn:flash/level:model/mode:train" + tail].find("flash in f32 (its bf16 path is forward only)"), std::string::npos)
+  EXPECT_NE(note["attn:flash/level:model/mode:train" + tail].find("flash in bf16"), std::string::npos) << e.out;
+  EXPECT_NE(note["attn:local/block:64/lookback:1/lookahead:1/level:model/mode:train" + tail].find("local in f32 (its bf16 path is forward only)"),
+            std::string::npos)
       << e.out;
-  EXPECT_NE(note["attn:linear/chunk:64/level:model/mode:train" + tail].find("linear in f32"), std::string::npos) << e.out;
+  EXPECT_NE(note["attn:linear/chunk:64/level:model/mode:train" + tail].find("linear in f32 (no bf16 path)"), std::string::npos) << e.out;
   EXPECT_EQ(status["attn:local/block:64/lookback:1/lookahead:1/level:model/mode:fwd" + tail], "OK") << e.out;
   EXPECT_NE(status["attn:linear/chunk:64/level:model/mode:fwd" + tail].find("no bf16 path"), std::string::npos) << e.out;
   std::filesystem::remove(path);

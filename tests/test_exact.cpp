@@ -301,6 +301,41 @@ TEST(Bf16, ForwardMatchesReferenceWithinBf16Rounding) {
         }
 }
 
+// flash's bf16 backward (the same inputs and dO as its float32 backward): dQ, dK, dV each
+// within kBf16GradTolerance of the float32 gradients in relative Frobenius norm (rounding Q, K,
+// V, dO, P and dS to 8 significant bits; measured at most 0.5% over these shapes), and not equal
+// to them (the bf16 tiles ran); the tracked peak as declared; one and two threads identical
+// (whole (b, h) pairs per thread in both). Finite differences stay float32 (ExactGradients).
+TEST(Bf16, FlashBackwardNearFloat32) {
+  if (!TiledSoftmax::dense_bf16_kernel(64) || !cpu_has_bf16()) GTEST_SKIP() << "no AVX512-BF16 build or CPU";
+  constexpr double kBf16GradTolerance = 2e-2;
+  for (int64_t D : {16, 32, 64, 128})
+    for (int64_t N : {17, 300})
+      for (bool causal : {false, true}) {
+        const Shape4 s{2, 2, N, D};
+        auto f32 = run_mechanism("flash", s, causal, Mode::fwdbwd, {}, 11, 1, Dtype::f32);
+        auto b16 = run_mechanism("flash", s, causal, Mode::fwdbwd, {}, 11, 1, Dtype::bf16);
+        EXPECT_EQ(b16.tracked_peak, b16.declared) << "D=" << D << " N=" << N;
+        const AttnArgs a = f32.data->args(), b = b16.data->args();
+        for (auto [got, want, label] : {std::tuple{b.dq.data, a.dq.data, "dq"}, std::tuple{b.dk.data, a.dk.data, "dk"},
+                                        std::tuple{b.dv.data, a.dv.data, "dv"}}) {
+          double diff = 0, norm = 0;
+          for (int64_t i = 0; i < s.numel(); ++i) {
+            diff += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+            norm += double(want[i]) * want[i];
+          }
+          const double rel = std::sqrt(diff / norm);
+          EXPECT_LT(rel, kBf16GradTolerance) << label << " D=" << D << " N=" << N << " causal=" << causal;
+          EXPECT_GT(rel, 1e-4) << label << ": float32 accuracy, the bf16 tiles did not run, D=" << D;
+          std::printf("[ bf16     ] %s D=%ld N=%ld causal=%d: %.4f\n", label, static_cast<long>(D), static_cast<long>(N), causal, rel);
+        }
+        auto two = run_mechanism("flash", s, causal, Mode::fwdbwd, {}, 11, 2, Dtype::bf16);
+        for (auto [x, y] : {std::pair{two.data->args().dq.data, b.dq.data}, std::pair{two.data->args().dk.data, b.dk.data},
+                            std::pair{two.data->args().dv.data, b.dv.data}})
+          EXPECT_EQ(0, std::memcmp(x, y, sizeof(float) * static_cast<size_t>(s.numel()))) << "two threads differ, D=" << D;
+      }
+}
+
 TEST(Bf16, FlashRefusesHeadSizesWithoutTheKernel) {
   if (!TiledSoftmax::dense_bf16_kernel(64) || !cpu_has_bf16()) GTEST_SKIP() << "no AVX512-BF16 build or CPU";
   EXPECT_THROW(run_mechanism("flash", Shape4{1, 1, 8, 40}, false, Mode::fwd, {}, 1, 1, Dtype::bf16), InvalidInput);
