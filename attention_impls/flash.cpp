@@ -18,7 +18,8 @@
 //   when B*H does not divide over them, parts of each head's key tiles with a partial dQ each
 //   (TiledSoftmax::key_parts). Decode: the new token against a key-value cache, tile by tile
 //   with the same online softmax.
-// Leaves out: a fused backward kernel (the backward is still oneDNN tiles).
+// Leaves out: a fused backward kernel (the backward is still oneDNN tiles, in bf16 too); attention
+//   dropout in bf16.
 // bf16 (--dtype bf16, AVX512-BF16): the dense kernel with Q, K, V rounded to bf16 once per call,
 //   both products by vdpbf16ps (two bf16 products added into each float lane), the softmax and
 //   its statistics in float, the probabilities rounded to bf16 for their product with V.

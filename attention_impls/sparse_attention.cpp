@@ -40,6 +40,8 @@ SparseAttention::SparseAttention(const AttnProblem& p)
     : p_(p), bias_(std::make_unique<PositionBias>(p.bias, p.shape, p.causal, 1.0f / std::sqrt(static_cast<float>(p.shape.D)), p.threads)) {
   if (p.bias.active() && p.dtype == Dtype::bf16)
     throw InvalidInput("the sparse patterns add a position encoding in float32 only (no --dtype bf16)");
+  if (p.attn_dropout && p.dtype == Dtype::bf16)
+    throw InvalidInput("the sparse patterns in bf16 apply no attention dropout (float32 does)");
 }
 
 const LogitsSource& SparseAttention::source(const Part& part) const {
@@ -68,6 +70,9 @@ void SparseAttention::build(Rng* rng) const {
     const int64_t ld_q = seg.queries.step * sn_in;
     const int64_t ld_k = gathered ? (bf16() ? 2 * bf16_row_floats() : s.D) : seg.keys.step * sn_in;
     part->qk = QKLogits(s.D, ld_q, ld_k, 1.0f / std::sqrt(static_cast<float>(s.D)), seg.keys_major, bf16());
+    // bf16 backward: the float gradients' strides (the caller's dQ, dK; a gathered part's dK buffer).
+    const int64_t ld_dk = gathered ? s.D : seg.keys.step * st.sn;
+    if (bf16()) part->qk.set_grad_strides(seg.queries.step * st.sn, ld_dk);
     TiledSoftmaxShape sh;
     sh.B = seg.queries.fold ? s.B * s.H : s.B;
     sh.H = seg.queries.fold ? seg.queries.fold : s.H;
@@ -79,6 +84,10 @@ void SparseAttention::build(Rng* rng) const {
     sh.heads_inner = seg.queries.fold > 0 && seg.tight;
     sh.ld_v = ld_k;
     sh.ld_o = seg.queries.step * st.sn;
+    if (bf16()) {  // backward: dV in float, dO as its bf16 copy
+      sh.ld_dv = ld_dk;
+      sh.ld_dout = seg.queries.step * sn_in;
+    }
     sh.threads = p_.threads;
     sh.keys = seg.range;
     sh.fwd_rows = seg.tile_rows;
@@ -174,19 +183,25 @@ size_t SparseAttention::working_bytes(Mode mode) const {
     if (!planned_ || planned_mode_ != mode) part->engine.plan(mode, source(*part));
     b += part->engine.working_bytes(mode) + part->qk.working_bytes(p_.threads);
     if (part->gathered())
-      b += (mode == Mode::fwdbwd ? 4 : 2) * gathered_floats(*part) * sizeof(float) +
+      b += (2 * gathered_floats(*part) + (mode == Mode::fwdbwd ? 2 * gathered_grad_floats(*part) : 0)) * sizeof(float) +
            static_cast<size_t>(s.H * part->seg.keys.n) * sizeof(int64_t);
   }
-  b += pattern_bytes() + bf16_bytes() + bias_->working_bytes(mode);
+  b += pattern_bytes() + bf16_bytes(mode) + bias_->working_bytes(mode);
   planned_ = true;
   planned_mode_ = mode;
   // The merged log-sum-exp.
   return b + static_cast<size_t>(s.B * s.H * s.N) * sizeof(float);
 }
 
-size_t SparseAttention::bf16_bytes() const {
+size_t SparseAttention::bf16_bytes(Mode mode) const {
   if (!bf16()) return 0;
-  return 3 * static_cast<size_t>(p_.shape.B * p_.shape.H * p_.shape.N * bf16_row_floats()) * sizeof(float);
+  const size_t copies = mode == Mode::fwdbwd ? 4 : 3;  // Q, K, V (and dO)
+  return copies * static_cast<size_t>(p_.shape.B * p_.shape.H * p_.shape.N * bf16_row_floats()) * sizeof(float);
+}
+
+// A gathered part's gradients of its keys and values: D floats a row in every dtype.
+size_t SparseAttention::gathered_grad_floats(const Part& part) const {
+  return static_cast<size_t>(p_.shape.B * p_.shape.H * part.seg.keys.n * p_.shape.D);
 }
 
 // A gathered part's copy of its keys (or values): D floats a row, or bf16_row_floats in bf16.
@@ -221,8 +236,8 @@ void SparseAttention::setup(Mode mode, Rng& rng) {
       part->kg = Buffer<float>(n);
       part->vg = Buffer<float>(n);
       if (mode == Mode::fwdbwd) {
-        part->dkg = Buffer<float>(n);
-        part->dvg = Buffer<float>(n);
+        part->dkg = Buffer<float>(gathered_grad_floats(*part));
+        part->dvg = Buffer<float>(gathered_grad_floats(*part));
       }
     }
   }
@@ -234,6 +249,7 @@ void SparseAttention::setup(Mode mode, Rng& rng) {
     q_b_ = Buffer<float>(n);
     k_b_ = Buffer<float>(n);
     v_b_ = Buffer<float>(n);
+    if (mode == Mode::fwdbwd) do_b_ = Buffer<float>(n);
   }
 }
 
@@ -254,6 +270,11 @@ TensorView rows_of(const TensorView& t, int64_t n) {
 TensorView SparseAttention::keys_view(const Part& part, const TensorView& t, const Buffer<float>& gathered) const {
   if (part.gathered())
     return contiguous_view(gathered, p_.shape.B, p_.shape.H, part.seg.keys.n, bf16() ? bf16_row_floats() : p_.shape.D);
+  return part.seg.keys.of(t);
+}
+
+TensorView SparseAttention::grads_view(const Part& part, const TensorView& t, const Buffer<float>& gathered) const {
+  if (part.gathered()) return contiguous_view(gathered, p_.shape.B, p_.shape.H, part.seg.keys.n, p_.shape.D);
   return part.seg.keys.of(t);
 }
 
@@ -341,6 +362,23 @@ void SparseAttention::forward(const AttnArgs& args) {
 void SparseAttention::backward(const AttnArgs& a) {
   const auto& s = p_.shape;
   const int64_t D = s.D;
+  // bf16: the products read the forward's rounded copies of Q, K, V (and the gathered parts'
+  // copies of them) and dO rounded here; the gradients stay float.
+  AttnArgs r = a;
+  if (bf16()) {
+    const int64_t row = bf16_row_floats();
+    r.q = contiguous_view(q_b_, s.B, s.H, s.N, row);
+    r.k = contiguous_view(k_b_, s.B, s.H, s.N, row);
+    r.v = contiguous_view(v_b_, s.B, s.H, s.N, row);
+    r.dout = contiguous_view(do_b_, s.B, s.H, s.N, row);
+#pragma omp parallel for schedule(static)
+    for (int64_t bh = 0; bh < s.B * s.H; ++bh)
+      for (int64_t i = 0; i < s.N; ++i) {
+        uint16_t* y = reinterpret_cast<uint16_t*>(r.dout.row(bh / s.H, bh % s.H, i));
+        to_bf16(a.dout.row(bh / s.H, bh % s.H, i), y, D);
+        if (D % 2) y[D] = 0;
+      }
+  }
   const TensorView lse{lse_.data(), Shape4{s.B, s.H, s.N, 1}, Strides3{s.H * s.N, s.N, 1}};
 #pragma omp parallel for schedule(static)
   for (int64_t bh = 0; bh < s.B * s.H; ++bh)
@@ -359,16 +397,19 @@ void SparseAttention::backward(const AttnArgs& a) {
     }
     const TensorView l = seg.queries.of(lse);
     const LseView lv{l.data, l.strides.sb, l.strides.sh, l.strides.sn};
-    part->qk.bind(seg.queries.of(a.q), keys_view(*part, a.k, part->kg));
-    part->qk.bind_grads(seg.queries.of(a.dq), keys_view(*part, a.dk, part->dkg), true);
-    part->engine.backward(source(*part), keys_view(*part, a.v, part->vg), seg.queries.of(a.o),
-                          seg.queries.of(a.dout), keys_view(*part, a.dv, part->dvg), true, &lv);
+    part->qk.bind(seg.queries.of(r.q), keys_view(*part, r.k, part->kg));
+    part->qk.bind_grads(seg.queries.of(a.dq), grads_view(*part, a.dk, part->dkg), true);
+    if (bf16()) part->engine.bind_bf16(keys_view(*part, r.v, part->vg), seg.queries.of(r.dout));
+    part->engine.backward(source(*part), keys_view(*part, r.v, part->vg), seg.queries.of(a.o),
+                          seg.queries.of(a.dout), grads_view(*part, a.dv, part->dvg), true, &lv);
     if (part->gathered())
       for_each_gathered(*part, [&](int64_t b, int64_t h, int64_t row, int64_t slot) {
         float* dk = a.dk.row(b, h, row);
         float* dv = a.dv.row(b, h, row);
-        const float* gk = part->dkg.data() + slot;
-        const float* gv = part->dvg.data() + slot;
+        // `slot` places the key in the copies (bf16: bf16_row_floats a row); its gradient rows are D floats.
+        const int64_t at = slot / (bf16() ? bf16_row_floats() : D) * D;
+        const float* gk = part->dkg.data() + at;
+        const float* gv = part->dvg.data() + at;
 #pragma omp simd
         for (int64_t d = 0; d < D; ++d) {
           dk[d] += gk[d];

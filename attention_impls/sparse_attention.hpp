@@ -8,10 +8,12 @@
 // engine with the merged log-sum-exp and output, accumulating dQ, dK, dV: the softmax gradient
 // is additive over disjoint key sets once P is taken from the union's normaliser.
 //
-// bf16 (--dtype bf16, forward): Q, K and V rounded to bf16 once per call into copies that every
-// segment reads (bf16 numbers two to a float, rows padded to an even D), each segment's engine
-// in bf16 tiles (TiledSoftmaxShape::bf16_tiles): bf16 products, the softmax in float. The
-// diagonal kernel runs in its bf16 variant, Longformer's global keys inside it as in float32.
+// bf16 (--dtype bf16): Q, K and V rounded to bf16 once per call into copies that every segment
+// reads (bf16 numbers two to a float, rows padded to an even D), each segment's engine in bf16
+// tiles (TiledSoftmaxShape::bf16_tiles): bf16 products, the softmax in float. The diagonal
+// kernel runs in its bf16 variant, Longformer's global keys inside it as in float32. Backward:
+// the forward's copies and dO rounded into a fourth, every segment's tiles as bf16 products,
+// dQ, dK, dV (and a gathered part's gradient buffers) in float; no attention dropout in bf16.
 //
 // Rows are selected by views, never copied, except for scattered key sets (BigBird's random
 // blocks, the fixed pattern's summary columns), which are gathered into a buffer per call.
@@ -60,7 +62,9 @@ struct Segment {
 };
 
 // The sparse patterns' bf16 path (SparseAttention's bf16 copies and TiledSoftmax's bf16 tiles).
-inline Bf16Support sparse_bf16_support() { return Bf16Support{.available = true, .constraints = "forward"}; }
+inline Bf16Support sparse_bf16_support() {
+  return Bf16Support{.available = true, .constraints = "forward and backward; backward: no attention dropout", .backward = true};
+}
 
 class SparseAttention : public Attention {
  public:
@@ -108,6 +112,8 @@ class SparseAttention : public Attention {
   size_t gathered_floats(const Part& part) const;
   AttnArgs round_inputs(const AttnArgs& a);
   TensorView keys_view(const Part& part, const TensorView& t, const Buffer<float>& gathered) const;
+  // The keys' gradient rows of a part: the caller's, or a gathered part's float buffer.
+  TensorView grads_view(const Part& part, const TensorView& t, const Buffer<float>& gathered) const;
   // f(b, h, row, slot) for every (batch, head) and every key a gathered part holds: `row` the
   // key's position, `slot` the float offset of its copy in the part's buffers.
   template <class F>
@@ -125,8 +131,9 @@ class SparseAttention : public Attention {
   // bf16: Q, K, V rounded, (B, H, N, bf16_row_floats()) floats each holding two bf16 numbers.
   bool bf16() const { return p_.dtype == Dtype::bf16; }
   int64_t bf16_row_floats() const { return (p_.shape.D + 1) / 2; }
-  size_t bf16_bytes() const;
-  Buffer<float> q_b_, k_b_, v_b_;
+  size_t bf16_bytes(Mode mode) const;
+  size_t gathered_grad_floats(const Part& part) const;
+  Buffer<float> q_b_, k_b_, v_b_, do_b_;  // do_b_: backward, dO rounded
   Buffer<float> ring_k_, ring_v_, ring_scores_;  // decode
 };
 

@@ -530,17 +530,16 @@ MatmulSpec QKLogits::spec_kq(int64_t rows, int64_t cols) const {
   const MatmulSpec s = MatmulSpec::tile(cols, rows, D_, ld_k_, false, ld_q_, true, rows, scale_);
   return bf16_inputs_ ? s.with_bf16_inputs() : s;
 }
-// bf16: dS and K (Q) in bf16, dQ (dK) in float at the bf16 copies' row stride (the engine's bf16
-// backward takes contiguous tensors, so floats and bf16 numbers share it).
+// bf16: dS and K (Q) in bf16, dQ (dK) in float at its own row stride.
 MatmulSpec QKLogits::spec_dq(int64_t rows, int64_t cols, int64_t ldS) const {
-  const MatmulSpec s = MatmulSpec::tile(rows, D_, cols, ldS, false, ld_k_, false, ld_q_, scale_, true);
+  const MatmulSpec s = MatmulSpec::tile(rows, D_, cols, ldS, false, ld_k_, false, ld_dq_ ? ld_dq_ : ld_q_, scale_, true);
   return bf16_inputs_ ? s.with_bf16_inputs() : s;
 }
 MatmulSpec QKLogits::spec_dq_partial(int64_t rows, int64_t cols, int64_t ldS) const {
   return MatmulSpec::tile(rows, D_, cols, ldS, false, ld_k_, false, D_, scale_, true);
 }
 MatmulSpec QKLogits::spec_dk(int64_t rows, int64_t cols, int64_t ldS) const {
-  const MatmulSpec s = MatmulSpec::tile(cols, D_, rows, ldS, true, ld_q_, false, ld_k_, scale_, true);
+  const MatmulSpec s = MatmulSpec::tile(cols, D_, rows, ldS, true, ld_q_, false, ld_dk_ ? ld_dk_ : ld_k_, scale_, true);
   return bf16_inputs_ ? s.with_bf16_inputs() : s;
 }
 
@@ -552,7 +551,6 @@ void QKLogits::plan_tile(MatmulCache& mm, int64_t rows, int64_t cols, int64_t ld
     mm.add(spec_qk(rows, cols, ldS));
   }
   if (backward) {
-    if (bf16_inputs_ && keys_major_) throw std::logic_error("QKLogits: keys-major bf16 tiles have no backward pass");
     mm.add(spec_dq(rows, cols, ldS));
     mm.add(spec_dk(rows, cols, ldS));
     if (key_split()) mm.add(spec_dq_partial(rows, cols, ldS));
@@ -690,15 +688,15 @@ MatmulSpec TiledSoftmax::spec_pv(int64_t rows, int64_t cols, bool accumulate) co
   return s_.bf16_tiles ? s.with_bf16_inputs() : s;
 }
 // dV_j(cols, D) += P^T dO_i
-// (bf16: P and dO in bf16, dV in float; contiguous rows, so ld_v and ld_o serve both types.)
+// (bf16: P and dO in bf16, dV in float.)
 MatmulSpec TiledSoftmax::spec_dv(int64_t rows, int64_t cols) const {
-  const MatmulSpec s = MatmulSpec::tile(cols, s_.D, rows, s_.bwd_cols, true, s_.ld_o, false, s_.ld_v, 1.0f, true);
-  return s_.bf16 ? s.with_bf16_inputs() : s;
+  const MatmulSpec s = MatmulSpec::tile(cols, s_.D, rows, s_.bwd_cols, true, ld_dout(), false, s_.ld_dv ? s_.ld_dv : s_.ld_v, 1.0f, true);
+  return bf16_backward() ? s.with_bf16_inputs() : s;
 }
 // dP(rows, cols) = dO_i V_j^T (bf16: dO and V in bf16)
 MatmulSpec TiledSoftmax::spec_dp(int64_t rows, int64_t cols) const {
-  const MatmulSpec s = MatmulSpec::tile(rows, cols, s_.D, s_.ld_o, false, s_.ld_v, true, s_.bwd_cols);
-  return s_.bf16 ? s.with_bf16_inputs() : s;
+  const MatmulSpec s = MatmulSpec::tile(rows, cols, s_.D, ld_dout(), false, s_.ld_v, true, s_.bwd_cols);
+  return bf16_backward() ? s.with_bf16_inputs() : s;
 }
 
 std::pair<int64_t, int64_t> TiledSoftmax::queries_using(int64_t c0, int64_t c1) const {
@@ -724,7 +722,6 @@ std::pair<int64_t, int64_t> TiledSoftmax::queries_using(int64_t c0, int64_t c1) 
 
 void TiledSoftmax::plan(Mode mode, const LogitsSource& src) {
   mode_ = mode;
-  if (s_.bf16_tiles && mode != Mode::fwd) throw std::logic_error("TiledSoftmax: bf16 tiles have no backward pass");
   dense_planned_ = dense_source(src);  // dropout may be off at a later call (evaluation)
   key_parts_ = 1;
   const int64_t BH = s_.B * s_.H;
@@ -811,7 +808,7 @@ size_t TiledSoftmax::tile_floats(Mode mode) const {
   size_t f = static_cast<size_t>(score_area() + 2 * s_.fwd_rows);
   if (s_.bf16_tiles) f += static_cast<size_t>((s_.fwd_rows * s_.fwd_cols + 1) / 2);  // P in bf16
   // Backward: the P and dS tiles (bf16: and their bf16 copies, one tile's floats for both).
-  if (mode == Mode::fwdbwd) f = std::max(f, static_cast<size_t>((s_.bf16 ? 3 : 2) * s_.bwd_rows * s_.bwd_cols));
+  if (mode == Mode::fwdbwd) f = std::max(f, static_cast<size_t>((bf16_backward() ? 3 : 2) * s_.bwd_rows * s_.bwd_cols));
   return f;
 }
 
@@ -1121,14 +1118,19 @@ void TiledSoftmax::backward(const LogitsSource& src, const TensorView& v, const 
   auto begin_pair = [&](int tid, int64_t bh) {
     const int64_t b = bh / s_.H, h = bh % s_.H;
     float* delta = delta_.data() + bh * Nq;
-    for (int64_t i = 0; i < Nq; ++i) delta[i] = dot(dout.row(b, h, i), o.row(b, h, i), D);
+    // bf16: from the rounded dO the products read, so that dP - delta vanishes where it does
+    // in exact arithmetic (a row of one key) instead of leaving dO's rounding behind.
+    if (bf16_backward())
+      for (int64_t i = 0; i < Nq; ++i) delta[i] = dot_bf16(reinterpret_cast<const uint16_t*>(bf16_dout_.row(b, h, i)), o.row(b, h, i), D);
+    else
+      for (int64_t i = 0; i < Nq; ++i) delta[i] = dot(dout.row(b, h, i), o.row(b, h, i), D);
     if (!accumulate)
       for (int64_t j = 0; j < Nk; ++j) fill(dv.row(b, h, j), D, 0.0f);
     src.backward_begin(mm_, tid, b, h);
   };
   // Passes 1-4 of (b, h) over its key tiles (all, or those of one part); dQ into dq_part when
   // given (a later part of a split pair), else through the source.
-  if (s_.bf16 && (!bf16_v_.data || !bf16_dout_.data || dropout_.active() || parts > 1))
+  if (bf16_backward() && (!bf16_v_.data || !bf16_dout_.data || dropout_.active() || parts > 1))
     throw std::logic_error("TiledSoftmax::backward: bf16 needs bind_bf16's copies, no dropout and whole pairs");
   auto backward_keys = [&](int tid, int64_t bh, int64_t part, float* dq_part) {
     const int64_t b = bh / s_.H, h = bh % s_.H;
@@ -1167,7 +1169,7 @@ void TiledSoftmax::backward(const LogitsSource& src, const TensorView& v, const 
           if (a > 0) fill(Pr, a, 0.0f);
           if (e < cols) fill(Pr + e, cols - e, 0.0f);
         }
-        if (s_.bf16) {
+        if (bf16_backward()) {
           // The products in bf16 (P, dO, V and then dS rounded), dV, dP and dS in float.
           const float* dOi16 = bf16_dout_.row(b, h, r0);
           for (int64_t r = 0; r < rows; ++r) to_bf16(P + r * kBwdCols, Pb + r * kBwdCols, cols);

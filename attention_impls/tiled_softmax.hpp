@@ -58,7 +58,7 @@ class QKLogits final : public LogitsSource {
   QKLogits() = default;
   // bf16_inputs: Q and K are bf16 numbers two to a float (the bound views hold D/2 floats a
   // row, the strides ld_q, ld_k count bf16 numbers), multiplied by oneDNN's bf16 matmul into
-  // float logits (TiledSoftmaxShape::bf16_tiles; forward only).
+  // float logits; backward: dS arrives in bf16 too, dQ and dK are float (set_grad_strides).
   QKLogits(int64_t D, int64_t ld_q, int64_t ld_k, float scale, bool keys_major = false, bool bf16_inputs = false)
       : D_(D), ld_q_(ld_q), ld_k_(ld_k), scale_(scale), keys_major_(keys_major), bf16_inputs_(bf16_inputs) {}
   void bind(const TensorView& q, const TensorView& k) {
@@ -72,6 +72,12 @@ class QKLogits final : public LogitsSource {
   const TensorView& prefix_k() const { return prefix_k_; }
   float scale() const { return scale_; }
   bool keys_major() const { return keys_major_; }
+  // bf16 inputs: the float dQ's and dK's row strides, where they differ from the bf16 copies'
+  // (set before planning).
+  void set_grad_strides(int64_t ld_dq, int64_t ld_dk) {
+    ld_dq_ = ld_dq;
+    ld_dk_ = ld_dk;
+  }
   // accumulate: add to dq, dk instead of starting them at zero.
   void bind_grads(const TensorView& dq, const TensorView& dk, bool accumulate = false) {
     dq_ = dq;
@@ -100,7 +106,7 @@ class QKLogits final : public LogitsSource {
   MatmulSpec spec_dq(int64_t rows, int64_t cols, int64_t ldS) const;
   MatmulSpec spec_dq_partial(int64_t rows, int64_t cols, int64_t ldS) const;  // into rows of D floats
   MatmulSpec spec_dk(int64_t rows, int64_t cols, int64_t ldS) const;
-  int64_t D_ = 0, ld_q_ = 0, ld_k_ = 0;
+  int64_t D_ = 0, ld_q_ = 0, ld_k_ = 0, ld_dq_ = 0, ld_dk_ = 0;  // ld_dq_, ld_dk_ 0: ld_q_, ld_k_
   float scale_ = 1.0f;
   bool keys_major_ = false;
   bool bf16_inputs_ = false;
@@ -118,6 +124,9 @@ struct TiledSoftmaxShape {
   bool causal = false;  // only with Nq == Nk: query i sees keys j <= i
   int64_t ld_v = 0;     // row stride of V and dV
   int64_t ld_o = 0;     // row stride of O and dO
+  // bf16 backward: the row strides of the float dV (0: ld_v) and of the bf16 dO the products
+  // read (0: ld_o), where the bf16 copies and the float tensors differ (the sparse patterns).
+  int64_t ld_dv = 0, ld_dout = 0;
   int threads = 1;
   // Sparse patterns: each query's admissible keys as one contiguous range (null: all keys).
   // Tiles outside every row's range are skipped, tiles across a range's edge are masked.
@@ -142,6 +151,7 @@ struct TiledSoftmaxShape {
   // softmax and its statistics in float, each tile's P rounded to bf16 for its product with V.
   // The dense kernel does not run (it packs floats itself); a band's diagonal kernel has a bf16
   // variant (vdpbf16ps). No backward pass.
+  // Backward in bf16 likewise (the caller's bf16 copies of V and dO: bind_bf16), no dropout.
   bool bf16_tiles = false;
   // Keep the row log-sum-exp after forward also without backward (for merging segments).
   bool keep_lse = false;
@@ -239,6 +249,7 @@ class TiledSoftmax {
                 const LseView* lse = nullptr);
   // bf16 backward: V and dO rounded to bf16, two to a float (views of D/2 floats a row), which
   // the tile products read; backward's v and dout stay the float tensors (dO·O in float).
+  bool bf16_backward() const { return s_.bf16 || s_.bf16_tiles; }
   void bind_bf16(const TensorView& v, const TensorView& dout) {
     bf16_v_ = v;
     bf16_dout_ = dout;
@@ -285,6 +296,7 @@ class TiledSoftmax {
   // transposed queries and logits fit in the score tile. (The source must also be s Q K^T.)
   bool diagonal_block(int64_t r0, int64_t rows) const;
   MatmulSpec spec_pv(int64_t rows, int64_t cols, bool accumulate) const;
+  int64_t ld_dout() const { return s_.ld_dout ? s_.ld_dout : s_.ld_o; }
   MatmulSpec spec_dv(int64_t rows, int64_t cols) const;
   MatmulSpec spec_dp(int64_t rows, int64_t cols) const;
 

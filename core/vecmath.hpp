@@ -266,6 +266,14 @@ inline void to_bf16(const float* x, uint16_t* y, int64_t n) {
   }
 }
 
+// sum_i bf16(x_i) * y_i in float: x holds bf16 numbers (a bf16 number is a float's upper half).
+inline float dot_bf16(const uint16_t* x, const float* y, int64_t n) {
+  float s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < n; ++i) s += std::bit_cast<float>(static_cast<uint32_t>(x[i]) << 16) * y[i];
+  return s;
+}
+
 // to_bf16 over n elements in chunks shared out over the OpenMP threads (call it outside any
 // parallel region).
 inline void to_bf16_parallel(const float* x, uint16_t* y, int64_t n) {
