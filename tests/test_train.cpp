@@ -827,6 +827,13 @@ TEST(TrainCli, PresetTakesOneDtype) {
   auto e = test::exec("train --preset copy --dtype f32,bf16 --out never.json --dry-run");
   EXPECT_EQ(e.code, 2) << e.out;
   EXPECT_NE(e.out.find("takes one --dtype"), std::string::npos) << e.out;
+  // A CPU without AVX512-BF16 (simulated) refuses a bf16 preset and a bf16 run before anything runs.
+  for (const std::string& cmd : {std::string("train --preset copy --dtype bf16 --out never.json --dry-run"),
+                                 std::string("train --dtype bf16 --steps 2") + kTinyTrain}) {
+    e = test::exec(cmd, true, "ATTNBENCH_SIMULATE_NO_BF16=1");
+    EXPECT_EQ(e.code, 2) << cmd << ": " << e.out;
+    EXPECT_NE(e.out.find("needs a CPU with AVX512-BF16"), std::string::npos) << e.out;
+  }
   EXPECT_FALSE(fs::exists("never.json"));
 }
 
