@@ -13,9 +13,10 @@
 // Leaves out: fusion and tiling of the key axis (a block holds whole rows of scores, so no
 //   online softmax); that is `flash`. Causal runs the full N^2 products and masks, as a framework
 //   does, so its GFLOP/s on useful (causal) FLOPs is about half.
-// bf16 (--dtype bf16, forward): Q, K, V rounded to bf16 (pass 0), both products oneDNN bf16
-//   matmuls with float output, the softmax in float, P rounded to bf16 for its product with V
-//   (pass 3b): what a framework's bf16 autocast does.
+// bf16 (--dtype bf16): Q, K, V rounded to bf16 (pass 0), both products oneDNN bf16 matmuls with
+//   float output, the softmax in float, P rounded to bf16 for its product with V (pass 3b): what
+//   a framework's bf16 autocast does. Backward: dO and dS rounded, the four products in bf16, the
+//   softmax backward and every gradient in float; no attention dropout in bf16.
 #include <omp.h>
 
 #include <algorithm>
@@ -51,7 +52,7 @@ class Vanilla final : public Attention {
   size_t working_bytes(Mode mode) const override {
     if (mode == Mode::decode) return KvCache::bytes(p_.shape, p_.shape.N + 1) + decode_scores_bytes();
     const Plan& pl = plan(mode);
-    return scores_bytes() * (mode == Mode::fwd ? 1 : 2) + pl.scratch_bytes + bf16_bytes() +
+    return scores_bytes() * (mode == Mode::fwd ? 1 : 2) + pl.scratch_bytes + bf16_bytes(mode) +
            pl.block_scratch_bytes * static_cast<size_t>(p_.threads) + bias_.working_bytes(mode);
   }
 
@@ -65,7 +66,7 @@ class Vanilla final : public Attention {
     Plan& pl = plan(mode);
     scores_ = Buffer<float>(scores_bytes() / sizeof(float));
     if (mode == Mode::fwdbwd) dscores_ = Buffer<float>(scores_bytes() / sizeof(float));
-    if (bf16()) bf16_ = Buffer<uint16_t>(bf16_bytes() / sizeof(uint16_t));
+    if (bf16()) bf16_ = Buffer<uint16_t>(bf16_bytes(mode) / sizeof(uint16_t));
     scratch_ = Buffer<std::byte>(pl.scratch_bytes);
     for (Matmul* m : {&pl.qk, &pl.pv, &pl.dv, &pl.dp, &pl.dq, &pl.dk})
       if (m->spec().M) m->bind(1, scratch_.data());
@@ -131,6 +132,7 @@ class Vanilla final : public Attention {
     if (bf16() && !(p_.strides == Strides3::contiguous(p_.shape)))
       throw InvalidInput("vanilla --dtype bf16 needs contiguous (B, H, N, D) inputs");
     if (bf16() && p_.bias.active()) throw InvalidInput("vanilla adds a position encoding in float32 only (no --dtype bf16)");
+    if (bf16() && p_.attn_dropout) throw InvalidInput("vanilla in bf16 applies no attention dropout (float32 does)");
   }
 
   void decode_prefill(const AttnArgs& a, int64_t n) override { cache_.prefill(a, n); }
@@ -155,6 +157,10 @@ class Vanilla final : public Attention {
   // With a position encoding: dS summed into its gradients by offset, and Shaw's term of dQ.
   void backward(const AttnArgs& a) override {
     const Plan& pl = *plan_;
+    if (bf16()) {
+      backward_bf16(a);
+      return;
+    }
     pl.dv.run(0, dropout_.active() ? dscores_.data() : scores_.data(), a.dout.data, a.dv.data);
     pl.dp.run(0, a.dout.data, a.v.data, dscores_.data());
     if (dropout_.active())
@@ -190,11 +196,29 @@ class Vanilla final : public Attention {
   }
 
   bool bf16() const { return p_.dtype == Dtype::bf16; }
-  // bf16: Q, K, V (B H N D each) and P (B H N N), as 16-bit numbers.
-  size_t bf16_bytes() const {
+  // bf16: Q, K, V (B H N D each) and P (B H N N), as 16-bit numbers; backward, also dO (and dS
+  // in P's place once dV is made).
+  size_t bf16_bytes(Mode mode) const {
     if (!bf16()) return 0;
     const auto& s = p_.shape;
-    return static_cast<size_t>(3 * s.numel() + s.B * s.H * s.N * s.N) * sizeof(uint16_t);
+    return static_cast<size_t>((mode == Mode::fwdbwd ? 4 : 3) * s.numel() + s.B * s.H * s.N * s.N) * sizeof(uint16_t);
+  }
+
+  // The bf16 backward, the float one's passes with bf16 products: dO to bf16; dV = P^T dO (P
+  // the forward's bf16 copy); dP = dO V^T (float); dS = softmax_backward(P, dP) in float; dS to
+  // bf16 (into P's copy, used); dQ = s dS K, dK = s dS^T Q (bf16 products, float gradients).
+  void backward_bf16(const AttnArgs& a) {
+    const Plan& pl = *plan_;
+    const int64_t n = p_.shape.numel(), nn = p_.shape.B * p_.shape.H * p_.shape.N * p_.shape.N;
+    uint16_t *q = bf16_.data(), *k = q + n, *v = k + n, *probs = v + n, *dout = probs + nn;
+    to_bf16_parallel(a.dout.data, dout, n);
+    pl.dv.run(0, probs, dout, a.dv.data);
+    pl.dp.run(0, dout, v, dscores_.data());
+    pl.softmax.backward(scores_.data(), dscores_.data());
+    uint16_t* ds = probs;
+    to_bf16_parallel(dscores_.data(), ds, nn);
+    pl.dq.run(0, ds, k, a.dq.data);
+    pl.dk.run(0, ds, q, a.dk.data);
   }
 
   // Pass 0: Q, K, V to bf16. Pass 1: S = s Q K^T (bf16 product, float S). Pass 2: causal mask.
@@ -265,11 +289,12 @@ class Vanilla final : public Attention {
       pl->pv = Matmul(spec(N, s.D, N, sc, rowm, rowm, 1.0f).with_bf16_inputs());
     }
     const bool bwd = mode == Mode::fwdbwd;
-    if (bwd) {
-      pl->dv = Matmul(spec(N, s.D, N, scT, rowm, rowm, 1.0f));
-      pl->dp = Matmul(spec(N, N, s.D, rowm, colm, sc, 1.0f));
-      pl->dq = Matmul(spec(N, s.D, N, sc, rowm, rowm, scale));
-      pl->dk = Matmul(spec(N, s.D, N, scT, rowm, rowm, scale));
+    if (bwd) {  // bf16: the same products on bf16 copies (contiguous: the strides are theirs too)
+      auto typed = [&](const MatmulSpec& m) { return bf16() ? m.with_bf16_inputs() : m; };
+      pl->dv = Matmul(typed(spec(N, s.D, N, scT, rowm, rowm, 1.0f)));
+      pl->dp = Matmul(typed(spec(N, N, s.D, rowm, colm, sc, 1.0f)));
+      pl->dq = Matmul(typed(spec(N, s.D, N, sc, rowm, rowm, scale)));
+      pl->dk = Matmul(typed(spec(N, s.D, N, scT, rowm, rowm, scale)));
     }
     pl->softmax = RowSoftmax(s.B * s.H * N, N);
     // Row blocks of about 1 MiB of scores (16 to 256 rows): on the Zen 5, blocks of 1 to 8 MiB
@@ -327,7 +352,8 @@ MechanismInfo vanilla_info() {
                         .constraints = "", .attn_dropout = true, .no_attn_dropout = ""};
   m.caps.additive_bias = true;
   m.caps.no_additive_bias = "";
-  m.bf16 = Bf16Support{.available = true, .constraints = "forward; contiguous inputs"};
+  m.bf16 = Bf16Support{.available = true, .constraints = "forward and backward; contiguous inputs; backward: no attention dropout",
+                       .backward = true};
   m.make = [](const AttnProblem& p, const ParamValues&) { return std::make_unique<Vanilla>(p); };
   return m;
 }
