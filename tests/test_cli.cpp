@@ -515,10 +515,11 @@ TEST(CliModel, TrainingPresetTimesItsConfigurations) {
   EXPECT_EQ(p["batch"], 32);
   EXPECT_FALSE(p.contains("steps"));  // timed, not trained
   // The position encoding changes a step's cost: each encoding of positions-extrapolation is a
-  // point of its own (7 for flash and for MQAR, 6 for sliding and local: 26; it once timed 4).
+  // point of its own (7 for flash and for MQAR, 6 for sliding and local, 3 for linear and for
+  // performer on MQAR: 32; it once timed 4).
   auto enc = exec("run --preset positions-extrapolation --threads 1 --dry-run", false);
   ASSERT_EQ(enc.code, 0) << enc.out;
-  EXPECT_NE(enc.out.find("26 points"), std::string::npos) << enc.out;
+  EXPECT_NE(enc.out.find("32 points"), std::string::npos) << enc.out;
   auto bad = exec("run --preset lra-accuracy --seq 512", true);
   EXPECT_EQ(bad.code, 2);
   EXPECT_NE(bad.out.find("--preset lra-accuracy sets --seq itself"), std::string::npos) << bad.out;

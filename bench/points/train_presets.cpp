@@ -106,6 +106,7 @@ const std::vector<std::string> kLraCore = {"flash", "local", "bigbird", "linform
 
 std::vector<PointId> runs(const TaskRecipe& r, const std::vector<std::string>& mechanisms, const std::vector<int64_t>& seeds,
                           const std::string& data_dir, int threads) {
+  if (mechanisms.empty()) return {};  // --attn chose none of this part's mechanisms
   GridOptions g;
   g.init_defaults();
   g.set_by_preset("task", r.task);
@@ -334,7 +335,8 @@ std::vector<PointId> preset_runs(const std::string& name, const TrainPresetOptio
   }
   if (name == "positions-extrapolation") {
     // 1. flash under every encoding on induction; 2. sliding and local under the encodings they
-    // admit (not learned absolute positions, which exist at the trained length only); 3. MQAR.
+    // admit (not learned absolute positions, which exist at the trained length only); 3. MQAR
+    // with flash; 4. MQAR with linear and performer.
     for (const auto& e : kEncodings)
       if (task_chosen(TaskRecipe{"induction", {}, {}}))
         add(runs(induction_extrapolation_recipe(e), chosen({"flash"}), seeds, "", o.threads));
@@ -347,6 +349,15 @@ std::vector<PointId> preset_runs(const std::string& name, const TrainPresetOptio
         r.options["positions"] = e;
         r.options["test_seq"] = "256,512";
         add(recall_runs(r, chosen({"flash"}), seeds, o.threads));
+      }
+    // 4. The kernel family on MQAR under the encodings it admits (no additive bias; RoPE in
+    // RoFormer's kernel form, inside the feature maps), learned positions left out as in 2.
+    if (task_chosen(TaskRecipe{"mqar", {}, {}}))
+      for (const char* e : {"none", "sinusoidal", "rope"}) {
+        TaskRecipe r = recall_recipe(128, 64, "0.0022", kGrid);
+        r.options["positions"] = e;
+        r.options["test_seq"] = "256,512";
+        add(recall_runs(r, chosen({"linear", "performer"}), seeds, o.threads));
       }
     if (out.empty()) throw InvalidInput("--preset positions-extrapolation has the induction and mqar tasks only");
     return out;
