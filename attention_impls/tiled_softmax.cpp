@@ -1169,32 +1169,21 @@ void TiledSoftmax::backward(const LogitsSource& src, const TensorView& v, const 
           if (a > 0) fill(Pr, a, 0.0f);
           if (e < cols) fill(Pr + e, cols - e, 0.0f);
         }
-        if (bf16_backward()) {
-          // The products in bf16 (P, dO, V and then dS rounded), dV, dP and dS in float.
-          const float* dOi16 = bf16_dout_.row(b, h, r0);
-          for (int64_t r = 0; r < rows; ++r) to_bf16(P + r * kBwdCols, Pb + r * kBwdCols, cols);
-          mm_.run(tid, spec_dv(rows, cols), Pb, dOi16, dVj);
-          mm_.run(tid, spec_dp(rows, cols), dOi16, bf16_v_.row(b, h, c0), dS);
-          for (int64_t r = 0; r < rows; ++r) {
-            const float* Pr = P + r * kBwdCols;
-            float* dSr = dS + r * kBwdCols;
-            const float dr = delta[r0 + r];
-#pragma omp simd
-            for (int64_t c = 0; c < cols; ++c) dSr[c] = Pr[c] * (dSr[c] - dr);
-            to_bf16(dSr, dSb + r * kBwdCols, cols);
-          }
-          src.logits_backward(mm_, tid, b, h, r0, rows, c0, cols, reinterpret_cast<const float*>(dSb), kBwdCols);
-          continue;
-        }
+        const bool b16 = bf16_backward();
         if (!dropout_.active()) {
-          mm_.run(tid, spec_dv(rows, cols), P, dOi, dVj);
-          mm_.run(tid, spec_dp(rows, cols), dOi, Vj, dS);
+          // bf16: the products read P, dO, V and then dS rounded; dV, dP and dS stay float.
+          const float* dO_p = b16 ? bf16_dout_.row(b, h, r0) : dOi;
+          if (b16)
+            for (int64_t r = 0; r < rows; ++r) to_bf16(P + r * kBwdCols, Pb + r * kBwdCols, cols);
+          mm_.run(tid, spec_dv(rows, cols), b16 ? static_cast<const void*>(Pb) : P, dO_p, dVj);
+          mm_.run(tid, spec_dp(rows, cols), dO_p, b16 ? bf16_v_.row(b, h, c0) : Vj, dS);
           for (int64_t r = 0; r < rows; ++r) {
             const float* Pr = P + r * kBwdCols;
             float* dSr = dS + r * kBwdCols;
             const float dr = delta[r0 + r];
 #pragma omp simd
             for (int64_t c = 0; c < cols; ++c) dSr[c] = Pr[c] * (dSr[c] - dr);
+            if (b16) to_bf16(dSr, dSb + r * kBwdCols, cols);
           }
         } else {
           // With dropout M: O = (P * M) V. dP~ = dO V^T; dP = dP~ * M; dS = P * (dP - delta)
@@ -1212,8 +1201,9 @@ void TiledSoftmax::backward(const LogitsSource& src, const TensorView& v, const 
           }
           mm_.run(tid, spec_dv(rows, cols), P, dOi, dVj);
         }
-        if (dq_part) src.logits_backward_partial(mm_, tid, b, h, r0, rows, c0, cols, dS, kBwdCols, dq_part + r0 * D);
-        else src.logits_backward(mm_, tid, b, h, r0, rows, c0, cols, dS, kBwdCols);
+        const float* dS_p = b16 ? reinterpret_cast<const float*>(dSb) : dS;  // bf16: two to a float
+        if (dq_part) src.logits_backward_partial(mm_, tid, b, h, r0, rows, c0, cols, dS_p, kBwdCols, dq_part + r0 * D);
+        else src.logits_backward(mm_, tid, b, h, r0, rows, c0, cols, dS_p, kBwdCols);
       }
     }
   };
