@@ -6,8 +6,10 @@
 //   share_kv: F = E), O = softmax(s Q K'^T) V'. k is clipped to N.
 // Optimises: the projections are oneDNN matmuls per (batch, head); the attention over the k
 //   projected keys runs on the tiled online-softmax engine (reduced_keys.cpp, tiled_softmax.cpp).
-// bf16 (--dtype bf16, forward): E, F (once, at setup), K and V rounded to bf16, the projections oneDNN bf16
-//   matmuls with float output, the attention in the engine's bf16 dense kernel.
+// bf16 (--dtype bf16): E, F (once at setup; training: every forward call), K and V rounded to bf16,
+//   the projections oneDNN bf16 matmuls with float output, the attention in the engine's bf16
+//   dense kernel. Backward: the attention over the projected keys in the engine's bf16 tiles;
+//   E^T dK', F^T dV' and the gradients of E and F in float32.
 // Training: E and F are learned (their gradients with param_grads, summed over the batch).
 // Leaves out: causality (a projection along the sequence mixes future tokens; refused as
 //   SKIPPED), layer-wise or head-wise sharing of E beyond share_kv.
@@ -92,7 +94,10 @@ MechanismInfo linformer_info() {
   m.complexity = "O(N k D) time, O(N k) memory";
   m.caps = Capabilities{.exact = false, .causal = false, .backward = true, .decode = false,
                         .constraints = "k clipped to N", .attn_dropout = true, .no_attn_dropout = ""};
-  m.bf16 = Bf16Support{.available = true, .constraints = "forward; D of 16, 32, 64 or 128"};
+  m.bf16 = Bf16Support{.available = true,
+                       .constraints = "forward and backward (the maps' own backward products in float32); D of 16, 32, 64 or 128; "
+                                      "backward: no attention dropout",
+                       .backward = true};
   m.params = {ParamSpec{"k", ParamType::Int, int64_t{256}, 1, 1 << 20, {}, "projected length (clipped to N)"},
               ParamSpec{"share_kv", ParamType::Bool, false, 0, 0, {}, "use F = E"}};
   m.caps.no_additive_bias = "its keys are learned mixtures of all positions (E K), so a logit has no key position to take an offset from";

@@ -8,8 +8,10 @@
 // Optimises: the convolution is `stride` matmuls per (batch, head), one per offset r in the
 //   window, each reading every stride-th row (a strided view, no copy); the attention runs on
 //   the tiled online-softmax engine.
-// bf16 (--dtype bf16, forward): the kernels (once, at setup), K and V rounded to bf16, the convolutions oneDNN
-//   bf16 matmuls with float output, the attention in the engine's bf16 dense kernel.
+// bf16 (--dtype bf16): the kernels (once at setup; training: every forward call), K and V rounded to
+//   bf16, the convolutions oneDNN bf16 matmuls with float output, the attention in the engine's
+//   bf16 dense kernel. Backward: the attention over the compressed keys in the engine's bf16
+//   tiles; the convolutions' backward (dK, dV and the kernels' gradients) in float32.
 // Training: the kernels are learned (their gradients with param_grads, summed over the batch).
 // Leaves out: causality (a window mixes later tokens; refused as SKIPPED), the local-attention
 //   half of the paper's model.
@@ -114,7 +116,10 @@ MechanismInfo memory_compressed_info() {
   m.complexity = "O(N D^2 + N^2 D / stride) time, O(N D / stride) memory";
   m.caps = Capabilities{.exact = false, .causal = false, .backward = true, .decode = false,
                         .constraints = "", .attn_dropout = true, .no_attn_dropout = ""};
-  m.bf16 = Bf16Support{.available = true, .constraints = "forward; D of 16, 32, 64 or 128"};
+  m.bf16 = Bf16Support{.available = true,
+                       .constraints = "forward and backward (the maps' own backward products in float32); D of 16, 32, 64 or 128; "
+                                      "backward: no attention dropout",
+                       .backward = true};
   m.params = {ParamSpec{"stride", ParamType::Int, int64_t{3}, 1, 4096, {}, "convolution kernel size and stride"}};
   m.caps.no_additive_bias = "its keys are strided convolutions over several positions, so a logit has no single key position to take an offset from";
   m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<MemoryCompressed>(p, v); };

@@ -13,6 +13,7 @@ TiledSoftmaxShape engine_shape(const AttnProblem& p, int64_t reduced) {
   TiledSoftmaxShape s = TiledSoftmaxShape::dense(p.shape.B, p.shape.H, p.shape.N, reduced, p.shape.D, false, p.shape.D,
                                                  p.strides.sn, p.threads);
   s.bf16 = p.dtype == Dtype::bf16;
+  if (s.bf16) s.ld_dout = p.shape.D;  // backward: dO's contiguous bf16 copy
   return s;
 }
 
@@ -23,10 +24,13 @@ ReducedKeysAttention::ReducedKeysAttention(const AttnProblem& p, int64_t reduced
     : p_(p),
       Nk_(reduced),
       qk_(p.shape.D, p.strides.sn, p.shape.D, 1.0f / std::sqrt(static_cast<float>(p.shape.D))),
+      qk16_(p.shape.D, p.shape.D, p.shape.D, 1.0f / std::sqrt(static_cast<float>(p.shape.D)), false, true),
       core_(engine_shape(p, reduced)),
       map_floats_(map_floats),
       init_limit_(init_limit),
-      shared_(shared) {}
+      shared_(shared) {
+  qk16_.set_grad_strides(p.strides.sn, p.shape.D);  // dQ the caller's, dK' contiguous
+}
 
 // The maps, and with param_grads their gradients.
 size_t ReducedKeysAttention::map_bytes() const {
@@ -60,13 +64,16 @@ void ReducedKeysAttention::validate() const {
   if (bf16() && !TiledSoftmax::dense_bf16_kernel(p_.shape.D))
     throw InvalidInput(fmt::format("{} --dtype bf16 needs D of 16, 32, 64 or 128 and a build for AVX512-BF16; got D={}",
                                    mechanism(), p_.shape.D));
+  if (bf16() && p_.attn_dropout) throw InvalidInput(fmt::format("{} in bf16 applies no attention dropout (float32 does)", mechanism()));
 }
 
-size_t ReducedKeysAttention::bf16_bytes() const {
+size_t ReducedKeysAttention::bf16_bytes(Mode mode) const {
   if (!bf16()) return 0;
   const size_t maps = (shared_ ? 1 : 2) * static_cast<size_t>(p_.shape.H * map_floats_);
   const size_t rows = static_cast<size_t>(p_.threads * p_.shape.N * p_.shape.D);
-  return (maps + rows) * sizeof(uint16_t);
+  // Backward: Q and dO (B H N D), K' and V' (B H Nk D) rounded for the engine's bf16 tiles.
+  const size_t copies = mode == Mode::fwdbwd ? static_cast<size_t>(p_.shape.B * p_.shape.H * (2 * p_.shape.N + 2 * Nk_) * p_.shape.D) : 0;
+  return (maps + rows + copies) * sizeof(uint16_t);
 }
 
 std::vector<DumpTensor> ReducedKeysAttention::map_tensors(const char* key_name, const char* value_name,
@@ -81,7 +88,10 @@ void ReducedKeysAttention::plan(Mode mode) const {
   if (planned_ && planned_mode_ == mode) return;
   maps_.clear();
   plan_maps(maps_, mode);
-  core_.plan(mode, qk_);
+  // bf16 with a backward pass: the engine's tiles for the bf16 source (its forward runs the dense
+  // kernel, which packs the float inputs itself).
+  if (bf16() && mode == Mode::fwdbwd) core_.plan(mode, qk16_);
+  else core_.plan(mode, qk_);
   planned_ = true;
   planned_mode_ = mode;
 }
@@ -97,7 +107,7 @@ TensorView ReducedKeysAttention::view(const Buffer<float>& buf) const {
 
 size_t ReducedKeysAttention::working_bytes(Mode mode) const {
   plan(mode);
-  return map_bytes() + (mode == Mode::fwdbwd ? 4 : 2) * reduced_bytes() + bf16_bytes() +
+  return map_bytes() + (mode == Mode::fwdbwd ? 4 : 2) * reduced_bytes() + bf16_bytes(mode) +
          static_cast<size_t>(p_.threads) * maps_.scratch_per_slot() + core_.working_bytes(mode);
 }
 
@@ -122,21 +132,31 @@ void ReducedKeysAttention::setup(Mode mode, Rng& rng) {
     dVr_ = Buffer<float>(n);
   }
   if (bf16()) {
-    // The maps rounded once: a bf16 call is inference (no backward, so no training changes
-    // them), and rounding Linformer's maps (2 H k N floats, 4x K and V at k = 256, D = 64) per
-    // call cost more memory traffic than the bf16 product saved.
+    // The maps rounded once here for inference (rounding Linformer's maps, 2 H k N floats, 4x K
+    // and V at k = 256, D = 64, per call cost more memory traffic than the bf16 product saved);
+    // with a backward pass training changes them, so each forward call rounds them again.
     maps_bf16_ = Buffer<uint16_t>((shared_ ? 1 : 2) * n_map);
-    to_bf16(key_map_.data(), maps_bf16_.data(), static_cast<int64_t>(n_map));
-    if (!shared_) to_bf16(value_map_.data(), maps_bf16_.data() + n_map, static_cast<int64_t>(n_map));
+    round_maps();
     rows_bf16_ = Buffer<uint16_t>(static_cast<size_t>(p_.threads * p_.shape.N * p_.shape.D));
+    if (mode == Mode::fwdbwd) {
+      const size_t q = static_cast<size_t>(p_.shape.numel()), r = static_cast<size_t>(p_.shape.B * p_.shape.H * Nk_ * p_.shape.D);
+      bwd_bf16_ = Buffer<uint16_t>(2 * q + 2 * r);
+    }
   }
   scratch_ = Buffer<std::byte>(static_cast<size_t>(p_.threads) * maps_.scratch_per_slot());
   maps_.bind(p_.threads, scratch_.data());
   core_.setup(mode);
 }
 
+void ReducedKeysAttention::round_maps() {
+  const size_t n_map = static_cast<size_t>(p_.shape.H * map_floats_);
+  to_bf16_parallel(key_map_.data(), maps_bf16_.data(), static_cast<int64_t>(n_map));
+  if (!shared_) to_bf16_parallel(value_map_.data(), maps_bf16_.data() + n_map, static_cast<int64_t>(n_map));
+}
+
 void ReducedKeysAttention::forward(const AttnArgs& a) {
   const auto& s = p_.shape;
+  if (bf16() && bwd_bf16_.size()) round_maps();  // training: this step's maps
   // One head's K or V as reduce() reads it: itself, or (bf16) rounded into this thread's rows.
   auto input = [&](int tid, const float* X) -> const void* {
     if (!bf16()) return X;
@@ -157,9 +177,33 @@ void ReducedKeysAttention::forward(const AttnArgs& a) {
 
 void ReducedKeysAttention::backward(const AttnArgs& a) {
   const auto& s = p_.shape;
-  qk_.bind(a.q, view(Kr_));
-  qk_.bind_grads(a.dq, view(dKr_));
-  core_.backward(qk_, view(Vr_), a.o, a.dout, view(dVr_));
+  if (bf16()) {
+    // The engine over the reduced keys in bf16: Q, dO, K', V' rounded into contiguous copies
+    // (two bf16 numbers to a float in the views), dQ, dK', dV' in float.
+    const int64_t nq = s.numel(), nr = s.B * s.H * Nk_ * s.D;
+    uint16_t *q16 = bwd_bf16_.data(), *do16 = q16 + nq, *kr16 = do16 + nq, *vr16 = kr16 + nr;
+#pragma omp parallel for schedule(static)
+    for (int64_t bh = 0; bh < s.B * s.H; ++bh)
+      for (int64_t i = 0; i < s.N; ++i) {
+        const int64_t b = bh / s.H, h = bh % s.H, at = (bh * s.N + i) * s.D;
+        to_bf16(a.q.row(b, h, i), q16 + at, s.D);
+        to_bf16(a.dout.row(b, h, i), do16 + at, s.D);
+      }
+    to_bf16_parallel(Kr_.data(), kr16, nr);
+    to_bf16_parallel(Vr_.data(), vr16, nr);
+    auto pairs = [&](uint16_t* x, int64_t rows) {
+      const Shape4 sh{s.B, s.H, rows, s.D / 2};
+      return TensorView{reinterpret_cast<float*>(x), sh, Strides3::contiguous(sh)};
+    };
+    qk16_.bind(pairs(q16, s.N), pairs(kr16, Nk_));
+    qk16_.bind_grads(a.dq, view(dKr_));
+    core_.bind_bf16(pairs(vr16, Nk_), pairs(do16, s.N));
+    core_.backward(qk16_, view(Vr_), a.o, a.dout, view(dVr_));
+  } else {
+    qk_.bind(a.q, view(Kr_));
+    qk_.bind_grads(a.dq, view(dKr_));
+    core_.backward(qk_, view(Vr_), a.o, a.dout, view(dVr_));
+  }
 #pragma omp parallel for schedule(static)
   for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
     const int tid = omp_get_thread_num();

@@ -78,11 +78,14 @@ class ReducedKeysAttention : public Attention {
   size_t map_bytes() const;
   void plan(Mode mode) const;
   size_t reduced_bytes() const;
-  // bf16: the maps and, per thread, one head's K or V rounded to bf16.
-  size_t bf16_bytes() const;
+  // bf16: the maps and, per thread, one head's K or V rounded to bf16 (backward: and the
+  // engine's bf16 copies of Q, dO, K', V').
+  size_t bf16_bytes(Mode mode) const;
+  void round_maps();
   TensorView view(const Buffer<float>& buf) const;
 
   QKLogits qk_;
+  QKLogits qk16_;  // bf16 backward: over the copies in bwd_bf16_
   mutable TiledSoftmax core_;
   mutable MatmulCache maps_;
   mutable bool planned_ = false;
@@ -92,7 +95,7 @@ class ReducedKeysAttention : public Attention {
   bool shared_;
   Buffer<float> key_map_, value_map_, key_map_grad_, value_map_grad_;
   Buffer<float> Kr_, Vr_, dKr_, dVr_;
-  Buffer<uint16_t> maps_bf16_, rows_bf16_;
+  Buffer<uint16_t> maps_bf16_, rows_bf16_, bwd_bf16_;
   Buffer<std::byte> scratch_;
 };
 
