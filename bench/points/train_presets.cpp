@@ -106,7 +106,7 @@ const std::vector<std::string> kLraCore = {"flash", "local", "bigbird", "linform
 
 std::vector<PointId> runs(const TaskRecipe& r, const std::vector<std::string>& mechanisms, const std::vector<int64_t>& seeds,
                           const std::string& data_dir, int threads) {
-  if (mechanisms.empty()) return {};  // --attn chose none of this part's mechanisms
+  if (mechanisms.empty() || seeds.empty()) return {};  // --attn chose none of this part's mechanisms, or no seed is left
   GridOptions g;
   g.init_defaults();
   g.set_by_preset("task", r.task);
@@ -225,9 +225,194 @@ TaskRecipe induction_extrapolation_recipe(const std::string& positions) {
 
 }  // namespace
 
+namespace {
+// What a preset's builder works with: the options, the seeds, and the grid it adds runs to.
+struct PresetGrid {
+  const std::string& name;
+  const TrainPresetOptions& o;
+  std::vector<int64_t> seeds;
+  std::vector<PointId> out;
+
+  // The mechanisms of `list` that --attn keeps (all without --attn), in the list's order.
+  std::vector<std::string> chosen(const std::vector<std::string>& list) const {
+    std::vector<std::string> kept;
+    for (const auto& m : list)
+      if (o.mechanisms.empty() || std::find(o.mechanisms.begin(), o.mechanisms.end(), m) != o.mechanisms.end()) kept.push_back(m);
+    return kept;
+  }
+  bool task_chosen(const std::string& task) const {
+    return o.tasks.empty() || std::find(o.tasks.begin(), o.tasks.end(), task) != o.tasks.end();
+  }
+  void add(const std::vector<PointId>& more) { out.insert(out.end(), more.begin(), more.end()); }
+  std::string data_dir(const std::string& task) const { return train_preset_data_dir(name, task, o); }
+};
+
+// Softmax, linear, and LSH with 1 and 4 hashing rounds: reformer twice; then the paper's rows'
+// cheapest causal neighbours, lightweight and dynamic convolution (kernel 31: the copy's 128
+// tokens are out of their reach, which is what the rows show), and the other content-routed
+// mechanism, the Routing Transformer (its defaults: 11 clusters, each query the last 12 tokens
+// of its own).
+void copy_runs(PresetGrid& g) {
+  const TaskRecipe r = copy_recipe();
+  if (!g.o.tasks.empty() && g.o.tasks != std::vector<std::string>{"copy"}) throw InvalidInput("--preset copy is the copy task");
+  for (const auto& m : g.chosen({"flash", "linear", "reformer", "lightconv", "dynamicconv", "routing"})) {
+    if (m != "reformer") {
+      g.add(runs(r, {m}, g.seeds, "", g.o.threads));
+      continue;
+    }
+    for (const char* rounds : {"n_hashes=1", "n_hashes=4"}) {
+      TaskRecipe rr = r;
+      rr.params.push_back(std::string("reformer.") + rounds);
+      g.add(runs(rr, {m}, g.seeds, "", g.o.threads));
+    }
+  }
+}
+
+// The Transformer unless --attn says otherwise.
+void lra_knob_runs(PresetGrid& g) {
+  const std::vector<std::string> mechs = g.o.mechanisms.empty() ? std::vector<std::string>{"flash"} : g.o.mechanisms;
+  for (const auto& r : lra_knob_recipes())
+    if (g.task_chosen(r.task)) g.add(runs(r, mechs, g.seeds, g.data_dir(r.task), g.o.threads));
+  if (g.out.empty()) throw InvalidInput("--preset lra-knobs has the image and pathfinder tasks only");
+}
+
+void require_mqar(const PresetGrid& g) {
+  if (!g.o.tasks.empty() && g.o.tasks != std::vector<std::string>{"mqar"})
+    throw InvalidInput(fmt::format("--preset {} is the mqar task", g.name));
+}
+
+// flash at N 64, d_model 64 (docs/reproductions.md): Zoology's settings (vocabulary 8192,
+// 100,000 examples, batch 512, a 20-epoch cosine, an evaluation an epoch) at its rate 2.2e-3; a
+// smaller vocabulary (1024); a smaller batch (64: eight times the updates per epoch); both,
+// evaluated four times an epoch, at Zoology's three middle rates.
+void zoology_calibration_runs(PresetGrid& g) {
+  require_mqar(g);
+  const std::vector<std::string> flash_only = g.chosen({"flash"});
+  for (const RecallRun& k : {RecallRun{kZoologyVocab, kZoologyBatch, 20, 1}, RecallRun{1024, kZoologyBatch, 20, 1},
+                             RecallRun{kZoologyVocab, 64, 20, 1}})
+    g.add(recall_runs(recall_recipe(64, 64, "0.0022", k), flash_only, g.seeds, g.o.threads));
+  for (const char* lr : {"0.0022", "0.01", "0.00046"})
+    g.add(recall_runs(recall_recipe(64, 64, lr, kCalibration), flash_only, g.seeds, g.o.threads));
+}
+
+// 1. flash at every length and rate (its target first); 2. every other mechanism, length by
+// length; 3. the curves, at N 128: sliding at windows 8 to 128 (the grid's own is 16), performer
+// at 16 and 256 features (the grid's 64), linear and flash at d_model 32 and 128 (linear's state
+// is d_head^2).
+void zoology_mqar_runs(PresetGrid& g) {
+  require_mqar(g);
+  std::vector<std::string> rest = g.chosen(mechanism_names());
+  std::erase(rest, "flash");
+  const int threads = g.o.threads;
+  for (int64_t N : kRecallLengths)
+    for (const auto& lr : kRecallRates) g.add(recall_runs(recall_recipe(N, 64, lr, kGrid), g.chosen({"flash"}), g.seeds, threads));
+  for (int64_t N : kRecallLengths)
+    for (const auto& lr : kRecallRates) g.add(recall_runs(recall_recipe(N, 64, lr, kGrid), rest, g.seeds, threads));
+  for (const auto& lr : kRecallRates) {
+    for (int64_t window : {8, 32, 64, 128}) {
+      TaskRecipe r = recall_recipe(128, 64, lr, kGrid);
+      std::erase_if(r.params, [](const std::string& p) { return p.rfind("sliding.", 0) == 0; });
+      r.params.push_back(fmt::format("sliding.window={}", window));
+      g.add(recall_runs(r, g.chosen({"sliding"}), g.seeds, threads));
+    }
+    for (int64_t features : {16, 256}) {
+      TaskRecipe r = recall_recipe(128, 64, lr, kGrid);
+      std::erase(r.params, "performer.features=64");
+      r.params.push_back(fmt::format("performer.features={}", features));
+      g.add(recall_runs(r, g.chosen({"performer"}), g.seeds, threads));
+    }
+    for (int64_t d : {32, 128}) g.add(recall_runs(recall_recipe(128, d, lr, kGrid), g.chosen({"linear", "flash"}), g.seeds, threads));
+  }
+}
+
+// 1. flash under every encoding on induction; 2. sliding and local under the encodings they
+// admit (not learned absolute positions, which exist at the trained length only); 3. MQAR with
+// flash; 4. MQAR with the kernel family under the encodings it admits (no additive bias; RoPE in
+// RoFormer's kernel form, inside the feature maps), learned positions left out as in 2.
+void positions_extrapolation_runs(PresetGrid& g) {
+  const int threads = g.o.threads;
+  if (g.task_chosen("induction")) {
+    for (const auto& e : kEncodings) g.add(runs(induction_extrapolation_recipe(e), g.chosen({"flash"}), g.seeds, "", threads));
+    for (const auto& e : kEncodings)
+      if (e != "learned") g.add(runs(induction_extrapolation_recipe(e), g.chosen({"sliding", "local"}), g.seeds, "", threads));
+  }
+  auto mqar = [&](const std::string& e, const std::vector<std::string>& mechs) {
+    TaskRecipe r = recall_recipe(128, 64, "0.0022", kGrid);
+    r.options["positions"] = e;
+    r.options["test_seq"] = "256,512";
+    g.add(recall_runs(r, g.chosen(mechs), g.seeds, threads));
+  };
+  if (g.task_chosen("mqar")) {
+    for (const auto& e : kEncodings) mqar(e, {"flash"});
+    for (const char* e : {"none", "sinusoidal", "rope"}) mqar(e, {"linear", "performer"});
+  }
+  if (g.out.empty()) throw InvalidInput("--preset positions-extrapolation has the induction and mqar tasks only");
+}
+
+// 1. The Transformer everywhere; 2. the core rows everywhere; 3. every other mechanism on
+// ListOps; 4. the Transformer's other seeds; 5. the rest of the grid. Seeds given with --seed:
+// every run each of them; the preset's own: the Transformer three, the rest the first.
+void lra_accuracy_runs(PresetGrid& g) {
+  std::vector<TaskRecipe> recipes;
+  for (const auto& r : lra_recipes())
+    if (g.task_chosen(r.task)) recipes.push_back(r);
+  std::vector<std::string> rest;
+  for (const auto& m : mechanism_names())
+    if (std::find(kLraCore.begin(), kLraCore.end(), m) == kLraCore.end()) rest.push_back(m);
+  rest = g.chosen(rest);
+  std::vector<std::string> core = g.chosen(kLraCore);
+  std::erase(core, "flash");
+  const std::vector<std::string> flash = g.chosen({"flash"});
+  const std::vector<int64_t> first = g.o.seeds.empty() ? std::vector<int64_t>{g.seeds.front()} : g.seeds;
+  const std::vector<int64_t> more_seeds =
+      g.o.seeds.empty() ? std::vector<int64_t>(g.seeds.begin() + 1, g.seeds.end()) : std::vector<int64_t>{};
+  const int threads = g.o.threads;
+  for (const auto& r : recipes) g.add(runs(r, flash, first, g.data_dir(r.task), threads));
+  for (const auto& r : recipes) g.add(runs(r, core, first, g.data_dir(r.task), threads));
+  for (const auto& r : recipes)
+    if (r.task == "listops") g.add(runs(r, rest, first, "", threads));
+  for (const auto& r : recipes) g.add(runs(r, flash, more_seeds, g.data_dir(r.task), threads));
+  for (const auto& r : recipes)
+    if (r.task != "listops") g.add(runs(r, rest, first, g.data_dir(r.task), threads));
+}
+
+// Every preset, in `list` order, with its builder and its default seeds.
+struct PresetEntry {
+  const char* name;
+  void (*build)(PresetGrid&);
+  std::vector<int64_t> seeds;
+};
+const std::vector<PresetEntry>& preset_table() {
+  // LRA: three seeds of the Transformer (the table shows the noise level), one of the rest.
+  static const std::vector<PresetEntry> table = {
+      {"copy", copy_runs, {1}},
+      {"lra-accuracy", lra_accuracy_runs, {1, 2, 3}},
+      {"lra-knobs", lra_knob_runs, {1}},
+      {"zoology-mqar", zoology_mqar_runs, {1}},
+      {"zoology-calibration", zoology_calibration_runs, {1}},
+      {"positions-extrapolation", positions_extrapolation_runs, {1}}};
+  return table;
+}
+
+std::vector<PointId> preset_runs(const std::string& name, const TrainPresetOptions& o) {
+  for (const auto& m : o.mechanisms) find_mechanism(m);
+  for (const auto& t : o.tasks) find_task(t);
+  for (const PresetEntry& e : preset_table()) {
+    if (name != e.name) continue;
+    PresetGrid g{name, o, o.seeds.empty() ? e.seeds : o.seeds, {}};
+    e.build(g);
+    return std::move(g.out);
+  }
+  throw unknown_name("training preset", name, train_presets(), "presets");
+}
+}  // namespace
+
 const std::vector<std::string>& train_presets() {
-  static const std::vector<std::string> names = {"copy", "lra-accuracy", "lra-knobs", "zoology-mqar", "zoology-calibration",
-                                                 "positions-extrapolation"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (const PresetEntry& e : preset_table()) v.push_back(e.name);
+    return v;
+  }();
   return names;
 }
 
@@ -241,158 +426,6 @@ std::string train_preset_data_dir(const std::string& name, const std::string& ta
   if ((name != "lra-accuracy" && name != "lra-knobs") || task != "image") return "";
   return o.data_dir.empty() ? "/usr/share/datasets/fashion-mnist" : o.data_dir;
 }
-
-namespace {
-std::vector<PointId> preset_runs(const std::string& name, const TrainPresetOptions& o) {
-  for (const auto& m : o.mechanisms) find_mechanism(m);
-  for (const auto& t : o.tasks) find_task(t);
-  auto chosen = [&](const std::vector<std::string>& list) {
-    std::vector<std::string> out;
-    for (const auto& m : list)
-      if (o.mechanisms.empty() || std::find(o.mechanisms.begin(), o.mechanisms.end(), m) != o.mechanisms.end())
-        out.push_back(m);
-    return out;
-  };
-  // LRA: three seeds of the Transformer (the table shows the noise level), one of the rest.
-  const std::vector<int64_t> seeds = !o.seeds.empty() ? o.seeds : name == "lra-accuracy" ? std::vector<int64_t>{1, 2, 3}
-                                                                                           : std::vector<int64_t>{1};
-  std::vector<PointId> out;
-  auto add = [&](const std::vector<PointId>& more) { out.insert(out.end(), more.begin(), more.end()); };
-  const bool flash = !chosen({"flash"}).empty();
-  if (name == "copy") {
-    TaskRecipe r = copy_recipe();
-    if (!o.tasks.empty() && o.tasks != std::vector<std::string>{"copy"}) throw InvalidInput("--preset copy is the copy task");
-    // Softmax, linear, and LSH with 1 and 4 hashing rounds: reformer twice; then the paper's
-    // rows' cheapest causal neighbours, lightweight and dynamic convolution (kernel 31: the
-    // copy's 128 tokens are out of their reach, which is what the rows show), and the other
-    // content-routed mechanism, the Routing Transformer (its defaults: 11 clusters, each query
-    // the last 12 tokens of its own).
-    for (const auto& m : chosen({"flash", "linear", "reformer", "lightconv", "dynamicconv", "routing"})) {
-      if (m != "reformer") {
-        add(runs(r, {m}, seeds, "", o.threads));
-        continue;
-      }
-      for (const char* rounds : {"n_hashes=1", "n_hashes=4"}) {
-        TaskRecipe rr = r;
-        rr.params.push_back(std::string("reformer.") + rounds);
-        add(runs(rr, {m}, seeds, "", o.threads));
-      }
-    }
-    return out;
-  }
-  auto task_chosen = [&](const TaskRecipe& r) {
-    return o.tasks.empty() || std::find(o.tasks.begin(), o.tasks.end(), r.task) != o.tasks.end();
-  };
-  if (name == "lra-knobs") {  // the Transformer unless --attn says otherwise
-    const std::vector<std::string> mechs = o.mechanisms.empty() ? std::vector<std::string>{"flash"} : o.mechanisms;
-    for (const auto& r : lra_knob_recipes())
-      if (task_chosen(r)) add(runs(r, mechs, seeds, train_preset_data_dir(name, r.task, o), o.threads));
-    if (out.empty()) throw InvalidInput("--preset lra-knobs has the image and pathfinder tasks only");
-    return out;
-  }
-  if (name == "zoology-mqar" || name == "zoology-calibration") {
-    if (!o.tasks.empty() && o.tasks != std::vector<std::string>{"mqar"}) throw InvalidInput(fmt::format("--preset {} is the mqar task", name));
-    if (name == "zoology-calibration") {
-      // flash at N 64, d_model 64 (docs/reproductions.md): Zoology's settings (vocabulary 8192,
-      // 100,000 examples, batch 512, a 20-epoch cosine, an evaluation an epoch) at its rate
-      // 2.2e-3; a smaller vocabulary (1024); a smaller batch (64: eight times the updates per
-      // epoch); both, evaluated four times an epoch, at Zoology's three middle rates.
-      const std::vector<std::string> flash_only = chosen({"flash"});
-      for (const RecallRun& k : {RecallRun{kZoologyVocab, kZoologyBatch, 20, 1}, RecallRun{1024, kZoologyBatch, 20, 1},
-                                 RecallRun{kZoologyVocab, 64, 20, 1}})
-        add(recall_runs(recall_recipe(64, 64, "0.0022", k), flash_only, seeds, o.threads));
-      for (const char* lr : {"0.0022", "0.01", "0.00046"})
-        add(recall_runs(recall_recipe(64, 64, lr, kCalibration), flash_only, seeds, o.threads));
-      return out;
-    }
-    // 1. flash at every length and rate (its target first); 2. every other mechanism, length by
-    // length; 3. the curves, at N 128: sliding at windows 8 to 128 (the grid's own is 16),
-    // performer at 16 and 256 features (the grid's 64), linear and flash at d_model 32 and 128
-    // (linear's state is d_head^2).
-    const std::vector<std::string> all = chosen(mechanism_names());
-    std::vector<std::string> rest = all;
-    std::erase(rest, "flash");
-    for (int64_t N : kRecallLengths)
-      for (const auto& lr : kRecallRates) add(recall_runs(recall_recipe(N, 64, lr, kGrid), chosen({"flash"}), seeds, o.threads));
-    for (int64_t N : kRecallLengths)
-      for (const auto& lr : kRecallRates) add(recall_runs(recall_recipe(N, 64, lr, kGrid), rest, seeds, o.threads));
-    for (const auto& lr : kRecallRates) {
-      for (int64_t window : {8, 32, 64, 128}) {
-        TaskRecipe r = recall_recipe(128, 64, lr, kGrid);
-        std::erase_if(r.params, [](const std::string& p) { return p.rfind("sliding.", 0) == 0; });
-        r.params.push_back(fmt::format("sliding.window={}", window));
-        add(recall_runs(r, chosen({"sliding"}), seeds, o.threads));
-      }
-      for (int64_t features : {16, 256}) {
-        TaskRecipe r = recall_recipe(128, 64, lr, kGrid);
-        std::erase(r.params, "performer.features=64");
-        r.params.push_back(fmt::format("performer.features={}", features));
-        add(recall_runs(r, chosen({"performer"}), seeds, o.threads));
-      }
-      for (int64_t d : {32, 128}) add(recall_runs(recall_recipe(128, d, lr, kGrid), chosen({"linear", "flash"}), seeds, o.threads));
-    }
-    return out;
-  }
-  if (name == "positions-extrapolation") {
-    // 1. flash under every encoding on induction; 2. sliding and local under the encodings they
-    // admit (not learned absolute positions, which exist at the trained length only); 3. MQAR
-    // with flash; 4. MQAR with linear and performer.
-    for (const auto& e : kEncodings)
-      if (task_chosen(TaskRecipe{"induction", {}, {}}))
-        add(runs(induction_extrapolation_recipe(e), chosen({"flash"}), seeds, "", o.threads));
-    for (const auto& e : kEncodings)
-      if (e != "learned" && task_chosen(TaskRecipe{"induction", {}, {}}))
-        add(runs(induction_extrapolation_recipe(e), chosen({"sliding", "local"}), seeds, "", o.threads));
-    if (task_chosen(TaskRecipe{"mqar", {}, {}}))
-      for (const auto& e : kEncodings) {
-        TaskRecipe r = recall_recipe(128, 64, "0.0022", kGrid);
-        r.options["positions"] = e;
-        r.options["test_seq"] = "256,512";
-        add(recall_runs(r, chosen({"flash"}), seeds, o.threads));
-      }
-    // 4. The kernel family on MQAR under the encodings it admits (no additive bias; RoPE in
-    // RoFormer's kernel form, inside the feature maps), learned positions left out as in 2.
-    if (task_chosen(TaskRecipe{"mqar", {}, {}}))
-      for (const char* e : {"none", "sinusoidal", "rope"}) {
-        TaskRecipe r = recall_recipe(128, 64, "0.0022", kGrid);
-        r.options["positions"] = e;
-        r.options["test_seq"] = "256,512";
-        add(recall_runs(r, chosen({"linear", "performer"}), seeds, o.threads));
-      }
-    if (out.empty()) throw InvalidInput("--preset positions-extrapolation has the induction and mqar tasks only");
-    return out;
-  }
-  if (name != "lra-accuracy")
-    throw unknown_name("training preset", name, train_presets(), "presets");
-  std::vector<TaskRecipe> recipes;
-  for (const auto& r : lra_recipes())
-    if (task_chosen(r)) recipes.push_back(r);
-  std::vector<std::string> rest;
-  for (const auto& m : mechanism_names())
-    if (std::find(kLraCore.begin(), kLraCore.end(), m) == kLraCore.end()) rest.push_back(m);
-  // Seeds given with --seed: every run each of them. The preset's own: the Transformer three,
-  // the rest the first.
-  const std::vector<int64_t> first = o.seeds.empty() ? std::vector<int64_t>{seeds.front()} : seeds;
-  // 1. The Transformer everywhere; 2. the core rows everywhere; 3. every other mechanism on
-  // ListOps; 4. the Transformer's other seeds; 5. the rest of the grid.
-  if (flash)
-    for (const auto& r : recipes) add(runs(r, {"flash"}, first, train_preset_data_dir(name, r.task, o), o.threads));
-  for (const auto& r : recipes) {
-    std::vector<std::string> core = chosen(kLraCore);
-    core.erase(std::remove(core.begin(), core.end(), "flash"), core.end());
-    if (!core.empty()) add(runs(r, core, first, train_preset_data_dir(name, r.task, o), o.threads));
-  }
-  for (const auto& r : recipes)
-    if (r.task == "listops" && !chosen(rest).empty()) add(runs(r, chosen(rest), first, "", o.threads));
-  const std::vector<int64_t> more_seeds = o.seeds.empty() ? std::vector<int64_t>(seeds.begin() + 1, seeds.end()) : std::vector<int64_t>{};
-  if (flash && !more_seeds.empty())
-    for (const auto& r : recipes) add(runs(r, {"flash"}, more_seeds, train_preset_data_dir(name, r.task, o), o.threads));
-  for (const auto& r : recipes)
-    if (r.task != "listops" && !chosen(rest).empty()) add(runs(r, chosen(rest), first, train_preset_data_dir(name, r.task, o), o.threads));
-  return out;
-}
-
-}  // namespace
 
 std::vector<PointId> train_preset_grid(const std::string& name, const TrainPresetOptions& o) {
   std::vector<PointId> out = preset_runs(name, o);
