@@ -180,18 +180,28 @@ TrainConfig train_config(const PointId& id) {
   return c;
 }
 
-std::optional<PointResult> train_point(const PointId& id, const TrainCliOptions& o, const std::string& checkpoint_dir,
-                                       const std::atomic<bool>* interrupt) {
-  RunOptions ro;
-  PointResult res;
-  res.id = id;
-  res.label = point_label(id, ro);
+namespace {
+// The trainer's whole configuration of one run: the point's recipe and the command's options.
+TrainConfig run_config(const PointId& id, const TrainCliOptions& o, const std::string& checkpoint_dir) {
   TrainConfig c = train_config(id);
   c.checkpoint_dir = checkpoint_dir;
   c.checkpoint_every = o.checkpoint_every;
   c.convert_dtype = o.convert_dtype;
   c.log_every = o.log_every;
-  Trainer trainer(c);  // bad input throws InvalidInput before anything runs
+  return c;
+}
+}  // namespace
+
+std::optional<PointResult> train_point(const PointId& id, const TrainCliOptions& o, const std::string& checkpoint_dir,
+                                       const std::atomic<bool>* interrupt, std::unique_ptr<Trainer> built) {
+  RunOptions ro;
+  PointResult res;
+  res.id = id;
+  res.label = point_label(id, ro);
+  // Bad input throws InvalidInput before anything runs (a trainer built to validate is this one).
+  if (!built) built = std::make_unique<Trainer>(run_config(id, o, checkpoint_dir));
+  Trainer& trainer = *built;
+  const TrainConfig& c = trainer.config();
   inject_fault(id);
   if (!checkpoint_dir.empty()) check_checkpoint_directory(checkpoint_dir);
   const bool resume = o.resume && !checkpoint_dir.empty() && fs::exists(checkpoint_path(checkpoint_dir));
@@ -291,13 +301,20 @@ int cmd_train(const std::vector<PointId>& grid, const TrainCliOptions& o, const 
     if (fs::exists(o.log_path) && !o.resume)
       throw InvalidInput(fmt::format("--log {} exists; choose another, or --resume the run that wrote it", o.log_path));
   }
-  // Validate every point before training any (a bad recipe or shape exits 2 with nothing run).
-  for (const auto& id : grid) Trainer(train_config(id));
   // Several runs: a checkpoint directory each, named after the run.
   auto checkpoint_dir_of = [&](const PointId& id) {
     return o.checkpoint_dir.empty() || grid.size() == 1 ? o.checkpoint_dir
                                                         : (fs::path(o.checkpoint_dir) / run_directory_name(id)).string();
   };
+  // Validate every point before training any (a bad recipe or shape exits 2 with nothing run).
+  // A single run (each run of a preset is one, in a process of its own) keeps the trainer it
+  // validated with; a grid of several builds each again when its turn comes, so that only one
+  // holds its data at a time.
+  std::unique_ptr<Trainer> single;
+  for (const auto& id : grid) {
+    auto t = std::make_unique<Trainer>(run_config(id, o, checkpoint_dir_of(id)));
+    if (grid.size() == 1) single = std::move(t);
+  }
   for (const auto& id : grid)
     if (!o.checkpoint_dir.empty()) check_checkpoint_directory(checkpoint_dir_of(id));
   std::optional<StopSignalHandler> stop_signals(std::in_place, on_stop);  // the old handlers are back at reset() below
@@ -307,7 +324,7 @@ int cmd_train(const std::vector<PointId>& grid, const TrainCliOptions& o, const 
   std::string unsaved;  // results that could not be added to --out: they go to stdout
   for (const auto& id : grid) {
     const std::string dir = checkpoint_dir_of(id);
-    auto r = train_point(id, o, dir, &g_stop);
+    auto r = train_point(id, o, dir, &g_stop, std::move(single));
     if (!r) {
       interrupted = true;
       break;

@@ -2,6 +2,7 @@
 // with a JSON-lines learning curve, checkpoints, a one-line progress display, and a result entry
 // per run (accuracy, val_accuracy, eval_loss, train_steps, train_seconds, steps_per_s, memory).
 #pragma once
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -33,7 +34,7 @@ TrainConfig train_config(const PointId& id);
 // Trains one point: its result (FAILED with the reason when training fails), or nullopt when
 // interrupted (the checkpoint, if any, holds the progress). `curve` lines go to the log.
 std::optional<PointResult> train_point(const PointId& id, const TrainCliOptions& o, const std::string& checkpoint_dir,
-                                       const std::atomic<bool>* interrupt);
+                                       const std::atomic<bool>* interrupt, std::unique_ptr<Trainer> built = nullptr);
 
 // Returns the exit code: 0; 1 when a run is not OK or its result could not be added to --out
 // (then it is on stdout); 130 when interrupted (Ctrl-C: a checkpoint is written first).
