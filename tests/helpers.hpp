@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -238,6 +239,19 @@ inline std::vector<std::string> lines_of(const std::string& text) {
   std::istringstream in(text);
   for (std::string l; std::getline(in, l);) out.push_back(l);
   return out;
+}
+
+// The Frobenius norm of x (n floats), and of a - b: a low-precision result's error against its
+// float32 twin is frobenius_diff(got, want) / frobenius(want) (relative, not max-abs).
+inline double frobenius(const float* x, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += double(x[i]) * x[i];
+  return std::sqrt(s);
+}
+inline double frobenius_diff(const float* a, const float* b, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+  return std::sqrt(s);
 }
 
 }  // namespace ab::test

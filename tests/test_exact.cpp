@@ -320,12 +320,7 @@ TEST(Bf16, FlashAndVanillaBackwardNearFloat32) {
         const AttnArgs a = f32.data->args(), b = b16.data->args();
         for (auto [got, want, label] : {std::tuple{b.dq.data, a.dq.data, "dq"}, std::tuple{b.dk.data, a.dk.data, "dk"},
                                         std::tuple{b.dv.data, a.dv.data, "dv"}}) {
-          double diff = 0, norm = 0;
-          for (int64_t i = 0; i < s.numel(); ++i) {
-            diff += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-            norm += double(want[i]) * want[i];
-          }
-          const double rel = std::sqrt(diff / norm);
+          const double rel = test::frobenius_diff(got, want, s.numel()) / test::frobenius(want, s.numel());
           EXPECT_LT(rel, kBf16GradTolerance) << label << " D=" << D << " N=" << N << " causal=" << causal;
           EXPECT_GT(rel, 1e-4) << label << ": float32 accuracy, the bf16 tiles did not run, D=" << D;
           std::printf("[ bf16     ] %s %s D=%ld N=%ld causal=%d: %.4f\n", name.c_str(), label, static_cast<long>(D), static_cast<long>(N),

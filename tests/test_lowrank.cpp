@@ -224,12 +224,7 @@ TEST(LowRankBf16, BackwardNearItsFloat32Backward) {
         auto f32 = run(Dtype::f32), b16 = run(Dtype::bf16);
         EXPECT_EQ(b16.tracked_peak, b16.declared) << name << " D=" << D << " N=" << N;
         auto rel = [&](const float* got, const float* want, int64_t n, const std::string& what) {
-          double diff = 0, norm = 0;
-          for (int64_t i = 0; i < n; ++i) {
-            diff += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-            norm += double(want[i]) * want[i];
-          }
-          const double r = std::sqrt(diff / norm);
+          const double r = test::frobenius_diff(got, want, n) / test::frobenius(want, n);
           worst = std::max(worst, r);
           EXPECT_LT(r, kBf16GradTolerance) << name << " " << what << " D=" << D << " N=" << N;
           EXPECT_GT(r, 1e-4) << name << " " << what << ": float32 accuracy, the bf16 path did not run";

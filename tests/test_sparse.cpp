@@ -192,24 +192,18 @@ TEST(SparseBf16, BackwardNearItsFloat32Backward) {
       auto b16 = run_mechanism(c.mech, s, c.causal, Mode::fwdbwd, c.params, 17, 1, Dtype::bf16);
       EXPECT_EQ(b16.tracked_peak, b16.declared) << what.str();
       const AttnArgs a = f32.data->args(), b = b16.data->args();
-      auto norm_of = [&](const float* x) {
-        double n = 0;
-        for (int64_t i = 0; i < s.numel(); ++i) n += double(x[i]) * x[i];
-        return std::sqrt(n);
-      };
+      auto norm_of = [&](const float* x) { return test::frobenius(x, s.numel()); };
       // A row of one key (window 0) has dQ = dK = 0 exactly: both sides are rounding noise there,
       // measured against dV's scale instead.
       const double scale = norm_of(a.dv.data);
       for (auto [got, want, label] : {std::tuple{b.dq.data, a.dq.data, "dq"}, std::tuple{b.dk.data, a.dk.data, "dk"},
                                       std::tuple{b.dv.data, a.dv.data, "dv"}}) {
-        double diff = 0;
-        for (int64_t i = 0; i < s.numel(); ++i) diff += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
         const double norm = norm_of(want);
         if (norm < 1e-5 * scale) {
           EXPECT_LT(norm_of(got), 1e-5 * scale) << what.str() << " " << label << ": zero in float32, not in bf16";
           continue;
         }
-        const double rel = std::sqrt(diff) / norm;
+        const double rel = test::frobenius_diff(got, want, s.numel()) / norm;
         worst = std::max(worst, rel);
         EXPECT_LT(rel, kBf16GradTolerance) << what.str() << " " << label;
         EXPECT_GT(rel, 1e-4) << what.str() << " " << label << ": float32 accuracy, the bf16 tiles did not run";
