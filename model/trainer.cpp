@@ -53,11 +53,8 @@ double Schedule::at(int64_t s) const {
   return lr;
 }
 
-Schedule Schedule::parse(const std::string& text, double lr, int64_t warmup, int64_t steps) {
+Schedule Schedule::parse(const std::string& text) {
   Schedule s;
-  s.lr = lr;
-  s.warmup = warmup;
-  s.steps = steps;
   if (text == "constant") s.kind = constant;
   else if (text == "linear-warmup-rsqrt") s.kind = linear_warmup_rsqrt;
   else if (text == "cosine") s.kind = cosine;
@@ -65,7 +62,7 @@ Schedule Schedule::parse(const std::string& text, double lr, int64_t warmup, int
     s.kind = cosine;
     char* end = nullptr;
     s.horizon = std::strtoll(text.c_str() + 7, &end, 10);
-    if (text.size() == 7 || *end != '\0' || s.horizon < 1 || s.horizon < warmup)
+    if (text.size() == 7 || *end != '\0' || s.horizon < 1)
       throw InvalidInput(fmt::format("--schedule '{}': cosine:H takes H, the steps the cosine spans (at least the warm-up; "
                                      "the run may stop before, as with early stopping)",
                                      text));
@@ -85,9 +82,32 @@ Schedule Schedule::parse(const std::string& text, double lr, int64_t warmup, int
     throw unknown_name("schedule", text, {"constant", "linear-warmup-rsqrt", "cosine", "cosine:H", "onecycle", "step:S[:F]"},
                        "schedules");
   }
-  if ((s.kind == linear_warmup_rsqrt || s.kind == onecycle) && warmup < 1)
-    throw InvalidInput(fmt::format("--schedule {} needs --warmup-steps of at least 1", text));
   return s;
+}
+
+Schedule Schedule::for_run(double peak, int64_t warmup_steps, int64_t run_steps) const {
+  Schedule s = *this;
+  s.lr = peak;
+  s.warmup = warmup_steps;
+  s.steps = run_steps;
+  if (s.kind == cosine && s.horizon > 0 && s.horizon < warmup_steps)
+    throw InvalidInput(fmt::format("--schedule {}: cosine:H takes H, the steps the cosine spans (at least the warm-up, "
+                                   "{} steps)",
+                                   name(), warmup_steps));
+  if ((s.kind == linear_warmup_rsqrt || s.kind == onecycle) && warmup_steps < 1)
+    throw InvalidInput(fmt::format("--schedule {} needs --warmup-steps of at least 1", name()));
+  return s;
+}
+
+std::string Schedule::name() const {
+  switch (kind) {
+    case constant: return "constant";
+    case linear_warmup_rsqrt: return "linear-warmup-rsqrt";
+    case cosine: return horizon > 0 ? fmt::format("cosine:{}", horizon) : "cosine";
+    case onecycle: return "onecycle";
+    case step: return fmt::format("step:{}:{:g}", decay_at, decay_factor);
+  }
+  return "constant";
 }
 
 namespace {

@@ -46,8 +46,17 @@ struct Schedule {
   double decay_factor = 1;
   int64_t horizon = 0;  // cosine:H: the steps the cosine spans (0: the run's)
   double at(int64_t s) const;
-  // "onecycle", "step:3000:0.1", ...; throws InvalidInput naming the allowed spellings.
-  static Schedule parse(const std::string& text, double lr, int64_t warmup, int64_t steps);
+  // The shape a spelling names ("onecycle", "step:3000:0.1", "cosine:31250"; lr, warmup and
+  // steps left as they are); throws InvalidInput naming the allowed spellings.
+  static Schedule parse(const std::string& text);
+  // This shape for a run of `steps` at peak `lr` with `warmup` steps; throws InvalidInput when
+  // the shape needs what the run lacks (a warm-up, a cosine horizon not shorter than the warm-up).
+  Schedule for_run(double lr, int64_t warmup, int64_t steps) const;
+  static Schedule parse(const std::string& text, double lr, int64_t warmup, int64_t steps) {
+    return parse(text).for_run(lr, warmup, steps);
+  }
+  // The canonical spelling of the shape: parse(name()) is this shape ("step:S:F" with F written).
+  std::string name() const;
 };
 
 struct TrainConfig {

@@ -95,8 +95,9 @@ PositionEncoding parse_position_encoding(const std::string& text) {
 
 Positions parse_positions(const std::string& text) { return parse_position_encoding(text).kind; }
 
-std::string canonical_positions(const std::string& text) {
-  const PositionEncoding e = parse_position_encoding(text);
+std::string canonical_positions(const std::string& text) { return to_string(parse_position_encoding(text)); }
+
+std::string to_string(const PositionEncoding& e) {
   if (e.kind == Positions::bias) return fmt::format("bias:{}:{}", e.bias.buckets, e.bias.max_distance);
   if (e.kind == Positions::shaw) return fmt::format("shaw:{}", e.bias.clip);
   return to_string(e.kind);

@@ -64,9 +64,11 @@ struct PositionEncoding {
   PositionBiasSpec bias;
 };
 PositionEncoding parse_position_encoding(const std::string& text);
+// The canonical spelling: every parameter written ("bias" -> "bias:32:128").
+std::string to_string(const PositionEncoding& e);
 // The kind of a written encoding (parse_position_encoding(text).kind).
 Positions parse_positions(const std::string& text);
-// The canonical spelling: every parameter written ("bias" -> "bias:32:128").
+// to_string(parse_position_encoding(text)).
 std::string canonical_positions(const std::string& text);
 
 // Gradient clipping before the optimizer step: none, the global norm of every gradient (LRA's

@@ -410,17 +410,17 @@ PointResult train_fixture_point() {
   t.eval_examples = 200;
   t.test_examples = 400;
   t.seed = 3;
-  t.lr = "0.0001";
-  t.schedule = "onecycle";
-  t.beta1 = "0.9";
-  t.beta2 = "0.98";
-  t.adam_eps = "1e-09";
-  t.weight_decay = "0.01";
-  t.clip = "1";
-  t.clip_mode = "global";
-  t.dropout = "0.1";
-  t.attn_dropout = "0.1";
-  t.positions = "learned";
+  t.lr = 1e-4;
+  t.schedule = Schedule::parse("onecycle");
+  t.beta1 = 0.9;
+  t.beta2 = 0.98;
+  t.adam_eps = 1e-9;
+  t.weight_decay = 0.01;
+  t.clip = 1;
+  t.clip_mode = ClipMode::global;
+  t.dropout = 0.1;
+  t.attn_dropout = 0.1;
+  t.positions = parse_position_encoding("learned");
   r.train = TrainResult{0.625, 0.6, 0.64, 0.625, 0.71, 500, 400, 120.5, 3.5, 9.25, 0.5, 1 << 22, {}};
   // Tested at every length a result can hold (--test-seq).
   for (int64_t n = kFirstTestSeq; n <= kLastTestSeq; n *= 2) r.train->accuracy_at[n] = 0.5;

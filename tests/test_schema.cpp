@@ -127,6 +127,31 @@ TEST(PointNames, EveryPresetPointRoundTripsThroughItsName) {
   for (const Written& w : written()) EXPECT_EQ(PointId::from_name(w.read.id.name()).name(), w.read.id.name());
 }
 
+// A recipe's values are typed: a rate is the number its name spells (six significant digits),
+// so the run trains with what the name shows; the schedule and the encoding are parsed once,
+// into their shapes, and spelled canonically.
+TEST(PointNames, RecipeValuesAreTypedAndTrainWithWhatTheNameSpells) {
+  PointId id = train_preset_grid("zoology-mqar", TrainPresetOptions{}).front();
+  point_field("lr").set(id, std::string("0.00123456789"));
+  point_field("schedule").set(id, std::string("step:30"));
+  point_field("positions").set(id, std::string("bias"));
+  point_field("test_seq").set(id, std::string("256,1024"));
+  EXPECT_EQ(id.train.lr, 0.00123457);
+  EXPECT_EQ(id.train.schedule.kind, Schedule::step);
+  EXPECT_EQ(id.train.schedule.decay_at, 30);
+  ASSERT_TRUE(id.train.positions.has_value());
+  EXPECT_EQ(id.train.positions->kind, Positions::bias);
+  EXPECT_EQ(id.train.test_seq, (std::vector<int64_t>{256, 1024}));
+  const std::string name = id.name();
+  for (const char* seg : {"/lr:0.00123457/", "/schedule:step:30:0.1/", "/positions:bias:32:128/", "/test_seq:256,1024"})
+    EXPECT_NE(name.find(seg), std::string::npos) << seg << " in " << name;
+  const PointId back = PointId::from_name(name);
+  EXPECT_EQ(back.train.lr, id.train.lr);
+  EXPECT_EQ(back.name(), name);
+  EXPECT_THROW(point_field("test_seq").set(id, std::string("1024,256")), InvalidInput);
+  EXPECT_THROW(point_field("clip_mode").set(id, std::string("sideways")), InvalidInput);
+}
+
 // --seed on a preset gives every configuration each seed asked for (the recall and extrapolation
 // presets took the first seed alone, silently).
 TEST(PresetSeeds, EveryConfigurationRunsEverySeedGiven) {

@@ -164,6 +164,10 @@ TEST(Schedules, EachRateEqualsItsFormula) {
   for (const char* bad : {"sawtooth", "step", "step:0", "step:10:2", "step:x", "cosine:", "cosine:0", "cosine:5", "cosine:9x"})
     EXPECT_THROW(Schedule::parse(bad, 1e-3, 10, 100), InvalidInput) << bad;
   EXPECT_THROW(Schedule::parse("onecycle", 1e-3, 0, 100), InvalidInput);
+  // The spelling round-trips, canonically: a step schedule names its factor.
+  for (const char* text : {"constant", "linear-warmup-rsqrt", "cosine", "cosine:31250", "onecycle", "step:4500:0.1", "step:20:0.5"})
+    EXPECT_EQ(Schedule::parse(text).name(), text);
+  EXPECT_EQ(Schedule::parse("step:3000").name(), "step:3000:0.1");
 }
 
 // ---- the model's training step ----
@@ -791,7 +795,7 @@ TEST(TrainPresets, TimingPointsAreTheRunsWithoutTheirRecipe) {
     EXPECT_TRUE(names.insert(t.name()).second) << "twice: " << t.name();
   }
   for (PointId r : runs) {
-    const std::string positions = r.train.positions;
+    const auto positions = r.train.positions;
     r.train = TrainSpec{};
     r.train.positions = positions;
     EXPECT_TRUE(names.count(r.name())) << "no timing point for " << r.name();

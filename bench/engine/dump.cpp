@@ -146,8 +146,8 @@ void dump_point(const PointId& id, uint64_t seed, const std::string& dir) {
   if (const std::string note = pp.impl->dump_note(); !note.empty()) cfg["note"] = note;
   // The additive position encoding inside the mechanism (--positions): enough to recompute it
   // (its learned table, if any, is among the tensors: position_bias or shaw_keys).
-  if (!id.train.positions.empty()) {
-    const PositionEncoding pe = parse_position_encoding(id.train.positions);
+  if (id.train.positions) {
+    const PositionEncoding& pe = *id.train.positions;
     if (pe.bias.active())
       cfg["positions"] = {{"encoding", to_string(pe.kind)}, {"buckets", pe.bias.buckets},
                           {"max_distance", pe.bias.max_distance}, {"clip", pe.bias.clip}};

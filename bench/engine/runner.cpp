@@ -79,12 +79,12 @@ struct AttentionPositions {
   bool rope = false;
 };
 AttentionPositions attention_positions(const PointId& id) {
-  if (id.train.positions.empty() || id.level == Level::model) return {};
-  const PositionEncoding pe = parse_position_encoding(id.train.positions);
+  if (!id.train.positions || id.level == Level::model) return {};
+  const PositionEncoding& pe = *id.train.positions;
   if (pe.kind == Positions::rope) return {{}, true};
   if (!pe.bias.active() && pe.kind != Positions::none)
     throw InvalidInput(fmt::format("--positions {} belongs to a model (--level model); the attention level takes none, alibi, bias, shaw or rope",
-                                   id.train.positions));
+                                   to_string(pe)));
   return {pe.bias, false};
 }
 
@@ -134,8 +134,8 @@ ModelConfig model_config(const PointId& id) {
   c.threads = id.threads;
   c.causal = id.causal;
   c.dtype = id.dtype;
-  if (!id.train.positions.empty()) {  // else the task's
-    const PositionEncoding pe = parse_position_encoding(id.train.positions);
+  if (id.train.positions) {  // else the task's
+    const PositionEncoding& pe = *id.train.positions;
     c.positions = pe.kind;
     c.position_bias = pe.bias;
   }
@@ -188,8 +188,8 @@ PreparedPoint prepare_point(const PointId& id, const RunOptions& opts) {
   }
   // An encoding the mechanism does not admit: SKIPPED with the reason in a grid of points (a
   // training run refuses it instead, exit 2, from the model).
-  if (!id.train.positions.empty() && !id.training()) {
-    const PositionEncoding pe = parse_position_encoding(id.train.positions);
+  if (id.train.positions && !id.training()) {
+    const PositionEncoding& pe = *id.train.positions;
     attention_positions(id);  // the attention level takes the additive ones and rope only (InvalidInput)
     const std::string why =
         pe.bias.active() && !caps.additive_bias ? caps.no_additive_bias
@@ -200,7 +200,7 @@ PreparedPoint prepare_point(const PointId& id, const RunOptions& opts) {
             : std::string();
     if (!why.empty()) {
       pp.status = Status::SKIPPED;
-      pp.message = fmt::format("--positions {} with {}: {}", id.train.positions, id.mechanism, why);
+      pp.message = fmt::format("--positions {} with {}: {}", to_string(pe), id.mechanism, why);
       return pp;
     }
   }

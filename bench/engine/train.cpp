@@ -29,8 +29,6 @@ namespace ab {
 namespace {
 namespace fs = std::filesystem;
 
-double number_of(const std::string& text) { return std::strtod(text.c_str(), nullptr); }
-
 std::atomic<bool> g_stop{false};
 void on_stop(int) { g_stop = true; }
 
@@ -153,16 +151,16 @@ TrainConfig train_config(const PointId& id) {
   c.data = task_options(id);
   c.data.seed = static_cast<uint64_t>(id.train.seed);
   c.model = model_config(id);
-  c.model.dropout = static_cast<float>(number_of(id.train.dropout));
-  c.model.attn_dropout = static_cast<float>(number_of(id.train.attn_dropout));
-  c.model.clip = static_cast<float>(number_of(id.train.clip));
-  c.model.clip_mode = id.train.clip_mode == "per-tensor" ? ClipMode::per_tensor : ClipMode::global;
-  c.model.optimizer.beta1 = static_cast<float>(number_of(id.train.beta1));
-  c.model.optimizer.beta2 = static_cast<float>(number_of(id.train.beta2));
-  c.model.optimizer.eps = static_cast<float>(number_of(id.train.adam_eps));
-  c.model.optimizer.weight_decay = static_cast<float>(number_of(id.train.weight_decay));
+  c.model.dropout = static_cast<float>(id.train.dropout);
+  c.model.attn_dropout = static_cast<float>(id.train.attn_dropout);
+  c.model.clip = static_cast<float>(id.train.clip);
+  c.model.clip_mode = id.train.clip_mode;
+  c.model.optimizer.beta1 = static_cast<float>(id.train.beta1);
+  c.model.optimizer.beta2 = static_cast<float>(id.train.beta2);
+  c.model.optimizer.eps = static_cast<float>(id.train.adam_eps);
+  c.model.optimizer.weight_decay = static_cast<float>(id.train.weight_decay);
   c.steps = id.train.steps;
-  c.schedule = Schedule::parse(id.train.schedule, number_of(id.train.lr), id.train.warmup, id.train.steps);
+  c.schedule = id.train.schedule.for_run(id.train.lr, id.train.warmup, id.train.steps);
   c.eval_every = id.train.eval_every;
   c.eval_examples = id.train.eval_examples;
   c.test_examples = id.train.test_examples;
@@ -174,9 +172,8 @@ TrainConfig train_config(const PointId& id) {
       o.dtype = other;
       c.other_dtype_identities.push_back(o.name());
     }
-  c.stop_at = id.train.stop_at.empty() ? 0 : number_of(id.train.stop_at);
-  for (const auto& n : split(id.train.test_seq, ','))
-    if (!n.empty()) c.test_seqs.push_back(std::stoll(n));
+  c.stop_at = id.train.stop_at;
+  c.test_seqs = id.train.test_seq;
   return c;
 }
 

@@ -6,6 +6,7 @@
 #include <regex>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <map>
 #include <stdexcept>
@@ -70,6 +71,9 @@ std::string value_text(const PointValue& v) {
   return std::get<std::string>(v);
 }
 
+std::string recipe_text(double v) { return fmt::format("{:g}", v); }
+double recipe_number(double v) { return std::strtod(recipe_text(v).c_str(), nullptr); }
+
 namespace {
 int64_t as_int(const PointValue& v) { return std::get<int64_t>(v); }
 const std::string& as_text(const PointValue& v) { return std::get<std::string>(v); }
@@ -90,41 +94,35 @@ double number(const char* opt, const std::string& text) {
   if (text.empty() || *end != '\0' || !std::isfinite(v)) throw InvalidInput(fmt::format("{} '{}' is not a number", opt, text));
   return v;
 }
-std::string canonical(double v) { return fmt::format("{:g}", v); }
-std::string positive_number(const char* opt, const std::string& text) {
+double positive_number(const char* opt, const std::string& text) {
   const double v = number(opt, text);
   if (!(v > 0)) throw InvalidInput(fmt::format("{} must be positive, got {}", opt, text));
-  return canonical(v);
+  return recipe_number(v);
 }
-std::string non_negative_number(const char* opt, const std::string& text) {
+double non_negative_number(const char* opt, const std::string& text) {
   const double v = number(opt, text);
   if (!(v >= 0)) throw InvalidInput(fmt::format("{} must not be negative, got {}", opt, text));
-  return canonical(v);
+  return recipe_number(v);
 }
-std::string unit_interval(const char* opt, const std::string& text) {
+double unit_interval(const char* opt, const std::string& text) {
   const double v = number(opt, text);
   if (!(v >= 0 && v < 1)) throw InvalidInput(fmt::format("{} must be in [0, 1), got {}", opt, text));
-  return canonical(v);
+  return recipe_number(v);
 }
-std::string schedule_name(const char*, const std::string& text) {
-  Schedule::parse(text, 1.0, 1, 2);  // the spelling only: throws InvalidInput
-  return text;
-}
-std::string clip_mode_name(const char* opt, const std::string& text) {
-  if (text != "global" && text != "per-tensor")
-    throw InvalidInput(fmt::format("unknown {} '{}'; clip modes: global, per-tensor", opt, text));
-  return text;
-}
-std::string positions_name(const char*, const std::string& text) { return text.empty() ? text : canonical_positions(text); }
-std::string unit_interval_closed(const char* opt, const std::string& text) {
+double unit_interval_closed(const char* opt, const std::string& text) {
   const double v = number(opt, text);
   if (!(v > 0 && v <= 1)) throw InvalidInput(fmt::format("{} must be in (0, 1], got {}", opt, text));
-  return canonical(v);
+  return recipe_number(v);
 }
-// "512,1024": distinct lengths of at least 2 in increasing order, spelled canonically.
-std::string length_list(const char* opt, const std::string& text) {
-  std::string out;
-  int64_t last = 0;
+const char* clip_mode_name(ClipMode m) { return m == ClipMode::per_tensor ? "per-tensor" : "global"; }
+ClipMode parse_clip_mode(const char* opt, const std::string& text) {
+  if (text == "global") return ClipMode::global;
+  if (text == "per-tensor") return ClipMode::per_tensor;
+  throw InvalidInput(fmt::format("unknown {} '{}'; clip modes: global, per-tensor", opt, text));
+}
+// "512,1024": distinct lengths of at least 2 in increasing order.
+std::vector<int64_t> length_list(const char* opt, const std::string& text) {
+  std::vector<int64_t> out;
   size_t start = 0;
   while (true) {
     const size_t comma = text.find(',', start);
@@ -132,18 +130,18 @@ std::string length_list(const char* opt, const std::string& text) {
     char* end = nullptr;
     errno = 0;
     const long long v = std::strtoll(w.c_str(), &end, 10);
-    if (w.empty() || *end != '\0' || errno || v < kFirstTestSeq || v > kLastTestSeq || (v & (v - 1)) || v <= last)
+    if (w.empty() || *end != '\0' || errno || v < kFirstTestSeq || v > kLastTestSeq || (v & (v - 1)) ||
+        (!out.empty() && v <= out.back()))
       throw InvalidInput(fmt::format("{} '{}': powers of two from {} to {} (one result field each) in increasing order, "
                                      "comma-separated",
                                      opt, text, kFirstTestSeq, kLastTestSeq));
-    out += (out.empty() ? "" : ",") + std::to_string(v);
-    last = v;
+    out.push_back(v);
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
   return out;
 }
-
+std::string length_list_text(const std::vector<int64_t>& lengths) { return fmt::format("{}", fmt::join(lengths, ",")); }
 
 // The fields, in name order. Accessors are captureless lambdas (plain function pointers).
 std::vector<PointField> make_fields() {
@@ -263,36 +261,45 @@ std::vector<PointField> make_fields() {
    [](P p) -> V { return p.train.member; },                                                                     \
    [](PointId& p, const V& v) { p.train.member = check(opt, as_int(v)); },                                     \
    [](P p) { return fmt::format("{}={}", seg, p.train.member); }, nullptr, help, nullptr, rank}
-#define AB_TRAIN_TEXT(key, seg, opt, member, help, rank, canon)                                              \
+#define AB_TRAIN_NUMBER(key, seg, opt, member, help, rank, check)                                            \
   {key, seg, opt, "training", 12, T::Text, PointField::training, 8,                                            \
-   [](P p) -> V { return p.train.member; },                                                                     \
-   [](PointId& p, const V& v) { p.train.member = canon(opt, as_text(v)); },                                    \
-   [](P p) { return fmt::format("{}={}", seg, p.train.member); }, nullptr, help, nullptr, rank}
+   [](P p) -> V { return recipe_text(p.train.member); },                                                        \
+   [](PointId& p, const V& v) { p.train.member = check(opt, as_text(v)); },                                    \
+   [](P p) { return fmt::format("{}={}", seg, recipe_text(p.train.member)); }, nullptr, help, nullptr, rank}
       AB_TRAIN_INT("steps", "steps", "--steps", steps, "training steps (optimizer updates)", 14, at_least_one),
-      AB_TRAIN_TEXT("lr", "lr", "--lr", lr, "learning rate (linear-warmup-rsqrt: LRA's base rate)", 15, positive_number),
-      AB_TRAIN_TEXT("schedule", "schedule", "--schedule", schedule,
-                    "constant | linear-warmup-rsqrt | cosine | cosine:H (over H steps; a run may stop before) | onecycle | step:S[:F] (F times the rate after step S)", 16,
-                    schedule_name),
+      AB_TRAIN_NUMBER("lr", "lr", "--lr", lr, "learning rate (linear-warmup-rsqrt: LRA's base rate)", 15, positive_number),
+      {"schedule", "schedule", "--schedule", "training", 12, T::Text, PointField::training, 8,
+       [](P p) -> V { return p.train.schedule.name(); },
+       [](PointId& p, const V& v) { p.train.schedule = Schedule::parse(as_text(v)); },
+       [](P p) { return fmt::format("schedule={}", p.train.schedule.name()); }, nullptr,
+       "constant | linear-warmup-rsqrt | cosine | cosine:H (over H steps; a run may stop before) | onecycle | step:S[:F] (F times the rate after step S)",
+       nullptr, 16},
       AB_TRAIN_INT("warmup", "warmup", "--warmup-steps", warmup, "warm-up steps of the schedule", 17, not_negative),
-      AB_TRAIN_TEXT("beta1", "beta1", "--beta1", beta1, "AdamW's first-moment decay", 18, unit_interval),
-      AB_TRAIN_TEXT("beta2", "beta2", "--beta2", beta2, "AdamW's second-moment decay", 19, unit_interval),
-      AB_TRAIN_TEXT("adam_eps", "adam_eps", "--adam-eps", adam_eps, "AdamW's epsilon", 20, positive_number),
-      AB_TRAIN_TEXT("weight_decay", "wd", "--weight-decay", weight_decay,
+      AB_TRAIN_NUMBER("beta1", "beta1", "--beta1", beta1, "AdamW's first-moment decay", 18, unit_interval),
+      AB_TRAIN_NUMBER("beta2", "beta2", "--beta2", beta2, "AdamW's second-moment decay", 19, unit_interval),
+      AB_TRAIN_NUMBER("adam_eps", "adam_eps", "--adam-eps", adam_eps, "AdamW's epsilon", 20, positive_number),
+      AB_TRAIN_NUMBER("weight_decay", "wd", "--weight-decay", weight_decay,
                     "decoupled weight decay (AdamW: w -= lr * wd * w)", 21, non_negative_number),
-      AB_TRAIN_TEXT("clip", "clip", "--clip", clip, "clip gradients to this norm (0: no clipping)", 22, non_negative_number),
-      AB_TRAIN_TEXT("clip_mode", "clip_mode", "--clip-mode", clip_mode,
-                    "global (the norm of every gradient together) | per-tensor (each tensor's own)", 23, clip_mode_name),
-      AB_TRAIN_TEXT("dropout", "dropout", "--dropout", dropout, "dropout on the embedding and the residual branches", 24,
+      AB_TRAIN_NUMBER("clip", "clip", "--clip", clip, "clip gradients to this norm (0: no clipping)", 22, non_negative_number),
+      {"clip_mode", "clip_mode", "--clip-mode", "training", 12, T::Text, PointField::training, 8,
+       [](P p) -> V { return std::string(clip_mode_name(p.train.clip_mode)); },
+       [](PointId& p, const V& v) { p.train.clip_mode = parse_clip_mode("--clip-mode", as_text(v)); },
+       [](P p) { return fmt::format("clip_mode={}", clip_mode_name(p.train.clip_mode)); }, nullptr,
+       "global (the norm of every gradient together) | per-tensor (each tensor's own)", nullptr, 23},
+      AB_TRAIN_NUMBER("dropout", "dropout", "--dropout", dropout, "dropout on the embedding and the residual branches", 24,
                     unit_interval),
-      AB_TRAIN_TEXT("attn_dropout", "attn_dropout", "--attn-dropout", attn_dropout,
+      AB_TRAIN_NUMBER("attn_dropout", "attn_dropout", "--attn-dropout", attn_dropout,
                     "dropout on the attention probabilities (mechanisms that form them; see attnbench list)", 25,
                     unit_interval),
       // Every level: a training run always names its encoding; `run` only when given (the
       // attention level takes the additive ones, which live inside the mechanism).
       {"positions", "positions", "--positions", "training", 12, T::Text, PointField::all, 8,
-       [](P p) -> V { return p.train.positions; },
-       [](PointId& p, const V& v) { p.train.positions = positions_name("--positions", as_text(v)); },
-       [](P p) { return fmt::format("positions={}", p.train.positions); }, nullptr,
+       [](P p) -> V { return p.train.positions ? to_string(*p.train.positions) : std::string(); },
+       [](PointId& p, const V& v) {
+         p.train.positions.reset();
+         if (!as_text(v).empty()) p.train.positions = parse_position_encoding(as_text(v));
+       },
+       [](P p) { return fmt::format("positions={}", p.train.positions ? to_string(*p.train.positions) : ""); }, nullptr,
        "sinusoidal | learned | none (added to the embedding) | rope (each layer's q, k rotated) | alibi | "
        "bias[:BUCKETS:MAX_DISTANCE] | shaw[:CLIP] (added to the logits inside the kernels). The default is a training "
        "run's; at the attention level only none (the mechanism alone, as without the option), alibi, bias, shaw and rope "
@@ -313,17 +320,19 @@ std::vector<PointField> make_fields() {
        "a fixed training set of this many examples, cycled in epochs of examples/batch steps (0: fresh examples every step)",
        nullptr, 30, true},
       {"stop_at", "stop_at", "--stop-at", "training", 12, T::Text, PointField::training, 8,
-       [](P p) -> V { return p.train.stop_at; },
-       [](PointId& p, const V& v) { p.train.stop_at = as_text(v).empty() ? "" : unit_interval_closed("--stop-at", as_text(v)); },
-       [](P p) { return fmt::format("stop_at={}", p.train.stop_at); }, nullptr,
+       [](P p) -> V { return p.train.stop_at > 0 ? recipe_text(p.train.stop_at) : std::string(); },
+       [](PointId& p, const V& v) { p.train.stop_at = as_text(v).empty() ? 0 : unit_interval_closed("--stop-at", as_text(v)); },
+       [](P p) { return fmt::format("stop_at={}", recipe_text(p.train.stop_at)); }, nullptr,
        "stop once a validation accuracy reaches this (e.g. 0.99; Zoology's early stop)", nullptr, 31, true},
       {"test_seq", "test_seq", "--test-seq", "training", 12, T::Text, PointField::training, 8,
-       [](P p) -> V { return p.train.test_seq; },
-       [](PointId& p, const V& v) { p.train.test_seq = as_text(v).empty() ? "" : length_list("--test-seq", as_text(v)); },
-       [](P p) { return fmt::format("test_seq={}", p.train.test_seq); }, nullptr,
+       [](P p) -> V { return length_list_text(p.train.test_seq); },
+       [](PointId& p, const V& v) {
+         p.train.test_seq = as_text(v).empty() ? std::vector<int64_t>{} : length_list("--test-seq", as_text(v));
+       },
+       [](P p) { return fmt::format("test_seq={}", length_list_text(p.train.test_seq)); }, nullptr,
        "also test at these lengths, e.g. 512,1024 (length extrapolation; one value, commas and all)", nullptr, 32, true},
 #undef AB_TRAIN_INT
-#undef AB_TRAIN_TEXT
+#undef AB_TRAIN_NUMBER
   };
 }
 

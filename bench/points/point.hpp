@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "attention_impls/attention.hpp"
 #include "core/params.hpp"
 #include "core/tensor.hpp"
+#include "model/trainer.hpp"
 #include "model/transformer.hpp"
 #include "tasks/task.hpp"
 
@@ -45,17 +47,27 @@ struct ModelDims {
 constexpr int64_t kFirstTestSeq = 16, kLastTestSeq = int64_t{1} << 20;
 
 // A training run's recipe (the `train` verb): everything that decides its accuracy beyond the
-// model and the data. Numbers are kept as their canonical spelling ("0.0001", "1e-08"), the text
-// of the name; steps == 0 means the point is not a training run.
+// model and the data; steps == 0 means the point is not a training run. Each real number is
+// rounded to its spelling in the name ({:g}: six significant digits) when it is set, so a run
+// trains with exactly the number its name shows (recipe_number()).
 struct TrainSpec {
   int64_t steps = 0, warmup = 0, eval_every = 0, eval_examples = 0, test_examples = 0, seed = 0;
-  std::string lr, schedule, beta1, beta2, adam_eps, weight_decay, clip, clip_mode, dropout, attn_dropout, positions;
+  double lr = 0, beta1 = 0, beta2 = 0, adam_eps = 0, weight_decay = 0, clip = 0, dropout = 0, attn_dropout = 0;
+  Schedule schedule;  // the shape (kind, cosine's horizon, step's S and F); lr, warmup, steps are the fields above
+  ClipMode clip_mode = ClipMode::global;
+  // Every level: a training run's encoding; `run`'s when given (none at the attention level
+  // means the mechanism alone, as without the option).
+  std::optional<PositionEncoding> positions;
   // Named only when set (every earlier run's name stays what it was): a fixed training set of
   // this many examples cycled in epochs (0: fresh examples); stop at this validation accuracy
-  // (""); test also at these lengths ("256,512"; "").
+  // (0: never); test also at these lengths (increasing powers of two; none).
   int64_t train_examples = 0;
-  std::string stop_at, test_seq;
+  double stop_at = 0;
+  std::vector<int64_t> test_seq;
 };
+// A recipe number as the name spells it ({:g}), and back: the value a name's text trains with.
+std::string recipe_text(double v);
+double recipe_number(double v);
 
 // Everything that identifies a point; `name()` is the join key between result files.
 struct PointId {

@@ -440,7 +440,7 @@ std::vector<PointId> train_preset_timing_points(const std::string& name, const T
     // A training step's cost depends on the model and the mechanism, and on the position
     // encoding (ALiBi, T5's bias and Shaw's keys work inside the kernels, RoPE rotates q and k):
     // that recipe field stays, the others (rates, steps, evaluation) do not change a step.
-    const std::string positions = id.train.positions;
+    const auto positions = id.train.positions;
     id.train = TrainSpec{};
     id.train.positions = positions;
     if (seen.insert(id.name()).second) out.push_back(std::move(id));

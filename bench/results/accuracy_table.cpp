@@ -241,7 +241,7 @@ std::string recall_table(const std::vector<ResultFile>& files, const AccuracyTab
       for (int64_t w : widths) {
         // The runs of each rate (its seeds), in the order met; a rate's validation accuracy is
         // its seeds' mean, and the cell the chosen rate's test value, mean ± sample std over them.
-        std::vector<std::pair<std::string, std::vector<const PointResult*>>> by_rate;
+        std::vector<std::pair<double, std::vector<const PointResult*>>> by_rate;
         std::string failed;
         bool any = false;
         for (const auto& x : runs) {
@@ -261,7 +261,7 @@ std::string recall_table(const std::vector<ResultFile>& files, const AccuracyTab
           return m / static_cast<double>(rs.size());
         };
         const std::vector<const PointResult*>* best = nullptr;
-        const std::string* best_lr = nullptr;
+        const double* best_lr = nullptr;
         for (const auto& [lr, rs] : by_rate)
           if (!rs.empty() && (!best || mean_val(rs) > mean_val(*best))) best = &rs, best_lr = &lr;
         if (!any) {
@@ -274,7 +274,7 @@ std::string recall_table(const std::vector<ResultFile>& files, const AccuracyTab
           for (const auto* r : *best)
             if (const auto v = field->value(*r, real_stats(*r).median, nullptr)) seeds.values.push_back(*v * (percent ? 100 : 1));
           const std::string cell = seeds.text([](double v) { return fmt::format("{:.2f}", v); });
-          out += fmt::format(" {} (lr {}{}) |", cell, *best_lr, by_rate.size() > 1 ? fmt::format(", best of {}", by_rate.size()) : "");
+          out += fmt::format(" {} (lr {}{}) |", cell, recipe_text(*best_lr), by_rate.size() > 1 ? fmt::format(", best of {}", by_rate.size()) : "");
         }
       }
       out += "\n";
