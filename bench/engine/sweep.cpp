@@ -107,13 +107,6 @@ void pin_this_thread(const std::vector<int>& cpus) {
 }
 
 
-std::string duration(double s) {
-  const long t = static_cast<long>(s + 0.5);
-  if (t >= 3600) return fmt::format("{}h{:02}m", t / 3600, t % 3600 / 60);
-  if (t >= 60) return fmt::format("{}m{:02}s", t / 60, t % 60);
-  return fmt::format("{}s", t);
-}
-
 // Time left, from a least-squares line seconds = a + b * flops over the points run so far: the
 // points of a sweep grow in cost, so an average of the finished ones would underestimate.
 struct Eta {
@@ -224,21 +217,16 @@ PointResult run_isolated(const PointId& id, const RunOptions& opts, const SweepO
   }
 }
 
-}  // namespace
+// 1. A point of the plan: validated before any point runs, its memory predicted.
+struct Planned {
+  PointId id;
+  Status status = Status::OK;
+  std::string message;
+  double flops = 0;
+  size_t bytes = 0;  // predicted peak memory
+};
 
-int run_sweep(const std::vector<PointId>& full_grid, const RunOptions& opts, const SweepOptions& so) {
-  namespace fs = std::filesystem;
-  const std::vector<PointId> grid = shard_of(full_grid, so.shard_index, so.shard_count);
-  const std::vector<std::vector<int>> job_cpus = check_options_and_place_jobs(so, grid);
-
-  // Validate every point before running any, and predict each one's memory.
-  struct Planned {
-    PointId id;
-    Status status = Status::OK;
-    std::string message;
-    double flops = 0;
-    size_t bytes = 0;  // predicted peak memory
-  };
+std::vector<Planned> plan_points(const std::vector<PointId>& grid, const RunOptions& opts) {
   std::vector<Planned> plan;
   RunOptions plan_opts = opts;
   plan_opts.oom_as_status = true;  // a point over --mem-limit is a row marked OOM, not an abort
@@ -248,11 +236,222 @@ int run_sweep(const std::vector<PointId>& full_grid, const RunOptions& opts, con
     if (p.status == Status::OOM) p.message += "; not run";
     plan.push_back(std::move(p));
   }
+  return plan;
+}
 
-  // The output file: new, or resumed.
+// 2. The output file: its results, the names they hold, its context and, resumed, this
+// resumption's entry in context.resumed_by. Saved whole (atomically) after every point.
+struct SweepFile {
+  std::string path;
   std::vector<PointResult> results;
   std::set<std::string> done;
   nlohmann::json context;
+  std::optional<size_t> resumption_index;
+
+  void save() const { write_file_atomic(path, results_document(context, results).dump(2) + "\n"); }
+  void add(PointResult r) {
+    if (resumption_index) context["resumed_by"][*resumption_index]["points"].push_back(r.id.name());
+    results.push_back(std::move(r));
+    save();
+  }
+};
+
+// New, or resumed (--resume keeps what it holds; --retry-failed runs the failed points again,
+// their earlier statuses kept in context.retried).
+SweepFile open_sweep_file(const SweepOptions& so, const RunOptions& opts, const GemmReference& gemm, int threads) {
+  namespace fs = std::filesystem;
+  SweepFile file;
+  file.path = so.out;
+  if (!fs::exists(so.out)) {
+    file.context = run_context(so.command, opts.seed, threads, gemm.one_thread);
+    gemm.record(file.context);
+    if (so.shard_count > 1) file.context["shard"] = fmt::format("{}/{}", so.shard_index, so.shard_count);
+    return file;
+  }
+  if (!so.resume) throw InvalidInput(fmt::format("{} exists; pass --resume to continue that sweep, or choose another --out", so.out));
+  ResultFile rf = read_result_file(so.out);
+  file.context = rf.context;
+  for (auto& r : rf.points) {
+    if (!kept_on_resume(r, so)) {
+      file.context["retried"].push_back(
+          {{"point", r.id.name()}, {"status", to_string(r.status)}, {"message", r.message}, {"by", so.command}});
+      continue;
+    }
+    file.done.insert(r.id.name());
+    file.results.push_back(std::move(r));
+  }
+  // A resumed file's context describes the machine and binary that began it; the points this
+  // resumption adds may come from another machine or commit, so it names them and where they ran.
+  const nlohmann::json here = run_context(so.command, opts.seed, threads, gemm.one_thread);
+  nlohmann::json resumption = {{"command", so.command}, {"points", nlohmann::json::array()}};
+  for (const char* k : {"date", "host_name", "cpu_model", "machine_id", "git_commit"}) resumption[k] = here.value(k, "");
+  resumption["gemm_gflops_per_s_1thread"] = gemm.one_thread;
+  file.context["resumed_by"].push_back(std::move(resumption));
+  file.resumption_index = file.context["resumed_by"].size() - 1;
+  return file;
+}
+
+// 3. The points not yet in the file, run by --jobs jobs. Each job takes the next point not yet
+// run, runs it (unlocked: the child does the work) and records it; the lock guards everything
+// else: the plan's cursor, the file, the progress line and the estimate. With one job this is
+// the plain loop in grid order. A point starts only while the predicted memory of the points
+// running beside it leaves room for it under --mem-limit (each alone fits: the plan made the
+// others OOM), else it waits for one to finish.
+class SweepJobs {
+ public:
+  SweepJobs(const std::vector<Planned>& plan, SweepFile& file, const SweepOptions& so, const RunOptions& opts,
+            const GemmReference& gemm, std::vector<std::vector<int>> job_cpus)
+      : plan_(plan), file_(file), so_(so), opts_(opts), gemm_(gemm), job_cpus_(std::move(job_cpus)),
+        jobs_(std::max(1, so.jobs)), t_start_(std::chrono::steady_clock::now()) {
+    for (const auto& p : plan_)
+      if (!file_.done.count(p.id.name())) {
+        ++todo_;
+        if (p.status == Status::OK) flops_left_ += p.flops;
+      }
+    left_ = todo_;
+    // On a terminal, a point is named by what tells it apart from the rest of the grid (the
+    // shared segments are printed once); a log keeps whole names.
+    std::vector<std::string> names;
+    for (const auto& p : plan_) names.push_back(p.id.name());
+    short_names_ = short_point_names(names);
+  }
+  size_t todo() const { return todo_; }
+  size_t finished() const { return finished_; }
+  bool interrupted() const { return interrupted_ || g_interrupted; }
+  double since_start() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start_).count();
+  }
+
+  // Runs them, each job in a directory of its own under `dir`. An error in one job (the file
+  // cannot be written, ...) stops the others as an interrupt does, each run checkpointing first,
+  // and is raised once they are all back.
+  void run_all(const std::filesystem::path& dir) {
+    dir_ = dir;
+    if (progress_.tty && !short_names_.shared.empty()) progress_.show("sweep: every point " + short_names_.shared, true);
+    std::exception_ptr error;
+    auto job_or_stop = [&](int j) {
+      try {
+        job(j);
+      } catch (...) {
+        std::lock_guard<std::mutex> g(lock_);
+        if (!error) error = std::current_exception();
+        g_interrupted = true;
+      }
+    };
+    if (jobs_ == 1) {
+      job_or_stop(0);
+    } else {
+      std::vector<std::thread> threads_of_jobs;
+      for (int j = 0; j < jobs_; ++j) threads_of_jobs.emplace_back(job_or_stop, j);
+      for (auto& t : threads_of_jobs) t.join();
+    }
+    if (error) std::rethrow_exception(error);
+  }
+
+ private:
+  void job(int j) {
+    const std::filesystem::path job_dir = jobs_ > 1 ? dir_ / fmt::format("job{}", j) : dir_;
+    if (jobs_ > 1) std::filesystem::create_directories(job_dir);
+    if (!job_cpus_.empty()) pin_this_thread(job_cpus_[static_cast<size_t>(j)]);  // the children inherit it
+    while (true) {
+      std::string where;
+      const std::optional<size_t> k = take_next(&where);
+      if (!k) return;
+      const Planned& p = plan_[*k];
+      PointResult r;
+      const double t0 = since_start();
+      bool stopped = false;
+      if (p.status != Status::OK) r = error_result(p.id, opts_, p.status, p.message);
+      else r = run_isolated(p.id, opts_, so_, gemm_.per_thread(p.id.threads), job_dir, &stopped);
+      if (!record(*k, std::move(r), since_start() - t0, stopped, where)) return;
+    }
+  }
+
+  // The next point to run and its progress line, waiting for memory to run it in; nothing once
+  // the plan is done or the sweep is being stopped.
+  std::optional<size_t> take_next(std::string* where) {
+    std::unique_lock<std::mutex> g(lock_);
+    while (true) {
+      while (next_ < plan_.size() && file_.done.count(plan_[next_].id.name())) ++next_;
+      if (interrupted_ || next_ == plan_.size()) return std::nullopt;
+      if (g_interrupted) {
+        interrupted_ = true;
+        return std::nullopt;
+      }
+      const size_t need = plan_[next_].bytes;
+      if (running_bytes_ == 0 || !opts_.mem_limit || running_bytes_ + need <= opts_.mem_limit) break;
+      point_finished_.wait_for(g, std::chrono::milliseconds(200));  // and look at g_interrupted again
+    }
+    const size_t k = next_++;
+    running_bytes_ += plan_[k].bytes;
+    *where = fmt::format("[{}/{}] {}", ++started_, todo_, progress_.tty ? short_names_.names[k] : plan_[k].id.name());
+    const size_t filled = todo_ ? 20 * finished_ / todo_ : 20;
+    const std::string bar = "[" + std::string(filled, '#') + std::string(20 - filled, '.') + "] ";
+    double rest = 0;  // the points left, shared among the jobs
+    if (eta_.n > 0) rest = (eta_.predict(flops_left_) + eta_.predict(0) * static_cast<double>(left_ - 1)) / jobs_;
+    // Several jobs: a log (not a terminal) gets a line as each point starts, to show what runs.
+    const bool log_start = jobs_ > 1 && !progress_.tty;
+    progress_.show(fmt::format("{}{}{} | {} elapsed{}", progress_.tty ? bar : "", *where, log_start ? " started" : "",
+                               format_duration(since_start()),
+                               eta_.n > 0 ? ", about " + format_duration(rest) + " left" : ""),
+                   log_start);
+    return k;
+  }
+
+  // Point k's result into the file; false when the sweep is being stopped (a point stopped in
+  // the middle is left for --resume).
+  bool record(size_t k, PointResult r, double seconds, bool stopped, const std::string& where) {
+    const Planned& p = plan_[k];
+    std::lock_guard<std::mutex> g(lock_);
+    running_bytes_ -= p.bytes;
+    point_finished_.notify_all();
+    if (stopped) {
+      interrupted_ = true;
+      return false;
+    }
+    if (p.status == Status::OK) {
+      eta_.add(p.flops, seconds);
+      flops_left_ -= p.flops;
+    }
+    --left_;
+    ++finished_;
+    const std::string outcome =
+        r.status != Status::OK ? fmt::format("{}: {}", to_string(r.status), r.message)
+        : r.train ? fmt::format("accuracy {:.4f} (best val {:.4f}), {:.4g} ms/step", r.train->accuracy,
+                                r.train->val_accuracy, real_stats(r).median * 1e3)
+                  : fmt::format("{:.4g} ms", real_stats(r).median * 1e3);
+    file_.add(std::move(r));
+    progress_.show(fmt::format("{} {}", where, outcome), true);
+    return true;
+  }
+
+  const std::vector<Planned>& plan_;
+  SweepFile& file_;
+  const SweepOptions& so_;
+  const RunOptions& opts_;
+  const GemmReference& gemm_;
+  const std::vector<std::vector<int>> job_cpus_;
+  std::filesystem::path dir_;
+  const int jobs_;
+  const std::chrono::steady_clock::time_point t_start_;
+  ProgressLine progress_;
+  ShortNames short_names_;
+  Eta eta_;
+  std::mutex lock_;
+  std::condition_variable point_finished_;
+  size_t todo_ = 0, left_ = 0, next_ = 0, started_ = 0, finished_ = 0, running_bytes_ = 0;
+  double flops_left_ = 0;
+  bool interrupted_ = false;
+};
+
+}  // namespace
+
+int run_sweep(const std::vector<PointId>& full_grid, const RunOptions& opts, const SweepOptions& so) {
+  namespace fs = std::filesystem;
+  const std::vector<PointId> grid = shard_of(full_grid, so.shard_index, so.shard_count);
+  const std::vector<std::vector<int>> job_cpus = check_options_and_place_jobs(so, grid);
+  const std::vector<Planned> plan = plan_points(grid, opts);
+
   // One writer at a time: the file is read (for --resume) and saved under the lock.
   std::optional<ResultFileLock> lock;
   if (so.out != "-") {
@@ -264,174 +463,43 @@ int run_sweep(const std::vector<PointId>& full_grid, const RunOptions& opts, con
     make_directory("--train-dir", (fs::path(so.train_dir) / "logs").string());
     make_directory("--train-dir", (fs::path(so.train_dir) / "checkpoints").string());
   }
-  std::optional<size_t> resumption_index;  // this resumption's entry in context.resumed_by
   std::set<int> thread_counts;
   for (const auto& p : plan) thread_counts.insert(p.id.threads);
   const GemmReference gemm = gemm_reference(opts.gemm_gflops, thread_counts);
   const int threads = grid.empty() ? 1 : grid.front().threads;  // the context's thread count
-  if (fs::exists(so.out)) {
-    if (!so.resume)
-      throw InvalidInput(fmt::format("{} exists; pass --resume to continue that sweep, or choose another --out", so.out));
-    ResultFile rf = read_result_file(so.out);
-    context = rf.context;
-    for (auto& r : rf.points) {
-      if (!kept_on_resume(r, so)) {
-        // Run again; what the earlier attempt said is kept.
-        context["retried"].push_back({{"point", r.id.name()}, {"status", to_string(r.status)}, {"message", r.message},
-                                      {"by", so.command}});
-        continue;
-      }
-      done.insert(r.id.name());
-      results.push_back(std::move(r));
-    }
-    // A resumed file's context describes the machine and binary that began it; the points this
-    // resumption adds may come from another machine or commit, so it names them and where they ran.
-    const nlohmann::json here = run_context(so.command, opts.seed, threads, gemm.one_thread);
-    nlohmann::json resumption = {{"command", so.command}, {"points", nlohmann::json::array()}};
-    for (const char* k : {"date", "host_name", "cpu_model", "machine_id", "git_commit"}) resumption[k] = here.value(k, "");
-    resumption["gemm_gflops_per_s_1thread"] = gemm.one_thread;
-    context["resumed_by"].push_back(std::move(resumption));
-    resumption_index = context["resumed_by"].size() - 1;
-  } else {
-    context = run_context(so.command, opts.seed, threads, gemm.one_thread);
-    gemm.record(context);
-    if (so.shard_count > 1) context["shard"] = fmt::format("{}/{}", so.shard_index, so.shard_count);
-  }
-  auto save = [&] { write_file_atomic(so.out, results_document(context, results).dump(2) + "\n"); };
+  SweepFile file = open_sweep_file(so, opts, gemm, threads);
 
-  size_t todo = 0;
-  for (const auto& p : plan) todo += done.count(p.id.name()) ? 0 : 1;
-  ProgressLine progress;
+  const ProgressLine progress;
+  SweepJobs jobs(plan, file, so, opts, gemm, job_cpus);
   progress.message(fmt::format("sweep: {} points{}, {} already in {}, {} to run", plan.size(),
-                           so.shard_count > 1 ? fmt::format(" (shard {}/{})", so.shard_index, so.shard_count) : "",
-                           plan.size() - todo, so.out, todo));
-  save();  // the file exists and is valid from the start
+                               so.shard_count > 1 ? fmt::format(" (shard {}/{})", so.shard_index, so.shard_count) : "",
+                               plan.size() - jobs.todo(), so.out, jobs.todo()));
+  file.save();  // the file exists and is valid from the start
 
   const fs::path dir = make_scratch_dir("sweep");
   std::optional<StopSignalHandler> stop_signals(std::in_place, on_interrupt);  // the old handlers are back at reset() below
   g_interrupted = false;
-
-  Eta eta;
-  const auto t_start = std::chrono::steady_clock::now();
-  auto since_start = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count(); };
-  double flops_left = 0;
-  size_t left = todo;
-  for (const auto& p : plan)
-    if (!done.count(p.id.name()) && p.status == Status::OK) flops_left += p.flops;
-  size_t started = 0, finished = 0;
-  bool interrupted = false;
-  // On a terminal, a point is named by what tells it apart from the rest of the grid (the shared
-  // segments are printed once); a log keeps whole names.
-  std::vector<std::string> names;
-  for (const auto& p : plan) names.push_back(p.id.name());
-  ShortNames short_names = short_point_names(names);
-  if (progress.tty && !short_names.shared.empty()) progress.show("sweep: every point " + short_names.shared, true);
-  const int jobs = std::max(1, so.jobs);
-  // Each job takes the next point not yet run, runs it (unlocked: the child does the work), and
-  // records it; the lock guards everything else: the plan's cursor, the results, the file, the
-  // progress line and the estimate. With one job this is the plain loop in grid order. A point
-  // starts only while the predicted memory of the points running beside it leaves room for it
-  // under --mem-limit (each alone fits: the plan made the others OOM), else it waits for one.
-  std::mutex lock_state;
-  std::condition_variable point_finished;
-  size_t next = 0, running_bytes = 0;
-  auto job = [&](int j) {
-    const fs::path job_dir = jobs > 1 ? dir / fmt::format("job{}", j) : dir;
-    if (jobs > 1) fs::create_directories(job_dir);
-    if (!job_cpus.empty()) pin_this_thread(job_cpus[static_cast<size_t>(j)]);  // the children inherit it
-    while (true) {
-      size_t k = 0;
-      std::string where;
-      {
-        std::unique_lock<std::mutex> g(lock_state);
-        while (true) {
-          while (next < plan.size() && done.count(plan[next].id.name())) ++next;
-          if (interrupted || next == plan.size()) return;
-          if (g_interrupted) {
-            interrupted = true;
-            return;
-          }
-          const size_t need = plan[next].bytes;
-          if (running_bytes == 0 || !opts.mem_limit || running_bytes + need <= opts.mem_limit) break;
-          point_finished.wait_for(g, std::chrono::milliseconds(200));  // and look at g_interrupted again
-        }
-        k = next++;
-        running_bytes += plan[k].bytes;
-        where = fmt::format("[{}/{}] {}", ++started, todo, progress.tty ? short_names.names[k] : plan[k].id.name());
-        const size_t filled = todo ? 20 * finished / todo : 20;
-        const std::string bar = "[" + std::string(filled, '#') + std::string(20 - filled, '.') + "] ";
-        double rest = 0;  // the points left, shared among the jobs
-        if (eta.n > 0) rest = (eta.predict(flops_left) + eta.predict(0) * static_cast<double>(left - 1)) / jobs;
-        // Several jobs: a log (not a terminal) gets a line as each point starts, to show what runs.
-        const bool log_start = jobs > 1 && !progress.tty;
-        progress.show(fmt::format("{}{}{} | {} elapsed{}", progress.tty ? bar : "", where, log_start ? " started" : "",
-                                  duration(since_start()),
-                                  eta.n > 0 ? ", about " + duration(rest) + " left" : ""),
-                      log_start);
-      }
-      const Planned& p = plan[k];
-      PointResult r;
-      const double t0 = since_start();
-      bool stopped = false;
-      if (p.status != Status::OK) r = error_result(p.id, opts, p.status, p.message);
-      else r = run_isolated(p.id, opts, so, gemm.per_thread(p.id.threads), job_dir, &stopped);
-      std::lock_guard<std::mutex> g(lock_state);
-      running_bytes -= p.bytes;
-      point_finished.notify_all();
-      if (stopped) {
-        interrupted = true;
-        return;
-      }
-      if (p.status == Status::OK) {
-        eta.add(p.flops, since_start() - t0);
-        flops_left -= p.flops;
-      }
-      --left;
-      ++finished;
-      const std::string outcome =
-          r.status != Status::OK ? fmt::format("{}: {}", to_string(r.status), r.message)
-          : r.train ? fmt::format("accuracy {:.4f} (best val {:.4f}), {:.4g} ms/step", r.train->accuracy,
-                                  r.train->val_accuracy, real_stats(r).median * 1e3)
-                    : fmt::format("{:.4g} ms", real_stats(r).median * 1e3);
-      if (resumption_index) context["resumed_by"][*resumption_index]["points"].push_back(r.id.name());
-      results.push_back(std::move(r));
-      save();
-      progress.show(fmt::format("{} {}", where, outcome), true);
-    }
-  };
-  // An error in one job (the file cannot be written, ...) stops the others as an interrupt does,
-  // each run checkpointing first, and is raised once they are all back and cleaned up after
-  // (one job too: the signal handlers and the scratch directory are restored and removed).
+  // One job's error is raised after the signal handlers are restored and the scratch directory
+  // is removed (this sweep's own).
   std::exception_ptr error;
-  auto job_or_stop = [&](int j) {
-    try {
-      job(j);
-    } catch (...) {
-      std::lock_guard<std::mutex> g(lock_state);
-      if (!error) error = std::current_exception();
-      g_interrupted = true;
-    }
-  };
-  if (jobs == 1) {
-    job_or_stop(0);
-  } else {
-    std::vector<std::thread> threads_of_jobs;
-    for (int j = 0; j < jobs; ++j) threads_of_jobs.emplace_back(job_or_stop, j);
-    for (auto& t : threads_of_jobs) t.join();
+  try {
+    jobs.run_all(dir);
+  } catch (...) {
+    error = std::current_exception();
   }
   stop_signals.reset();
   std::error_code ec;
-  fs::remove_all(dir, ec);  // this sweep's own scratch directory
+  fs::remove_all(dir, ec);
   if (error) std::rethrow_exception(error);
-  attach_warnings(context, results);
-  save();
-  if (interrupted || g_interrupted) {
+  attach_warnings(file.context, file.results);
+  file.save();
+  if (jobs.interrupted()) {
     progress.message(fmt::format("sweep: interrupted; {} finished points kept in {}; continue with --resume",
-                             results.size(), so.out));
+                                 file.results.size(), so.out));
     return 130;
   }
-  progress.message(fmt::format("sweep: {} points in {} ({} run now, {})", results.size(), so.out, finished,
-                           duration(since_start())));
+  progress.message(fmt::format("sweep: {} points in {} ({} run now, {})", file.results.size(), so.out, jobs.finished(),
+                               format_duration(jobs.since_start())));
   return 0;
 }
 
