@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <numeric>
 #include <set>
@@ -288,29 +289,30 @@ std::string recall_table(const std::vector<ResultFile>& files, const AccuracyTab
 }
 }  // namespace
 
-std::string accuracy_table(const std::vector<ResultFile>& files, const AccuracyTableOptions& o) {
-  if (!is_accuracy_metric(o.metric)) throw InvalidInput(fmt::format("'{}' is not an accuracy metric", o.metric));
-  // Associative recall alone: Zoology's layout (markdown; csv and latex keep the general one).
-  bool any = false, all_recall = true;
-  for (const auto& f : files)
-    for (const auto& r : f.points)
-      if (r.id.training()) any = true, all_recall = all_recall && r.id.task == "mqar";
-  if (any && all_recall && o.published.empty() && o.format == "md") return recall_table(files, o);
-  if (o.format != "md" && o.format != "csv" && o.format != "latex")
-    throw InvalidInput(fmt::format("unknown format '{}'; formats: md, csv, latex", o.format));
-  if (!o.published.empty() && o.published != "lra")
-    throw InvalidInput(fmt::format("unknown --published '{}'; published tables: lra", o.published));
-  const Field* field = find_field(o.metric);
-  const bool percent = o.metric != "eval_loss";
-  // Rows (mechanisms) and columns (tasks) in the registries' orders. A mechanism's parameters
-  // may differ from task to task (a preset's blocks of 50 where 64 does not divide N): still one
-  // row. A mechanism run in several configurations on one task (other parameters, model sizes or
-  // steps) gets a row per configuration there, named by what tells them apart.
+namespace {
+// 1. The runs of the files as cells (row, task): rows (mechanisms, a row per configuration where
+// a mechanism ran in several on one task) and columns (tasks) in the registries' orders.
+struct AccuracyCells {
   std::map<std::pair<std::string, std::string>, Cell> cells;  // (row, task)
+  std::vector<std::string> rows, tasks;
+  // Beside LRA's table, its whole layout: every mechanism and LRA's five tasks, so a run not
+  // yet made reads "not run" instead of leaving its row or column out.
+  bool lra_layout = false;
+  const Cell* find(const std::string& row, const std::string& task) const {
+    const auto it = cells.find({row, task});
+    return it == cells.end() ? nullptr : &it->second;
+  }
+};
+
+// A mechanism's parameters may differ from task to task (a preset's blocks of 50 where 64 does
+// not divide N): still one row. A mechanism run in several configurations on one task (other
+// parameters, model sizes or steps) gets a row per configuration there, named by what tells
+// them apart.
+AccuracyCells collect_cells(const std::vector<ResultFile>& files, const AccuracyTableOptions& o, const Field* field,
+                            bool percent) {
   // (mechanism, task) -> each configuration's name -> its words
   std::map<std::pair<std::string, std::string>, std::map<std::string, std::vector<std::string>>> configs;
-  std::set<std::string> task_set;
-  std::set<std::string> seen;
+  std::set<std::string> task_set, seen;
   for (const auto& f : files)
     for (const auto& r : f.points) {
       if (!r.id.training()) continue;
@@ -329,26 +331,24 @@ std::string accuracy_table(const std::vector<ResultFile>& files, const AccuracyT
         row += " " + w;
     return row;
   };
-  // Beside LRA's table, its whole layout: every mechanism and LRA's five tasks, so a run not yet
-  // made reads "not run" instead of leaving its row or column out.
-  const bool lra_layout = o.published == "lra" && percent;
-  std::vector<std::string> rows, tasks_in_order;
+  AccuracyCells a;
+  a.lra_layout = o.published == "lra" && percent;
   for (const auto& m : mechanism_names()) {
-    const size_t before = rows.size();
+    const size_t before = a.rows.size();
     for (const auto& f : files)
       for (const auto& r : f.points)
-        if (r.id.training() && r.id.mechanism == m && std::find(rows.begin(), rows.end(), row_of(r.id)) == rows.end())
-          rows.push_back(row_of(r.id));
-    if (lra_layout && rows.size() == before) rows.push_back(m);
+        if (r.id.training() && r.id.mechanism == m && std::find(a.rows.begin(), a.rows.end(), row_of(r.id)) == a.rows.end())
+          a.rows.push_back(row_of(r.id));
+    if (a.lra_layout && a.rows.size() == before) a.rows.push_back(m);
   }
   for (const auto& t : tasks()) {
     const bool lra_task = published(kLraTable1[0], t.name) && t.name != "pathx";
-    if (task_set.count(t.name) || (lra_layout && lra_task)) tasks_in_order.push_back(t.name);
+    if (task_set.count(t.name) || (a.lra_layout && lra_task)) a.tasks.push_back(t.name);
   }
   for (const auto& f : files)
     for (const auto& r : f.points) {
       if (!r.id.training()) continue;
-      Cell& c = cells[{row_of(r.id), r.id.task}];
+      Cell& c = a.cells[{row_of(r.id), r.id.task}];
       const std::string config = configuration(r.id);
       if (c.any && c.config != config)
         throw std::logic_error(fmt::format("two configurations of {} on {} in one cell ({} and {})", row_of(r.id), r.id.task,
@@ -364,83 +364,127 @@ std::string accuracy_table(const std::vector<ResultFile>& files, const AccuracyT
       }
       if (const auto v = field->value(r, real_stats(r).median, nullptr)) c.values.push_back(*v * (percent ? 100 : 1));
     }
+  return a;
+}
 
-  // Percentages to two decimals; a loss to four significant digits (a trained copy model's test
-  // loss is 0.0035, which two decimals would print as 0.00).
-  auto number = [&](double v) { return percent ? fmt::format("{:.2f}", v) : fmt::format("{:.4g}", v); };
-  // Text of a cell; the average over the row's tasks but Path-X (LRA's "avg").
-  std::vector<std::string> notes;
+// 2. The header: a task with a real-data reader that ran on its generator is marked (not LRA's
+// data); "avg" (LRA's, over the tasks but Path-X) where there is one.
+struct AccuracyHeader {
+  std::vector<std::string> names;
+  bool any_synthetic = false, with_avg = false;
+};
+AccuracyHeader accuracy_header(const std::vector<ResultFile>& files, const AccuracyCells& a) {
+  AccuracyHeader h;
+  h.names = {"mechanism"};
+  for (const auto& t : a.tasks) {
+    bool synthetic = false;
+    if (!find_task(t).real_data.empty())
+      for (const auto& f : files)
+        for (const auto& r : f.points)
+          synthetic = synthetic || (r.id.training() && r.id.task == t && r.label.find(" --data-dir ") == std::string::npos);
+    h.any_synthetic = h.any_synthetic || synthetic;
+    h.names.push_back(synthetic ? t + "*" : t);
+  }
+  h.with_avg = std::any_of(a.tasks.begin(), a.tasks.end(), [](const std::string& t) { return t != "copy" && t != "pathx"; });
+  if (h.with_avg) h.names.push_back("avg");
+  return h;
+}
+
+// 3. The lines: a row's cells and its average; beside LRA's table, LRA's own row under ours.
+// A failed cell reads FAIL and adds its reason to `notes`.
+std::vector<std::vector<std::string>> accuracy_lines(const AccuracyCells& a, const AccuracyHeader& h,
+                                                     const std::function<std::string(double)>& number,
+                                                     std::vector<std::string>* notes) {
   auto cell_text = [&](const std::string& row, const std::string& task) -> std::string {
-    const auto it = cells.find({row, task});
-    if (it == cells.end() || !it->second.any) return "not run";
-    const Cell& c = it->second;
-    if (!c.failures.empty()) {
-      notes.push_back(fmt::format("{} on {}: {}", row, task, c.failures.front()));
+    const Cell* c = a.find(row, task);
+    if (!c || !c->any) return "not run";
+    if (!c->failures.empty()) {
+      notes->push_back(fmt::format("{} on {}: {}", row, task, c->failures.front()));
       return "FAIL";
     }
-    return c.text(number);
+    return c->text(number);
   };
   auto average = [&](const std::string& row) -> std::string {
     double sum = 0;
     int n = 0, expected = 0;
-    for (const auto& t : tasks_in_order) {
+    for (const auto& t : a.tasks) {
       if (t == "pathx" || t == "copy") continue;
       ++expected;
-      const auto it = cells.find({row, t});
-      if (it != cells.end() && it->second.failures.empty() && it->second.mean()) {
-        sum += *it->second.mean();
+      const Cell* c = a.find(row, t);
+      if (c && c->failures.empty() && c->mean()) {
+        sum += *c->mean();
         ++n;
       }
     }
     if (n == 0) return "-";
     return fmt::format("{}{}", number(sum / n), n < expected ? fmt::format(" ({} of {})", n, expected) : "");
   };
-  const std::string unit = percent ? "%, " : "";
-  const std::string what = o.metric == "accuracy"         ? "test accuracy with the best-validation parameters"
-                           : o.metric == "final_accuracy" ? "test accuracy with the final parameters"
-                           : o.metric == "val_accuracy"   ? "best validation accuracy"
-                           : o.metric == "token_accuracy" ? "test per-token accuracy"
-                                                          : "test loss per prediction";
-  const std::string title = fmt::format("{} ({}{}; mean ± sample std over seeds where there are several)", o.metric, unit, what);
-  // A task with a real-data reader that ran on its generator is marked: not LRA's data.
-  std::vector<std::string> header = {"mechanism"};
-  bool any_synthetic = false;
-  for (const auto& t : tasks_in_order) {
-    bool synthetic = false;
-    if (!find_task(t).real_data.empty())
-      for (const auto& f : files)
-        for (const auto& r : f.points)
-          synthetic = synthetic || (r.id.training() && r.id.task == t && r.label.find(" --data-dir ") == std::string::npos);
-    any_synthetic = any_synthetic || synthetic;
-    header.push_back(synthetic ? t + "*" : t);
-  }
-  const bool with_avg = std::any_of(tasks_in_order.begin(), tasks_in_order.end(), [](const std::string& t) { return t != "copy" && t != "pathx"; });
-  if (with_avg) header.push_back("avg");
-  const bool lra_columns = std::any_of(tasks_in_order.begin(), tasks_in_order.end(), [](const std::string& t) {
-    return t != "copy";
-  });
+  const bool lra_columns = std::any_of(a.tasks.begin(), a.tasks.end(), [](const std::string& t) { return t != "copy"; });
   std::vector<std::vector<std::string>> body;
-  for (const auto& row : rows) {
+  for (const auto& row : a.rows) {
     std::vector<std::string> line = {row};
-    for (const auto& t : tasks_in_order) line.push_back(cell_text(row, t));
-    if (with_avg) line.push_back(average(row));
+    for (const auto& t : a.tasks) line.push_back(cell_text(row, t));
+    if (h.with_avg) line.push_back(average(row));
     body.push_back(line);
-    if (lra_layout && lra_columns)
+    if (a.lra_layout && lra_columns)
       if (const PublishedRow* p = published_row(row)) {
         std::vector<std::string> pub = {fmt::format("  LRA: {}", p->model)};
         double sum = 0;
         int n = 0;
-        for (const auto& t : tasks_in_order) {
+        for (const auto& t : a.tasks) {
           const auto v = published(*p, t);
           pub.push_back(!v ? "" : *v < 0 ? "FAIL" : fmt::format("{:.2f}", *v));
           if (v && *v >= 0 && t != "pathx") sum += *v, ++n;
         }
-        if (with_avg) pub.push_back(n ? fmt::format("{:.2f}", sum / n) : "");
+        if (h.with_avg) pub.push_back(n ? fmt::format("{:.2f}", sum / n) : "");
         body.push_back(pub);
       }
   }
+  return body;
+}
+
+// 4. How our order compares with LRA's, per column (Spearman), and whether the column's spread
+// is large enough to rank anything.
+std::string lra_rank_note(const AccuracyCells& a) {
+  std::string corr;
+  for (const auto& t : a.tasks) {
+    std::vector<double> ours, theirs;
+    int64_t fewest = 0;  // examples behind the least-measured cell of the column
+    for (const auto& row : a.rows) {
+      const PublishedRow* p = published_row(row);
+      const Cell* c = a.find(row, t);
+      if (!p || row == "vanilla" || !c || !c->mean()) continue;
+      const auto v = published(*p, t);
+      if (!v || *v < 0) continue;
+      ours.push_back(*c->mean());
+      theirs.push_back(*v);
+      const int64_t n = c->examples * static_cast<int64_t>(c->values.size());
+      fewest = fewest == 0 ? n : std::min(fewest, n);
+    }
+    if (ours.size() < 3) continue;
+    corr += fmt::format("{}{} {:.2f} ({} mechanisms", corr.empty() ? "" : "; ", t, spearman(ours, theirs), ours.size());
+    // An order is only as good as the accuracies behind it: when the column's whole spread is
+    // inside twice the binomial standard error of a difference of two accuracies (each on
+    // `fewest` examples, at the column's mean), the correlation ranks noise, and says so.
+    if (fewest > 0) {
+      const double p = std::accumulate(ours.begin(), ours.end(), 0.0) / static_cast<double>(ours.size()) / 100;
+      const double two_se = 2 * 100 * std::sqrt(2 * p * (1 - p) / static_cast<double>(fewest));
+      const double spread = *std::max_element(ours.begin(), ours.end()) - *std::min_element(ours.begin(), ours.end());
+      if (spread < two_se)
+        corr += fmt::format("; spread {:.2f} points, within {:.2f}, twice the standard error of a difference on {} "
+                            "examples: it ranks noise", spread, two_se, fewest);
+    }
+    corr += ")";
+  }
+  return corr.empty() ? "" : "\nSpearman rank correlation with LRA's order, per column: " + corr + "\n";
+}
+
+// 5. The lines in a format: csv (quoted cells), latex (booktabs, ± as $\pm$) or markdown (a bold
+// title, numbers right-aligned).
+std::string render_lines(const std::string& format, const std::string& title, const std::vector<std::string>& header,
+                         const std::vector<std::vector<std::string>>& body) {
   std::string out;
-  if (o.format == "csv") {
+  if (format == "csv") {
     for (size_t i = 0; i < header.size(); ++i) out += (i ? "," : "") + header[i];
     out += "\n";
     for (const auto& line : body) {
@@ -449,7 +493,7 @@ std::string accuracy_table(const std::vector<ResultFile>& files, const AccuracyT
     }
     return out;
   }
-  if (o.format == "latex") {
+  if (format == "latex") {
     out += "% " + title + "\n\\begin{tabular}{l" + std::string(header.size() - 1, 'r') + "}\n\\toprule\n";
     for (size_t i = 0; i < header.size(); ++i) out += (i ? " & " : "") + header[i];
     out += " \\\\\n\\midrule\n";
@@ -473,42 +517,42 @@ std::string accuracy_table(const std::vector<ResultFile>& files, const AccuracyT
     for (const auto& c : line) out += " " + c + " |";
     out += "\n";
   }
-  // How our order compares with LRA's.
-  if (lra_layout) {
-    std::string corr;
-    for (const auto& t : tasks_in_order) {
-      std::vector<double> ours, theirs;
-      int64_t fewest = 0;  // examples behind the least-measured cell of the column
-      for (const auto& row : rows) {
-        const PublishedRow* p = published_row(row);
-        const auto it = cells.find({row, t});
-        if (!p || row == "vanilla" || it == cells.end() || !it->second.mean()) continue;
-        const auto v = published(*p, t);
-        if (!v || *v < 0) continue;
-        ours.push_back(*it->second.mean());
-        theirs.push_back(*v);
-        const int64_t n = it->second.examples * static_cast<int64_t>(it->second.values.size());
-        fewest = fewest == 0 ? n : std::min(fewest, n);
-      }
-      if (ours.size() < 3) continue;
-      corr += fmt::format("{}{} {:.2f} ({} mechanisms", corr.empty() ? "" : "; ", t, spearman(ours, theirs), ours.size());
-      // An order is only as good as the accuracies behind it: when the column's whole spread is
-      // inside twice the binomial standard error of a difference of two accuracies (each on
-      // `fewest` examples, at the column's mean), the correlation ranks noise, and says so.
-      if (fewest > 0) {
-        const double p = std::accumulate(ours.begin(), ours.end(), 0.0) / static_cast<double>(ours.size()) / 100;
-        const double two_se = 2 * 100 * std::sqrt(2 * p * (1 - p) / static_cast<double>(fewest));
-        const double spread = *std::max_element(ours.begin(), ours.end()) - *std::min_element(ours.begin(), ours.end());
-        if (spread < two_se)
-          corr += fmt::format("; spread {:.2f} points, within {:.2f}, twice the standard error of a difference on {} "
-                              "examples: it ranks noise", spread, two_se, fewest);
-      }
-      corr += ")";
-    }
-    if (!corr.empty()) out += "\nSpearman rank correlation with LRA's order, per column: " + corr + "\n";
-  }
-  out += one_class_note(files, tasks_in_order, o.metric);
-  if (any_synthetic) out += "\n\\* synthetic data: the task's in-process generator, not LRA's data (pass --data-dir)\n";
+  return out;
+}
+}  // namespace
+
+std::string accuracy_table(const std::vector<ResultFile>& files, const AccuracyTableOptions& o) {
+  if (!is_accuracy_metric(o.metric)) throw InvalidInput(fmt::format("'{}' is not an accuracy metric", o.metric));
+  // Associative recall alone: Zoology's layout (markdown; csv and latex keep the general one).
+  bool any = false, all_recall = true;
+  for (const auto& f : files)
+    for (const auto& r : f.points)
+      if (r.id.training()) any = true, all_recall = all_recall && r.id.task == "mqar";
+  if (any && all_recall && o.published.empty() && o.format == "md") return recall_table(files, o);
+  if (o.format != "md" && o.format != "csv" && o.format != "latex")
+    throw InvalidInput(fmt::format("unknown format '{}'; formats: md, csv, latex", o.format));
+  if (!o.published.empty() && o.published != "lra")
+    throw InvalidInput(fmt::format("unknown --published '{}'; published tables: lra", o.published));
+  const bool percent = o.metric != "eval_loss";
+  const AccuracyCells a = collect_cells(files, o, find_field(o.metric), percent);
+  const AccuracyHeader header = accuracy_header(files, a);
+  // Percentages to two decimals; a loss to four significant digits (a trained copy model's test
+  // loss is 0.0035, which two decimals would print as 0.00).
+  auto number = [&](double v) { return percent ? fmt::format("{:.2f}", v) : fmt::format("{:.4g}", v); };
+  std::vector<std::string> notes;
+  const auto body = accuracy_lines(a, header, number, &notes);
+  const std::string unit = percent ? "%, " : "";
+  const std::string what = o.metric == "accuracy"         ? "test accuracy with the best-validation parameters"
+                           : o.metric == "final_accuracy" ? "test accuracy with the final parameters"
+                           : o.metric == "val_accuracy"   ? "best validation accuracy"
+                           : o.metric == "token_accuracy" ? "test per-token accuracy"
+                                                          : "test loss per prediction";
+  const std::string title = fmt::format("{} ({}{}; mean ± sample std over seeds where there are several)", o.metric, unit, what);
+  std::string out = render_lines(o.format, title, header.names, body);
+  if (o.format != "md") return out;
+  if (a.lra_layout) out += lra_rank_note(a);
+  out += one_class_note(files, a.tasks, o.metric);
+  if (header.any_synthetic) out += "\n\\* synthetic data: the task's in-process generator, not LRA's data (pass --data-dir)\n";
   if (!notes.empty()) {
     out += "\n";
     for (const auto& n : notes) out += "- " + n + "\n";
