@@ -23,6 +23,7 @@
 #include "attention_impls/position_bias.hpp"
 #include "core/matmul.hpp"
 #include "core/rope.hpp"
+#include "bench/points/configs.hpp"
 #include "bench/points/grid.hpp"
 #include "bench/results/warnings.hpp"
 #include "core/sysinfo.hpp"
@@ -69,38 +70,6 @@ double nmse(const float* out, const float* ref, size_t n) {
 
 namespace {
 
-// The attention level's --positions: the additive encodings; rope, which a mechanism that
-// rotates its own feature maps takes inside (Capabilities::rope_feature_maps; for the others it
-// is the model's rotation of q and k ahead of the mechanism, SKIPPED here); or none (the
-// mechanism alone, as without the option; a sweep over encodings names it). Sinusoidal and
-// learned positions belong to a model's embedding.
-struct AttentionPositions {
-  PositionBiasSpec bias;
-  bool rope = false;
-};
-AttentionPositions attention_positions(const PointId& id) {
-  if (!id.train.positions || id.level == Level::model) return {};
-  const PositionEncoding& pe = *id.train.positions;
-  if (pe.kind == Positions::rope) return {{}, true};
-  if (!pe.bias.active() && pe.kind != Positions::none)
-    throw InvalidInput(fmt::format("--positions {} belongs to a model (--level model); the attention level takes none, alibi, bias, shaw or rope",
-                                   to_string(pe)));
-  return {pe.bias, false};
-}
-
-AttnProblem problem_of(const PointId& id) {
-  AttnProblem p;
-  p.shape = id.shape;
-  p.causal = id.causal;
-  p.strides = Strides3::contiguous(id.shape);
-  p.threads = id.threads;
-  p.dtype = id.dtype;
-  const AttentionPositions ap = attention_positions(id);
-  p.bias = ap.bias;
-  p.rope = ap.rope && find_mechanism(id.mechanism).caps.rope_feature_maps;
-  return p;
-}
-
 // Shape of the input tensors: decode holds the N context tokens and the new one.
 Shape4 input_shape(const PointId& id) {
   Shape4 s = id.shape;
@@ -120,27 +89,6 @@ size_t io_bytes(const PointId& id) {
 }
 
 }  // namespace
-
-ModelConfig model_config(const PointId& id) {
-  ModelConfig c = model_config_for_task(find_task(id.task), task_options(id));
-  c.batch = id.shape.B;
-  c.heads = id.shape.H;
-  c.layers = id.model.layers;
-  c.dmodel = id.model.dmodel;
-  c.mlp = id.model.mlp;
-  c.tie_embeddings = id.model.tie_embeddings;
-  c.mechanism = id.mechanism;
-  c.params = id.params;
-  c.threads = id.threads;
-  c.causal = id.causal;
-  c.dtype = id.dtype;
-  if (id.train.positions) {  // else the task's
-    const PositionEncoding& pe = *id.train.positions;
-    c.positions = pe.kind;
-    c.position_bias = pe.bias;
-  }
-  return c;
-}
 
 namespace {
 void prepare_model_point(PreparedPoint& pp, const RunOptions& opts) {
@@ -249,7 +197,7 @@ PreparedPoint prepare_point(const PointId& id, const RunOptions& opts) {
     return std::move(pp);
   };
   if (opts.mem_limit && io_bytes(id) > opts.mem_limit) return over_limit(io_bytes(id));
-  AttnProblem problem = problem_of(id);
+  AttnProblem problem = attention_problem(id);
   problem.param_grads = opts.param_grads;
   pp.impl = pp.info->make(problem, id.params);
   pp.impl->validate();
@@ -264,13 +212,13 @@ PreparedPoint prepare_point(const PointId& id, const RunOptions& opts) {
     ref.mechanism = "flash";
     ref.params = ParamValues();
     ref.shape = input_shape(id);
-    auto f = find_mechanism("flash").make(problem_of(ref), ref.params);
+    auto f = find_mechanism("flash").make(attention_problem(ref), ref.params);
     // Its output, and with RoPE rotated copies of q and k and the angle table.
     const size_t copies = problem.rope ? 3 : 1;
     pp.predicted_bytes += f->working_bytes(Mode::fwd) + copies * static_cast<size_t>(ref.shape.numel()) * sizeof(float) +
                           (problem.rope ? static_cast<size_t>(ref.shape.N * ref.shape.D) * sizeof(float) : 0);
     if (id.dtype == Dtype::bf16) {  // and the mechanism itself in float32, run after flash is freed
-      const size_t own = pp.info->make(problem_of(in_f32(id)), id.params)->working_bytes(Mode::fwd);
+      const size_t own = pp.info->make(attention_problem(in_f32(id)), id.params)->working_bytes(Mode::fwd);
       const size_t flash_bytes = f->working_bytes(Mode::fwd);
       if (own > flash_bytes) pp.predicted_bytes += own - flash_bytes;
     }
@@ -503,7 +451,7 @@ PointResult run_point_impl(PreparedPoint& pp, const RunOptions& opts, PointResul
       if (id.dtype == Dtype::bf16) {
         // The mechanism in float32 with the timed run's seed (so the same random and learned
         // tensors) on the same inputs, into o_ref (flash's output is no longer needed).
-        auto same = pp.info->make(problem_of(in_f32(id)), id.params);
+        auto same = pp.info->make(attention_problem(in_f32(id)), id.params);
         Rng params(opts.seed, kStreamParams);
         same->setup(Mode::fwd, params);
         AttnArgs fa = args;

@@ -66,9 +66,6 @@ struct PreparedPoint {
   size_t predicted_bytes = 0;  // working bytes + inputs/outputs (+ the nmse reference)
 };
 
-// The model a model-level point runs: the task's shape with the point's sizes.
-ModelConfig model_config(const PointId& id);
-
 // Throws InvalidInput for impossible shapes and parameters; a missing capability is returned
 // as SKIPPED; a point predicted above opts.mem_limit throws InvalidInput naming the sizes.
 PreparedPoint prepare_point(const PointId& id, const RunOptions& opts);

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "bench/points/configs.hpp"
 #include "bench/points/grid.hpp"
 #include "bench/results/result_reader.hpp"
 #include "bench/results/result_writer.hpp"
@@ -143,38 +144,6 @@ std::string run_directory_name(const PointId& id) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a of the name: stable across processes and builds
   for (unsigned char c : id.name()) h = (h ^ c) * 1099511628211ull;
   return fmt::format("{}-{}-seed{}-{:012x}", id.mechanism, id.task, id.train.seed, h & 0xffffffffffffull);
-}
-
-TrainConfig train_config(const PointId& id) {
-  TrainConfig c;
-  c.task = id.task;
-  c.data = task_options(id);
-  c.data.seed = static_cast<uint64_t>(id.train.seed);
-  c.model = model_config(id);
-  c.model.dropout = static_cast<float>(id.train.dropout);
-  c.model.attn_dropout = static_cast<float>(id.train.attn_dropout);
-  c.model.clip = static_cast<float>(id.train.clip);
-  c.model.clip_mode = id.train.clip_mode;
-  c.model.optimizer.beta1 = static_cast<float>(id.train.beta1);
-  c.model.optimizer.beta2 = static_cast<float>(id.train.beta2);
-  c.model.optimizer.eps = static_cast<float>(id.train.adam_eps);
-  c.model.optimizer.weight_decay = static_cast<float>(id.train.weight_decay);
-  c.steps = id.train.steps;
-  c.schedule = id.train.schedule.for_run(id.train.lr, id.train.warmup, id.train.steps);
-  c.eval_every = id.train.eval_every;
-  c.eval_examples = id.train.eval_examples;
-  c.test_examples = id.train.test_examples;
-  c.seed = static_cast<uint64_t>(id.train.seed);
-  c.identity = id.name();
-  for (const Dtype other : {Dtype::f32, Dtype::bf16})
-    if (other != id.dtype) {
-      PointId o = id;
-      o.dtype = other;
-      c.other_dtype_identities.push_back(o.name());
-    }
-  c.stop_at = id.train.stop_at;
-  c.test_seqs = id.train.test_seq;
-  return c;
 }
 
 namespace {

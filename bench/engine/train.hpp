@@ -28,9 +28,6 @@ struct TrainCliOptions {
 // of its name).
 std::string run_directory_name(const PointId& id);
 
-// The trainer's configuration of a training point (its recipe parsed back into numbers).
-TrainConfig train_config(const PointId& id);
-
 // Trains one point: its result (FAILED with the reason when training fails), or nullopt when
 // interrupted (the checkpoint, if any, holds the progress). `curve` lines go to the log.
 std::optional<PointResult> train_point(const PointId& id, const TrainCliOptions& o, const std::string& checkpoint_dir,
