@@ -270,92 +270,115 @@ std::vector<ParamValues> GridOptions::param_grid(const std::string& mech, const 
   return out;
 }
 
-std::vector<PointId> GridOptions::grid() const {
-  const auto mechs = mechanism_list();
-  const auto task_it = text.find("task");
-  const std::string task_name = task_it == text.end() ? "" : task_it->second;
-  const TaskInfo* ti = task_name.empty() ? nullptr : &find_task(task_name);
-  auto text_of = [&](const std::string& key) {
-    const auto it = text.find(key);
-    return it == text.end() ? std::string() : it->second;
-  };
+std::string GridOptions::text_of(const std::string& key) const {
+  const auto it = text.find(key);
+  return it == text.end() ? std::string() : it->second;
+}
 
-  // 1. Every option's values, parsed and checked before any point is made.
-  std::map<std::string, std::vector<PointValue>> values;
-  for (const auto& f : point_fields()) {
-    const std::string key = f.key;
-    std::vector<PointValue>& v = values[key];
-    if (f.scope == PointField::training && !training) {
-      v.push_back(f.type == PointFieldType::Int ? PointValue(int64_t{0}) : PointValue(std::string()));
-      continue;
-    }
-    switch (f.type) {
-      case PointFieldType::Mechanism:
-        for (const auto& m : mechs) v.push_back(m);
-        break;
-      case PointFieldType::Params:
-        break;  // per mechanism, below
-      case PointFieldType::Flag:
-        v.push_back(flags.count(key) ? flags.at(key) : false);
-        break;
-      case PointFieldType::Text:
-        if (key == "task") {
-          v.push_back(ti ? ti->name : std::string("none"));
-          break;
-        }
-        // Not given: not in the point (a training run's recipe has a default for it, a run not).
-        if (f.named_when_set && (text_of(key).empty() || (!training && !given(key)))) {
-          v.push_back(std::string());
-          break;
-        }
-        if (f.scope == PointField::real_data || key == "test_seq") {  // one path or one list of lengths, commas and all
-          v.push_back(text_of(key));
-          break;
-        }
-        for (const auto& word : split(text_of(key), ',')) {
-          PointId probe;
-          f.set(probe, word);  // parses: an unknown word throws InvalidInput naming the allowed ones
-          v.push_back(f.get(probe));
-        }
-        break;
-      case PointFieldType::Int: {
-        std::vector<int64_t> ints;
-        if (ti && f.task_default && !given(key)) {
-          ints = {f.task_default(*ti)};
-        } else if (f.scope == PointField::model && !given(key)) {
-          ints = {0};  // no task: no model point (refused below), and 0 at the attention level
-        } else {
-          try {
-            ints = parse_int_list(text_of(key), f.scope == PointField::training || key == "mlp" ? 0 : 1);  // --mlp 0: no MLP
-          } catch (const InvalidInput& e) {
-            throw InvalidInput(fmt::format("{}: {}", f.option, e.what()));
-          }
-        }
-        for (int64_t x : ints) {
-          if (key == "threads" && x > 1024) throw InvalidInput(fmt::format("--threads {} is more than 1024", x));
-          PointId probe;
-          f.set(probe, x);  // checks the value's range
-          v.push_back(x);
-        }
-        break;
+// 1. One field's values, parsed and checked before any point is made.
+std::vector<PointValue> GridOptions::option_values(const PointField& f, const std::vector<std::string>& mechs,
+                                                   const TaskInfo* ti) const {
+  const std::string key = f.key;
+  std::vector<PointValue> v;
+  if (f.scope == PointField::training && !training)
+    return {f.type == PointFieldType::Int ? PointValue(int64_t{0}) : PointValue(std::string())};
+  switch (f.type) {
+    case PointFieldType::Mechanism:
+      for (const auto& m : mechs) v.push_back(m);
+      return v;
+    case PointFieldType::Params:
+      return v;  // per mechanism, in the product
+    case PointFieldType::Flag:
+      return {flags.count(key) ? flags.at(key) : false};
+    case PointFieldType::Text:
+      if (key == "task") return {ti ? ti->name : std::string("none")};
+      // Not given: not in the point (a training run's recipe has a default for it, a run not).
+      if (f.named_when_set && (text_of(key).empty() || (!training && !given(key)))) return {std::string()};
+      if (f.scope == PointField::real_data || key == "test_seq")  // one path or one list of lengths, commas and all
+        return {text_of(key)};
+      for (const auto& word : split(text_of(key), ',')) {
+        PointId probe;
+        f.set(probe, word);  // parses: an unknown word throws InvalidInput naming the allowed ones
+        v.push_back(f.get(probe));
       }
+      return v;
+    case PointFieldType::Int: {
+      std::vector<int64_t> ints;
+      if (ti && f.task_default && !given(key)) {
+        ints = {f.task_default(*ti)};
+      } else if (f.scope == PointField::model && !given(key)) {
+        ints = {0};  // no task: no model point (refused below), and 0 at the attention level
+      } else {
+        try {
+          ints = parse_int_list(text_of(key), f.scope == PointField::training || key == "mlp" ? 0 : 1);  // --mlp 0: no MLP
+        } catch (const InvalidInput& e) {
+          throw InvalidInput(fmt::format("{}: {}", f.option, e.what()));
+        }
+      }
+      for (int64_t x : ints) {
+        if (key == "threads" && x > 1024) throw InvalidInput(fmt::format("--threads {} is more than 1024", x));
+        PointId probe;
+        f.set(probe, x);  // checks the value's range
+        v.push_back(x);
+      }
+      return v;
     }
   }
-  for (const auto& d : values["dtype"])
+  return v;
+}
+
+// 2. The checks between options.
+void GridOptions::check_option_combinations(const FieldValues& values, const TaskInfo* ti) const {
+  for (const auto& d : values.at("dtype"))
     if (std::get<std::string>(d) == to_string(Dtype::bf16) && !cpu_has_bf16())
       throw InvalidInput("--dtype bf16 needs a CPU with AVX512-BF16 (vdpbf16ps); this one has none");
   bool model_level = false;
-  for (const auto& l : values["level"]) model_level |= std::get<std::string>(l) == to_string(Level::model);
+  for (const auto& l : values.at("level")) model_level |= std::get<std::string>(l) == to_string(Level::model);
   if (model_level && !ti) throw InvalidInput("--level model needs --task (attnbench list tasks)");
   if (model_level && given("dhead")) throw InvalidInput("--level model takes --dmodel and --heads; the head size is dmodel / heads");
   // --data-dir is a task's real data: at the attention level there is no task to read it
   // (a generated task refuses it itself, tasks/task.cpp), and it is never ignored.
   if (given("data_dir") && !model_level)
     throw InvalidInput("--data-dir is read by a task's model: it needs --level model --task T (or train --task T)");
+}
 
-  // 2. The product, in grid order. A field whose values depend on the fields before it: the
-  // mechanism's parameters, the model's sizes (model level only), and the head size (the
-  // model's dmodel / heads; at the attention level with a task, the task's dmodel / heads).
+// 3. A field whose values depend on the fields before it: the model's sizes (model level only),
+// the head size (the model's dmodel / heads; at the attention level with a task, the task's
+// dmodel / heads), the task's pairs per example, the validations of a run.
+std::vector<PointValue> GridOptions::values_given_point(const PointField& f, const PointId& p, const FieldValues& values,
+                                                        const TaskInfo* ti) const {
+  const std::string key = f.key;
+  const std::vector<PointValue>& vs = values.at(key);
+  const bool model = p.level == Level::model;
+  if (key == "eval_every" && std::get<int64_t>(vs.front()) == 0 && vs.size() == 1)
+    return {std::max<int64_t>(1, p.train.steps / 10)};  // ten validations over the run
+  if (f.scope == PointField::model && !model) return {f.type == PointFieldType::Flag ? PointValue(false) : PointValue(int64_t{0})};
+  if (key == "dhead" && model) {
+    if (p.model.dmodel % p.shape.H)
+      throw InvalidInput(fmt::format("--dmodel {} is not a multiple of --heads {}", p.model.dmodel, p.shape.H));
+    return {p.model.dmodel / p.shape.H};
+  }
+  if (key == "kv_pairs" && model && ti && task_takes_option(*ti, "kv_pairs") && !given(key))
+    return {std::max<int64_t>(1, p.shape.N / 16)};  // the task's default, N/16, named with the point
+  if ((key == "vocab" || key == "kv_pairs") && given(key) && !(ti && task_takes_option(*ti, key)))
+    throw InvalidInput(fmt::format("{}: the {} task has no such option (attnbench list tasks)", f.option, ti ? ti->name : "none"));
+  if (key == "dhead" && ti && !given("dhead")) {
+    std::vector<PointValue> heads;
+    for (const auto& dm : values.at("dmodel")) heads.push_back(std::max<int64_t>(1, std::get<int64_t>(dm) / p.shape.H));
+    return heads;
+  }
+  return vs;
+}
+
+std::vector<PointId> GridOptions::grid() const {
+  const auto mechs = mechanism_list();
+  const std::string task_name = text_of("task");
+  const TaskInfo* ti = task_name.empty() ? nullptr : &find_task(task_name);
+  FieldValues values;
+  for (const auto& f : point_fields()) values[f.key] = option_values(f, mechs, ti);
+  check_option_combinations(values, ti);
+
+  // The product, in grid order; the mechanism's parameters per mechanism.
   std::vector<const PointField*> order;
   for (const auto& f : point_fields()) order.push_back(&f);
   std::stable_sort(order.begin(), order.end(), [](const PointField* a, const PointField* b) { return a->grid_rank < b->grid_rank; });
@@ -374,7 +397,6 @@ std::vector<PointId> GridOptions::grid() const {
       return;
     }
     const PointField& f = *order[k];
-    const std::string key = f.key;
     if (f.type == PointFieldType::Params) {
       for (const auto& pv : param_grid(p.mechanism, mechs)) {
         p.params = pv;
@@ -382,29 +404,11 @@ std::vector<PointId> GridOptions::grid() const {
       }
       return;
     }
-    std::vector<PointValue> vs = values[key];
-    const bool model = p.level == Level::model;
     if (f.scope == PointField::training && !training) {
       expand(k + 1, p);  // not a training run: the recipe stays empty
       return;
     }
-    if (key == "eval_every" && std::get<int64_t>(vs.front()) == 0 && vs.size() == 1) {
-      vs = {std::max<int64_t>(1, p.train.steps / 10)};  // ten validations over the run
-    } else if (f.scope == PointField::model && !model) {
-      vs = {f.type == PointFieldType::Flag ? PointValue(false) : PointValue(int64_t{0})};
-    } else if (key == "dhead" && model) {
-      if (p.model.dmodel % p.shape.H)
-        throw InvalidInput(fmt::format("--dmodel {} is not a multiple of --heads {}", p.model.dmodel, p.shape.H));
-      vs = {p.model.dmodel / p.shape.H};
-    } else if (key == "kv_pairs" && model && ti && task_takes_option(*ti, "kv_pairs") && !given(key)) {
-      vs = {std::max<int64_t>(1, p.shape.N / 16)};  // the task's default, N/16, named with the point
-    } else if ((key == "vocab" || key == "kv_pairs") && given(key) && !(ti && task_takes_option(*ti, key))) {
-      throw InvalidInput(fmt::format("{}: the {} task has no such option (attnbench list tasks)", f.option, ti ? ti->name : "none"));
-    } else if (key == "dhead" && ti && !given("dhead")) {
-      vs.clear();
-      for (const auto& dm : values["dmodel"]) vs.push_back(std::max<int64_t>(1, std::get<int64_t>(dm) / p.shape.H));
-    }
-    for (const auto& v : vs) {
+    for (const auto& v : values_given_point(f, p, values, ti)) {
       f.set(p, v);
       expand(k + 1, p);
     }

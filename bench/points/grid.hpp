@@ -66,6 +66,14 @@ struct GridOptions {
   std::set<std::string> preset_;
   std::vector<std::string> params_for(const std::string& mech, const std::vector<std::string>& all_mechs) const;
   std::vector<ParamValues> param_grid(const std::string& mech, const std::vector<std::string>& all_mechs) const;
+  // grid()'s passes: 1. a field's values from its option (or the task's default), parsed and
+  // checked; 2. the checks between options; 3. a field's values given the point's earlier fields.
+  using FieldValues = std::map<std::string, std::vector<PointValue>>;
+  std::vector<PointValue> option_values(const PointField& f, const std::vector<std::string>& mechs, const TaskInfo* task) const;
+  void check_option_combinations(const FieldValues& values, const TaskInfo* task) const;
+  std::vector<PointValue> values_given_point(const PointField& f, const PointId& p, const FieldValues& values,
+                                             const TaskInfo* task) const;
+  std::string text_of(const std::string& key) const;
 };
 
 // The points whose name the ECMAScript regular expression `regex` matches anywhere (like Google
