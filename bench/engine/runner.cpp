@@ -341,6 +341,105 @@ PointResult run_model_point(PreparedPoint& pp, const RunOptions& opts, PointResu
   return res;
 }
 
+// flash's forward in float32 on the point's inputs (causal over all N + 1 tokens for decode),
+// under the point's --positions: the reference an attention point's nmse is taken against.
+// The inputs are a function of the shape and the seed, and so is this output: it is cached
+// under --reference-dir (a sweep's points share it).
+Tensor flash_reference(const PointId& id, const AttnArgs& args, const RunOptions& opts) {
+  const bool decode = id.mode == RunMode::decode;
+  const Shape4 s = input_shape(id);
+  AttnProblem p{s, id.causal || decode, Strides3::contiguous(s), id.threads};
+  const AttentionPositions ap = attention_positions(id);
+  p.bias = ap.bias;
+  Tensor o_ref(s);
+  const std::string cached =
+      opts.reference_dir.empty()
+          ? ""
+          : (std::filesystem::path(opts.reference_dir) /
+             fmt::format("flash-B{}-H{}-N{}-D{}-causal{}{}{}-seed{}.f32", s.B, s.H, s.N, s.D, p.causal ? 1 : 0,
+                         p.bias.active() ? "-" + to_string(p.bias) : std::string(), ap.rope ? "-rope" : "", opts.seed))
+                .string();
+  const size_t bytes = static_cast<size_t>(o_ref.size()) * sizeof(float);
+  std::ifstream in;
+  if (!cached.empty() && !decode) in.open(cached, std::ios::binary);
+  if (in && in.read(reinterpret_cast<char*>(o_ref.data()), static_cast<std::streamsize>(bytes)) &&
+      in.gcount() == static_cast<std::streamsize>(bytes))
+    return o_ref;
+  auto ref = find_mechanism("flash").make(p, ParamValues());
+  Rng unused(opts.seed, kStreamParams);
+  ref->setup(Mode::fwd, unused);
+  AttnArgs ra = args;
+  ra.o = o_ref.view();
+  // RoPE: exact attention under the same encoding, the softmax of q and k rotated by their
+  // positions (core/rope.hpp).
+  Tensor q_rot, k_rot;
+  std::vector<float> table;
+  if (ap.rope) {
+    table.resize(static_cast<size_t>(s.N * s.D));
+    rope_table(s.N, s.D, table.data());
+    q_rot = Tensor(s);
+    k_rot = Tensor(s);
+    std::copy_n(args.q.data, s.numel(), q_rot.data());
+    std::copy_n(args.k.data, s.numel(), k_rot.data());
+    rope_rotate(q_rot.data(), s.B, s.H, s.N, s.D, table.data(), false);
+    rope_rotate(k_rot.data(), s.B, s.H, s.N, s.D, table.data(), false);
+    ra.q = q_rot.view();
+    ra.k = k_rot.view();
+  }
+  ref->forward(ra);
+  if (!cached.empty() && !decode) {
+    // Written whole under a temporary name, then renamed: a reader never sees half a file.
+    std::error_code ec;
+    std::filesystem::create_directories(opts.reference_dir, ec);
+    const std::string tmp = cached + fmt::format(".tmp{}", getpid());
+    std::ofstream out(tmp, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(o_ref.data()), static_cast<std::streamsize>(bytes));
+    out.close();
+    if (out) std::filesystem::rename(tmp, cached, ec);
+    else std::filesystem::remove(tmp, ec);
+  }
+  return o_ref;
+}
+
+// --error: the output's normalised squared error against flash in float32 (decode: the new
+// token's row), and for a bf16 point also against the same mechanism in float32 (what bf16
+// costs). After the timed calls, on their inputs; the mechanism's output is still in data.o.
+void measure_error(PreparedPoint& pp, const RunOptions& opts, const AttnData& data, const AttnArgs& args,
+                   const AttnArgs& token, PointResult& res) {
+  const PointId& id = pp.id;
+  if (id.mechanism == "flash" && id.dtype == Dtype::f32) {
+    res.nmse = 0.0;
+    return;
+  }
+  Tensor o_ref = flash_reference(id, args, opts);
+  if (id.mode == RunMode::decode) {
+    const Shape4 s = input_shape(id);
+    const TensorView got = token.o, want = o_ref.view().token(id.shape.N);
+    Tensor a(got.shape), b(got.shape);
+    for (int64_t bb = 0; bb < s.B; ++bb)
+      for (int64_t h = 0; h < s.H; ++h)
+        for (int64_t d = 0; d < s.D; ++d) {
+          a.view().at(bb, h, 0, d) = got.at(bb, h, 0, d);
+          b.view().at(bb, h, 0, d) = want.at(bb, h, 0, d);
+        }
+    res.nmse = nmse(a.data(), b.data(), a.size());
+  } else {
+    // fwdbwd has run backward since; the forward output in data.o is unchanged by it.
+    res.nmse = nmse(data.o.data(), o_ref.data(), o_ref.size());
+  }
+  if (id.dtype == Dtype::bf16) {
+    // The mechanism in float32 with the timed run's seed (so the same random and learned
+    // tensors) on the same inputs, into o_ref (flash's output is no longer needed).
+    auto same = pp.info->make(attention_problem(in_f32(id)), id.params);
+    Rng params(opts.seed, kStreamParams);
+    same->setup(Mode::fwd, params);
+    AttnArgs fa = args;
+    fa.o = o_ref.view();
+    same->forward(fa);
+    res.nmse_f32 = nmse(data.o.data(), o_ref.data(), o_ref.size());
+  }
+}
+
 PointResult run_point_impl(PreparedPoint& pp, const RunOptions& opts, PointResult res) {
   const PointId& id = pp.id;
   if (pp.model) return run_model_point(pp, opts, res);
@@ -374,93 +473,7 @@ PointResult run_point_impl(PreparedPoint& pp, const RunOptions& opts, PointResul
   };
   if (!measure_calls(call, check, opts, rss_before, res) || opts.callgrind_child) return res;
   res.peak_bytes = MemoryMeter::peak() - baseline;
-
-  if (opts.error) {
-    if (id.mechanism == "flash" && id.dtype == Dtype::f32) {
-      res.nmse = 0.0;
-    } else {
-      // flash forward in f32 on the same inputs (causal over all N + 1 tokens for decode); a
-      // bf16 point's error is then what bf16 costs.
-      const Shape4 s = input_shape(id);
-      AttnProblem p{s, id.causal || decode, Strides3::contiguous(s), id.threads};
-      const AttentionPositions ap = attention_positions(id);
-      p.bias = ap.bias;
-      Tensor o_ref(s);
-      // The inputs are a function of the shape and the seed; so is flash's output on them.
-      const std::string cached =
-          opts.reference_dir.empty()
-              ? ""
-              : (std::filesystem::path(opts.reference_dir) /
-                 fmt::format("flash-B{}-H{}-N{}-D{}-causal{}{}{}-seed{}.f32", s.B, s.H, s.N, s.D, p.causal ? 1 : 0,
-                             p.bias.active() ? "-" + to_string(p.bias) : std::string(), ap.rope ? "-rope" : "", opts.seed))
-                    .string();
-      const size_t bytes = static_cast<size_t>(o_ref.size()) * sizeof(float);
-      std::ifstream in;
-      if (!cached.empty() && !decode) in.open(cached, std::ios::binary);
-      if (!(in && in.read(reinterpret_cast<char*>(o_ref.data()), static_cast<std::streamsize>(bytes)) &&
-            in.gcount() == static_cast<std::streamsize>(bytes))) {
-        auto ref = find_mechanism("flash").make(p, ParamValues());
-        Rng unused(opts.seed, kStreamParams);
-        ref->setup(Mode::fwd, unused);
-        AttnArgs ra = args;
-        ra.o = o_ref.view();
-        // RoPE: exact attention under the same encoding, the softmax of q and k rotated by
-        // their positions (core/rope.hpp).
-        Tensor q_rot, k_rot;
-        std::vector<float> table;
-        if (ap.rope) {
-          table.resize(static_cast<size_t>(s.N * s.D));
-          rope_table(s.N, s.D, table.data());
-          q_rot = Tensor(s);
-          k_rot = Tensor(s);
-          std::copy_n(args.q.data, s.numel(), q_rot.data());
-          std::copy_n(args.k.data, s.numel(), k_rot.data());
-          rope_rotate(q_rot.data(), s.B, s.H, s.N, s.D, table.data(), false);
-          rope_rotate(k_rot.data(), s.B, s.H, s.N, s.D, table.data(), false);
-          ra.q = q_rot.view();
-          ra.k = k_rot.view();
-        }
-        ref->forward(ra);
-        if (!cached.empty() && !decode) {
-          // Written whole under a temporary name, then renamed: a reader never sees half a file.
-          std::error_code ec;
-          std::filesystem::create_directories(opts.reference_dir, ec);
-          const std::string tmp = cached + fmt::format(".tmp{}", getpid());
-          std::ofstream out(tmp, std::ios::binary);
-          out.write(reinterpret_cast<const char*>(o_ref.data()), static_cast<std::streamsize>(bytes));
-          out.close();
-          if (out) std::filesystem::rename(tmp, cached, ec);
-          else std::filesystem::remove(tmp, ec);
-        }
-      }
-      if (decode) {
-        // Compare the new token's row only.
-        const TensorView got = token.o, want = o_ref.view().token(pos);
-        Tensor a(got.shape), b(got.shape);
-        for (int64_t bb = 0; bb < s.B; ++bb)
-          for (int64_t h = 0; h < s.H; ++h)
-            for (int64_t d = 0; d < s.D; ++d) {
-              a.view().at(bb, h, 0, d) = got.at(bb, h, 0, d);
-              b.view().at(bb, h, 0, d) = want.at(bb, h, 0, d);
-            }
-        res.nmse = nmse(a.data(), b.data(), a.size());
-      } else {
-        // fwdbwd has run backward since; the forward output in data.o is unchanged by it.
-        res.nmse = nmse(data.o.data(), o_ref.data(), o_ref.size());
-      }
-      if (id.dtype == Dtype::bf16) {
-        // The mechanism in float32 with the timed run's seed (so the same random and learned
-        // tensors) on the same inputs, into o_ref (flash's output is no longer needed).
-        auto same = pp.info->make(attention_problem(in_f32(id)), id.params);
-        Rng params(opts.seed, kStreamParams);
-        same->setup(Mode::fwd, params);
-        AttnArgs fa = args;
-        fa.o = o_ref.view();
-        same->forward(fa);
-        res.nmse_f32 = nmse(data.o.data(), o_ref.data(), o_ref.size());
-      }
-    }
-  }
+  if (opts.error) measure_error(pp, opts, data, args, token, res);
   return res;
 }
 }  // namespace
