@@ -109,6 +109,59 @@ void prepare_model_point(PreparedPoint& pp, const RunOptions& opts) {
   pp.working_bytes = pp.model->working_bytes();
   pp.predicted_bytes = pp.working_bytes;
 }
+// Why a point cannot run with its mechanism (SKIPPED, with the reason), or "": a capability
+// it lacks (causal, backward, decode, bf16), or an encoding it does not admit (a grid of points
+// skips it; a training run refuses it instead, exit 2, from the model).
+std::string why_skipped(const PointId& id, const MechanismInfo& info) {
+  const Capabilities& caps = info.caps;
+  if (id.causal && !caps.causal) return id.mechanism + " cannot be causal";
+  if (id.mode == RunMode::fwdbwd && !caps.backward) return id.mechanism + " has no backward pass";
+  if (id.train.positions && !id.training()) {
+    const PositionEncoding& pe = *id.train.positions;
+    attention_positions(id);  // the attention level takes the additive ones and rope only (InvalidInput)
+    const std::string why =
+        pe.bias.active() && !caps.additive_bias ? caps.no_additive_bias
+        : pe.kind == Positions::rope && !caps.rope ? caps.no_rope
+        : pe.kind == Positions::rope && !caps.rope_feature_maps
+            ? "RoPE rotates its queries and keys ahead of it (the model's work, --level model); the attention level times "
+              "rope inside the mechanisms that rotate their own feature maps"
+            : std::string();
+    if (!why.empty()) return fmt::format("--positions {} with {}: {}", to_string(pe), id.mechanism, why);
+  }
+  if (id.mode == RunMode::decode && !caps.decode)
+    return id.mechanism + " has no decode step (no key-value cache or recurrent state)";
+  if (id.dtype == Dtype::bf16) {
+    // The attention level runs a mechanism's own bf16 path, within its constraints; the model
+    // level's inference needs that path, and its training steps run the linear layers in bf16
+    // and the mechanism in whatever precision its backward has (the result's message says).
+    const bool model_training = id.level == Level::model && id.mode != RunMode::fwd;
+    if (!info.bf16.available && !model_training) return id.mechanism + " has no bf16 path";
+    if (id.mode != RunMode::fwd && !model_training && !info.bf16.backward)
+      return fmt::format("{} in bf16: {}", id.mechanism, info.bf16.constraints);
+  }
+  return "";
+}
+
+// What --error adds to an attention point's memory: flash's forward (f32) on the same inputs and
+// its output (with RoPE, rotated copies of q and k and the angle table), and for a bf16 point the
+// mechanism itself in float32, run after flash is freed.
+size_t error_reference_bytes(const PointId& id, const AttnProblem& problem, const MechanismInfo& info) {
+  if (id.mechanism == "flash" && id.dtype == Dtype::f32) return 0;
+  PointId ref = id;
+  ref.mechanism = "flash";
+  ref.params = ParamValues();
+  ref.shape = input_shape(id);
+  auto f = find_mechanism("flash").make(attention_problem(ref), ref.params);
+  const size_t copies = problem.rope ? 3 : 1;
+  size_t bytes = f->working_bytes(Mode::fwd) + copies * static_cast<size_t>(ref.shape.numel()) * sizeof(float) +
+                 (problem.rope ? static_cast<size_t>(ref.shape.N * ref.shape.D) * sizeof(float) : 0);
+  if (id.dtype == Dtype::bf16) {
+    const size_t own = info.make(attention_problem(in_f32(id)), id.params)->working_bytes(Mode::fwd);
+    const size_t flash_bytes = f->working_bytes(Mode::fwd);
+    if (own > flash_bytes) bytes += own - flash_bytes;
+  }
+  return bytes;
+}
 }  // namespace
 
 PreparedPoint prepare_point(const PointId& id, const RunOptions& opts) {
@@ -123,52 +176,10 @@ PreparedPoint prepare_point(const PointId& id, const RunOptions& opts) {
   // A mode the level does not have is bad input (these throw InvalidInput naming it).
   if (id.level == Level::model) model_mode(id.mode);
   else attention_mode(id.mode);
-  const Capabilities& caps = pp.info->caps;
-  if (id.causal && !caps.causal) {
+  pp.message = why_skipped(id, *pp.info);
+  if (!pp.message.empty()) {
     pp.status = Status::SKIPPED;
-    pp.message = id.mechanism + " cannot be causal";
     return pp;
-  }
-  if (id.mode == RunMode::fwdbwd && !caps.backward) {
-    pp.status = Status::SKIPPED;
-    pp.message = id.mechanism + " has no backward pass";
-    return pp;
-  }
-  // An encoding the mechanism does not admit: SKIPPED with the reason in a grid of points (a
-  // training run refuses it instead, exit 2, from the model).
-  if (id.train.positions && !id.training()) {
-    const PositionEncoding& pe = *id.train.positions;
-    attention_positions(id);  // the attention level takes the additive ones and rope only (InvalidInput)
-    const std::string why =
-        pe.bias.active() && !caps.additive_bias ? caps.no_additive_bias
-        : pe.kind == Positions::rope && !caps.rope ? caps.no_rope
-        : pe.kind == Positions::rope && !caps.rope_feature_maps
-            ? "RoPE rotates its queries and keys ahead of it (the model's work, --level model); the attention level times "
-              "rope inside the mechanisms that rotate their own feature maps"
-            : std::string();
-    if (!why.empty()) {
-      pp.status = Status::SKIPPED;
-      pp.message = fmt::format("--positions {} with {}: {}", to_string(pe), id.mechanism, why);
-      return pp;
-    }
-  }
-  if (id.mode == RunMode::decode && !caps.decode) {
-    pp.status = Status::SKIPPED;
-    pp.message = id.mechanism + " has no decode step (no key-value cache or recurrent state)";
-    return pp;
-  }
-  if (id.dtype == Dtype::bf16) {
-    // The attention level runs a mechanism's own bf16 path, within its constraints; the model
-    // level's inference needs that path, and its training steps run the linear layers in bf16
-    // and the mechanism in whatever precision its backward has (the result's message says).
-    const bool model_training = id.level == Level::model && id.mode != RunMode::fwd;
-    if (!pp.info->bf16.available && !model_training) pp.message = id.mechanism + " has no bf16 path";
-    else if (id.mode != RunMode::fwd && !model_training && !pp.info->bf16.backward)
-      pp.message = fmt::format("{} in bf16: {}", id.mechanism, pp.info->bf16.constraints);
-    if (!pp.message.empty()) {
-      pp.status = Status::SKIPPED;
-      return pp;
-    }
   }
   omp_set_num_threads(id.threads);
   if (id.level == Level::model) {
@@ -206,23 +217,7 @@ PreparedPoint prepare_point(const PointId& id, const RunOptions& opts) {
   if (mode != Mode::decode) pp.admissible_fraction = pp.impl->admissible_fraction();
   pp.working_bytes = pp.impl->working_bytes(mode);
   pp.predicted_bytes = pp.working_bytes + io_bytes(id);
-  if (opts.error && !(id.mechanism == "flash" && id.dtype == Dtype::f32)) {
-    // The reference: flash forward (f32) on the same inputs, plus its output tensor.
-    PointId ref = id;
-    ref.mechanism = "flash";
-    ref.params = ParamValues();
-    ref.shape = input_shape(id);
-    auto f = find_mechanism("flash").make(attention_problem(ref), ref.params);
-    // Its output, and with RoPE rotated copies of q and k and the angle table.
-    const size_t copies = problem.rope ? 3 : 1;
-    pp.predicted_bytes += f->working_bytes(Mode::fwd) + copies * static_cast<size_t>(ref.shape.numel()) * sizeof(float) +
-                          (problem.rope ? static_cast<size_t>(ref.shape.N * ref.shape.D) * sizeof(float) : 0);
-    if (id.dtype == Dtype::bf16) {  // and the mechanism itself in float32, run after flash is freed
-      const size_t own = pp.info->make(attention_problem(in_f32(id)), id.params)->working_bytes(Mode::fwd);
-      const size_t flash_bytes = f->working_bytes(Mode::fwd);
-      if (own > flash_bytes) pp.predicted_bytes += own - flash_bytes;
-    }
-  }
+  if (opts.error) pp.predicted_bytes += error_reference_bytes(id, problem, *pp.info);
   if (opts.mem_limit && pp.predicted_bytes > opts.mem_limit) return over_limit(pp.predicted_bytes);
   return pp;
 }
