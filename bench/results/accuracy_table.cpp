@@ -187,19 +187,53 @@ namespace {
 // apart: a window, a feature count), columns d_model; a cell is the best over the learning
 // rates, chosen by validation accuracy (not by the test set it reports; a rate's seeds by their
 // mean), with the rate chosen and, where a rate has several seeds, mean ± sample std over them.
-std::string recall_table(const std::vector<ResultFile>& files, const AccuracyTableOptions& o) {
-  const Field* field = find_field(o.metric);
-  const bool percent = o.metric != "eval_loss";
-  struct Run {
-    const PointResult* r;
-    std::string row;
+// A run of the recall table and the row it falls in.
+struct RecallRun {
+  const PointResult* r;
+  std::string row;
+};
+
+// One cell of the recall table: the runs of each rate (its seeds), in the order met; a rate's
+// validation accuracy is its seeds' mean, and the cell the chosen rate's test value, mean ±
+// sample std over them, with the rate. "not run", or FAIL with the reason in `failed`.
+std::string recall_cell(const std::vector<RecallRun>& runs, const std::string& row, int64_t width, const Field* field,
+                        bool percent, std::string* failed) {
+  std::vector<std::pair<double, std::vector<const PointResult*>>> by_rate;
+  bool any = false;
+  for (const auto& x : runs) {
+    if (x.row != row || x.r->id.model.dmodel != width) continue;
+    any = true;
+    auto it = std::find_if(by_rate.begin(), by_rate.end(), [&](const auto& p) { return p.first == x.r->id.train.lr; });
+    if (it == by_rate.end()) it = by_rate.insert(by_rate.end(), {x.r->id.train.lr, {}});
+    if (x.r->status != Status::OK) {
+      *failed = fmt::format("{}: {}", to_string(x.r->status), x.r->message);
+      continue;
+    }
+    it->second.push_back(x.r);
+  }
+  auto mean_val = [](const std::vector<const PointResult*>& rs) {
+    double m = 0;
+    for (const auto* r : rs) m += r->train->val_accuracy;
+    return m / static_cast<double>(rs.size());
   };
-  std::map<int64_t, std::vector<Run>> by_n;  // N -> its runs
-  for (const auto& f : files)
-    for (const auto& r : f.points)
-      if (r.id.training()) by_n[r.id.shape.N].push_back({&r, ""});
-  // Words that vary across a block's runs of one mechanism, less what the columns and the best
-  // over rates stand for (d_model, its head size, the rate) and the seed.
+  const std::vector<const PointResult*>* best = nullptr;
+  const double* best_lr = nullptr;
+  for (const auto& [lr, rs] : by_rate)
+    if (!rs.empty() && (!best || mean_val(rs) > mean_val(*best))) best = &rs, best_lr = &lr;
+  if (!any) return "not run";
+  if (!best) return "FAIL";
+  failed->clear();
+  Cell seeds;
+  for (const auto* r : *best)
+    if (const auto v = field->value(*r, real_stats(*r).median, nullptr)) seeds.values.push_back(*v * (percent ? 100 : 1));
+  const std::string cell = seeds.text([](double v) { return fmt::format("{:.2f}", v); });
+  return fmt::format("{} (lr {}{})", cell, recipe_text(*best_lr), by_rate.size() > 1 ? fmt::format(", best of {}", by_rate.size()) : "");
+}
+
+// The runs of one N, each named by its mechanism and the words that tell it apart from the
+// mechanism's other runs there, less what the columns and the best over rates stand for
+// (d_model, its head size, the rate) and the seed; the rows in the registry's order.
+std::vector<std::string> recall_rows(std::vector<RecallRun>& runs) {
   static const std::set<std::string> across = {"dmodel", "D", "lr", "seed"};
   auto words_of = [](const PointId& id) {
     std::vector<std::string> w;
@@ -209,6 +243,30 @@ std::string recall_table(const std::vector<ResultFile>& files, const AccuracyTab
     }
     return w;
   };
+  std::map<std::string, std::vector<std::vector<std::string>>> of_mech;
+  for (const auto& x : runs) of_mech[x.r->id.mechanism].push_back(words_of(x.r->id));
+  for (auto& x : runs) {
+    x.row = x.r->id.mechanism;
+    const auto& all = of_mech.at(x.r->id.mechanism);
+    for (const auto& w : words_of(x.r->id))
+      if (std::any_of(all.begin(), all.end(), [&](const auto& c) { return std::find(c.begin(), c.end(), w) == c.end(); }))
+        x.row += " " + w;
+  }
+  std::vector<std::string> rows;
+  for (const auto& m : mechanism_names())
+    for (const auto& x : runs)
+      if (x.r->id.mechanism == m && std::find(rows.begin(), rows.end(), x.row) == rows.end()) rows.push_back(x.row);
+  return rows;
+}
+
+// Zoology's layout: one table per N, rows mechanisms, columns d_model.
+std::string recall_table(const std::vector<ResultFile>& files, const AccuracyTableOptions& o) {
+  const Field* field = find_field(o.metric);
+  const bool percent = o.metric != "eval_loss";
+  std::map<int64_t, std::vector<RecallRun>> by_n;  // N -> its runs
+  for (const auto& f : files)
+    for (const auto& r : f.points)
+      if (r.id.training()) by_n[r.id.shape.N].push_back({&r, ""});
   std::string out;
   const std::string what = o.metric == "accuracy" ? "test accuracy" : o.metric;
   out += fmt::format("**{} ({}{}): mqar, one table per N; the best over learning rates by validation accuracy, the rate "
@@ -216,21 +274,9 @@ std::string recall_table(const std::vector<ResultFile>& files, const AccuracyTab
                      o.metric, percent ? "%, " : "", what);
   std::vector<std::string> notes;
   for (auto& [N, runs] : by_n) {
-    std::map<std::string, std::vector<std::vector<std::string>>> of_mech;
-    for (const auto& x : runs) of_mech[x.r->id.mechanism].push_back(words_of(x.r->id));
-    for (auto& x : runs) {
-      x.row = x.r->id.mechanism;
-      const auto& all = of_mech.at(x.r->id.mechanism);
-      for (const auto& w : words_of(x.r->id))
-        if (std::any_of(all.begin(), all.end(), [&](const auto& c) { return std::find(c.begin(), c.end(), w) == c.end(); }))
-          x.row += " " + w;
-    }
+    const std::vector<std::string> rows = recall_rows(runs);
     std::set<int64_t> widths;
     for (const auto& x : runs) widths.insert(x.r->id.model.dmodel);
-    std::vector<std::string> rows;
-    for (const auto& m : mechanism_names())
-      for (const auto& x : runs)
-        if (x.r->id.mechanism == m && std::find(rows.begin(), rows.end(), x.row) == rows.end()) rows.push_back(x.row);
     const int64_t D = runs.front().r->id.kv_pairs;
     out += fmt::format("\nN = {}, D = {} key-value pairs\n\n| mechanism |", N, D);
     for (int64_t w : widths) out += fmt::format(" d_model {} |", w);
@@ -240,43 +286,10 @@ std::string recall_table(const std::vector<ResultFile>& files, const AccuracyTab
     for (const auto& row : rows) {
       out += "| " + row + " |";
       for (int64_t w : widths) {
-        // The runs of each rate (its seeds), in the order met; a rate's validation accuracy is
-        // its seeds' mean, and the cell the chosen rate's test value, mean ± sample std over them.
-        std::vector<std::pair<double, std::vector<const PointResult*>>> by_rate;
         std::string failed;
-        bool any = false;
-        for (const auto& x : runs) {
-          if (x.row != row || x.r->id.model.dmodel != w) continue;
-          any = true;
-          auto it = std::find_if(by_rate.begin(), by_rate.end(), [&](const auto& p) { return p.first == x.r->id.train.lr; });
-          if (it == by_rate.end()) it = by_rate.insert(by_rate.end(), {x.r->id.train.lr, {}});
-          if (x.r->status != Status::OK) {
-            failed = fmt::format("{}: {}", to_string(x.r->status), x.r->message);
-            continue;
-          }
-          it->second.push_back(x.r);
-        }
-        auto mean_val = [](const std::vector<const PointResult*>& rs) {
-          double m = 0;
-          for (const auto* r : rs) m += r->train->val_accuracy;
-          return m / static_cast<double>(rs.size());
-        };
-        const std::vector<const PointResult*>* best = nullptr;
-        const double* best_lr = nullptr;
-        for (const auto& [lr, rs] : by_rate)
-          if (!rs.empty() && (!best || mean_val(rs) > mean_val(*best))) best = &rs, best_lr = &lr;
-        if (!any) {
-          out += " not run |";
-        } else if (!best) {
-          out += " FAIL |";
-          notes.push_back(fmt::format("{} at N {} d_model {}: {}", row, N, w, failed));
-        } else {
-          Cell seeds;
-          for (const auto* r : *best)
-            if (const auto v = field->value(*r, real_stats(*r).median, nullptr)) seeds.values.push_back(*v * (percent ? 100 : 1));
-          const std::string cell = seeds.text([](double v) { return fmt::format("{:.2f}", v); });
-          out += fmt::format(" {} (lr {}{}) |", cell, recipe_text(*best_lr), by_rate.size() > 1 ? fmt::format(", best of {}", by_rate.size()) : "");
-        }
+        const std::string cell = recall_cell(runs, row, w, field, percent, &failed);
+        out += " " + cell + " |";
+        if (cell == "FAIL") notes.push_back(fmt::format("{} at N {} d_model {}: {}", row, N, w, failed));
       }
       out += "\n";
     }
