@@ -73,35 +73,14 @@ fs::path dump_target(const std::string& dir, std::vector<fs::path>* earlier, boo
 
 }  // namespace
 
-void dump_point(const PointId& id, uint64_t seed, const std::string& dir) {
-  std::vector<fs::path> earlier;
-  bool exists = false;
-  const fs::path target = dump_target(dir, &earlier, &exists);
-  RunOptions opts;
-  opts.seed = seed;
-  opts.mem_limit = default_memory_limit();  // a shape no machine holds is refused as `run` refuses it
-  opts.param_grads = true;                   // the learned tensors' gradients, as training computes them
-  PointId pid = id;
-  const MechanismInfo& info = find_mechanism(id.mechanism);
-  pid.mode = info.caps.backward ? RunMode::fwdbwd : RunMode::fwd;
-  PreparedPoint pp = prepare_point(pid, opts);
-  if (pp.status != Status::OK) throw InvalidInput(pp.message);
-
-  const auto& s = id.shape;
-  const bool bwd = pid.mode == RunMode::fwdbwd;
-  AttnData data(s, seed, bwd);
-  Rng rng(seed, kStreamParams);
-  pp.impl->setup(attention_mode(pid.mode), rng);
-  pp.impl->forward(data.args());
-  if (bwd) pp.impl->backward(data.args());
-
-  // 1. Everything into a new scratch directory beside the target (made here, so removable).
-  std::string pattern = (target.parent_path() / ("." + target.filename().string() + ".tmp.XXXXXX")).string();
-  if (!mkdtemp(pattern.data()))
-    throw std::runtime_error(fmt::format("cannot create a scratch directory beside {}: {}", target.string(), std::strerror(errno)));
-  const fs::path tmp = pattern;
-  try {
+namespace {
+// The point's tensors as .npy files in `tmp`: inputs, output and, with a backward pass, dout and
+// the input gradients; the mechanism's own tensors (dump_tensors) and the gradient of each
+// learned one ("d" + its name, in its dumped shape: what the trainer's optimiser receives, for
+// the loss sum(dout * out)). Returns {name: file}.
+nlohmann::json write_dump_tensors(const fs::path& tmp, const PointId& id, PreparedPoint& pp, const AttnData& data, bool bwd) {
   nlohmann::json files = nlohmann::json::object();
+  const auto& s = id.shape;
   const std::vector<int64_t> shape = {s.B, s.H, s.N, s.D};
   auto put = [&](const std::string& name, const Tensor& t) {
     write_npy((tmp / (name + ".npy")).string(), t.data(), shape);
@@ -124,42 +103,54 @@ void dump_point(const PointId& id, uint64_t seed, const std::string& dir) {
     else write_npy((tmp / file).string(), t.i64, t.shape);
     files[t.name] = file;
   }
-  // The gradient of each learned tensor of the mechanism (the loss sum(dout * out)), "d" + its
-  // name, in the tensor's dumped shape: what the trainer's optimiser receives.
   if (bwd)
     for (const auto& l : pp.impl->learned()) {
       if (!l.grad) throw std::logic_error(id.mechanism + ": no gradient for the learned tensor " + l.name);
-      std::vector<int64_t> shape = {l.count};
+      std::vector<int64_t> grad_shape = {l.count};
       for (const auto& t : own)
-        if (t.name == l.name) shape = t.shape;
+        if (t.name == l.name) grad_shape = t.shape;
       const std::string name = "d" + l.name;
-      write_npy((tmp / (name + ".npy")).string(), l.grad, shape);
+      write_npy((tmp / (name + ".npy")).string(), l.grad, grad_shape);
       files[name] = name + ".npy";
     }
+  return files;
+}
+
+// config.json: the mechanism, its parameters, the shape, the seed, the scale, the tensors'
+// files, the mechanism's note, and the additive position encoding inside it (--positions):
+// enough to recompute it (its learned table, if any, is among the tensors: position_bias or
+// shaw_keys).
+nlohmann::json dump_config(const PointId& id, uint64_t seed, const PreparedPoint& pp, nlohmann::json files) {
+  const auto& s = id.shape;
   nlohmann::json params = nlohmann::json::object();
   for (const auto& [k, v] : id.params.items())
     std::visit([&](const auto& x) { params[k] = x; }, v);
   nlohmann::json cfg = {{"mechanism", id.mechanism}, {"params", params}, {"B", s.B},
                         {"H", s.H},                  {"N", s.N},           {"D", s.D},
                         {"causal", id.causal},       {"seed", seed},       {"scale", 1.0 / std::sqrt(double(s.D))},
-                        {"tensors", files}};
+                        {"tensors", std::move(files)}};
   if (const std::string note = pp.impl->dump_note(); !note.empty()) cfg["note"] = note;
-  // The additive position encoding inside the mechanism (--positions): enough to recompute it
-  // (its learned table, if any, is among the tensors: position_bias or shaw_keys).
   if (id.train.positions) {
     const PositionEncoding& pe = *id.train.positions;
     if (pe.bias.active())
       cfg["positions"] = {{"encoding", to_string(pe.kind)}, {"buckets", pe.bias.buckets},
                           {"max_distance", pe.bias.max_distance}, {"clip", pe.bias.clip}};
   }
-  const std::string text = cfg.dump(2) + "\n";
-  FILE* f = std::fopen((tmp / "config.json").c_str(), "w");
-  if (!f) throw std::runtime_error("cannot write " + (tmp / "config.json").string());
+  return cfg;
+}
+
+void write_text(const fs::path& path, const std::string& text) {
+  FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) throw std::runtime_error("cannot write " + path.string());
   bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
   ok = (std::fclose(f) == 0) && ok;
-  if (!ok) throw std::runtime_error("failed writing " + (tmp / "config.json").string() + " (disk full?)");
-  // 2. Into place: a new path by one rename; an existing (empty, or earlier-dump) directory keeps
-  // its inode: the earlier dump's files are removed, the new ones moved in, config.json last.
+  if (!ok) throw std::runtime_error("failed writing " + path.string() + " (disk full?)");
+}
+
+// The finished scratch directory into place: a new path by one rename; an existing (empty, or
+// earlier-dump) directory keeps its inode: the earlier dump's files are removed, the new ones
+// moved in, config.json last.
+void move_dump_into_place(const fs::path& tmp, const fs::path& target, bool exists, const std::vector<fs::path>& earlier) {
   if (!exists) {
     fs::rename(tmp, target);
     return;
@@ -169,6 +160,40 @@ void dump_point(const PointId& id, uint64_t seed, const std::string& dir) {
     if (entry.path().filename() != "config.json") fs::rename(entry.path(), target / entry.path().filename());
   fs::rename(tmp / "config.json", target / "config.json");
   fs::remove(tmp);
+}
+}  // namespace
+
+void dump_point(const PointId& id, uint64_t seed, const std::string& dir) {
+  std::vector<fs::path> earlier;
+  bool exists = false;
+  const fs::path target = dump_target(dir, &earlier, &exists);
+  RunOptions opts;
+  opts.seed = seed;
+  opts.mem_limit = default_memory_limit();  // a shape no machine holds is refused as `run` refuses it
+  opts.param_grads = true;                   // the learned tensors' gradients, as training computes them
+  PointId pid = id;
+  const MechanismInfo& info = find_mechanism(id.mechanism);
+  pid.mode = info.caps.backward ? RunMode::fwdbwd : RunMode::fwd;
+  PreparedPoint pp = prepare_point(pid, opts);
+  if (pp.status != Status::OK) throw InvalidInput(pp.message);
+
+  const bool bwd = pid.mode == RunMode::fwdbwd;
+  AttnData data(id.shape, seed, bwd);
+  Rng rng(seed, kStreamParams);
+  pp.impl->setup(attention_mode(pid.mode), rng);
+  pp.impl->forward(data.args());
+  if (bwd) pp.impl->backward(data.args());
+
+  // Everything into a new scratch directory beside the target (made here, so removable), then
+  // into place.
+  std::string pattern = (target.parent_path() / ("." + target.filename().string() + ".tmp.XXXXXX")).string();
+  if (!mkdtemp(pattern.data()))
+    throw std::runtime_error(fmt::format("cannot create a scratch directory beside {}: {}", target.string(), std::strerror(errno)));
+  const fs::path tmp = pattern;
+  try {
+    nlohmann::json files = write_dump_tensors(tmp, id, pp, data, bwd);
+    write_text(tmp / "config.json", dump_config(id, seed, pp, std::move(files)).dump(2) + "\n");
+    move_dump_into_place(tmp, target, exists, earlier);
   } catch (...) {
     std::error_code ec;
     fs::remove_all(tmp, ec);  // the scratch directory made above, nothing else
