@@ -270,25 +270,20 @@ int cmd_history_add(const std::vector<std::string>& files, const HistoryOptions&
   return 0;
 }
 
-int cmd_history_report(const HistoryOptions& o) {
-  namespace fs = std::filesystem;
-  const std::vector<HistorySeries> series = history_series(o);
-  if (series.empty()) throw InvalidInput(fmt::format("--db {}: no timed points in the history", o.db));
-  make_directory("--out", o.out_dir);
-  const std::string page = (fs::path(o.out_dir) / "index.html").string();
-  refuse_overwriting_inputs(page, {o.db});
-  prepare_output_path(page, o.force);
-  // The figures: one per (machine, group), the runs of the group in date order along x, drawn
-  // by scripts/plot.py history from a JSON description.
-  struct Group {
-    std::string machine, group;
-    std::vector<std::string> runs;  // run digests in date order
-    std::map<std::string, std::string> run_label;
-    std::vector<const HistorySeries*> lines;
-  };
-  std::vector<Group> groups;
+namespace {
+// One figure of the report: a (machine, group), its runs in date order along x (labelled by
+// commit and date), a line per series.
+struct HistoryGroup {
+  std::string machine, group;
+  std::vector<std::string> runs;  // run digests in date order
+  std::map<std::string, std::string> run_label;
+  std::vector<const HistorySeries*> lines;
+};
+
+std::vector<HistoryGroup> history_groups(const std::vector<HistorySeries>& series) {
+  std::vector<HistoryGroup> groups;
   for (const auto& s : series) {
-    auto g = std::find_if(groups.begin(), groups.end(), [&](const Group& x) { return x.machine == s.machine && x.group == s.group; });
+    auto g = std::find_if(groups.begin(), groups.end(), [&](const HistoryGroup& x) { return x.machine == s.machine && x.group == s.group; });
     if (g == groups.end()) {
       groups.push_back({s.machine, s.group, {}, {}, {}});
       g = groups.end() - 1;
@@ -299,6 +294,11 @@ int cmd_history_report(const HistoryOptions& o) {
       g->run_label[r.run] = fmt::format("{}\n{}", r.commit.substr(0, 7), r.date.substr(0, 10));
     }
   }
+  return groups;
+}
+
+// The figures as scripts/plot.py history reads them.
+nlohmann::json figures_json(const std::vector<HistoryGroup>& groups) {
   nlohmann::json figures = nlohmann::json::array();
   for (const auto& g : groups) {
     nlohmann::json f = {{"title", g.machine + " · " + g.group}, {"runs", nlohmann::json::array()}, {"lines", nlohmann::json::array()}};
@@ -314,37 +314,56 @@ int cmd_history_report(const HistoryOptions& o) {
     }
     figures.push_back(f);
   }
+  return figures;
+}
+
+// The report's opening paragraph and its table of regressions (a run slower than the one before
+// it, by compare's rule).
+std::string regressions_html(const std::vector<HistorySeries>& series, const HistoryOptions& o) {
+  int regressions = 0;
+  std::string table;
+  std::set<std::string> machines;
+  for (const auto& s : series) {
+    machines.insert(s.machine);
+    for (size_t i = 1; i < s.runs.size(); ++i)
+      if (s.runs[i].regression) {
+        ++regressions;
+        table += fmt::format("<tr><td>{}</td><td>{}</td><td>{} → {}</td><td>{}</td><td class=\"num\">{:+.1f}%</td><td class=\"num\">{:.3g}</td></tr>\n",
+                             html_escape(s.machine), html_escape(s.label + " · " + s.group), html_escape(s.runs[i - 1].commit.substr(0, 7)),
+                             html_escape(s.runs[i].commit.substr(0, 7)), html_escape(s.runs[i].date), 100 * s.runs[i].change, s.runs[i].p);
+      }
+  }
+  std::string body = fmt::format("<p>{} points over {} machine(s), from {}. A marked point (red ring) is slower than the run before it "
+                                 "by more than {:.0f}% with Mann-Whitney p &lt; {} on their repetitions (the rule of "
+                                 "<code>attnbench compare</code>).</p>\n",
+                                 series.size(), machines.size(), html_escape(o.db), 100 * o.max_regress, o.alpha);
+  body += fmt::format("<h2>Regressions ({})</h2>\n", regressions);
+  body += regressions ? "<table class=\"sortable\">\n<thead><tr><th>machine</th><th>point</th><th>commits</th><th>date</th>"
+                        "<th>change</th><th>p</th></tr></thead>\n<tbody>\n" + table + "</tbody>\n</table>\n"
+                      : "<p>None.</p>\n";
+  return body;
+}
+}  // namespace
+
+int cmd_history_report(const HistoryOptions& o) {
+  namespace fs = std::filesystem;
+  const std::vector<HistorySeries> series = history_series(o);
+  if (series.empty()) throw InvalidInput(fmt::format("--db {}: no timed points in the history", o.db));
+  make_directory("--out", o.out_dir);
+  const std::string page = (fs::path(o.out_dir) / "index.html").string();
+  refuse_overwriting_inputs(page, {o.db});
+  prepare_output_path(page, o.force);
+  // The figures: one per (machine, group), drawn by scripts/plot.py history from a JSON description.
+  const std::vector<HistoryGroup> groups = history_groups(series);
   const std::string scratch = make_scratch_dir("history");
   std::string body;
   try {
-    write_file_atomic(scratch + "/figures.json", figures.dump());
+    write_file_atomic(scratch + "/figures.json", figures_json(groups).dump());
     const std::string script = std::string(ATTNBENCH_SOURCE_DIR) + "/scripts/plot.py";
     const ChildOutcome c = run_child({"/usr/bin/python3", script, "history", scratch + "/figures.json", scratch + "/fig"},
                                      scratch + "/plot.out", scratch + "/plot.err", 600, nullptr);
     const bool drawn = c.kind == ChildOutcome::Exited && c.exit_code == 0;
-    int regressions = 0;
-    std::string table;
-    for (const auto& s : series)
-      for (size_t i = 1; i < s.runs.size(); ++i)
-        if (s.runs[i].regression) {
-          ++regressions;
-          table += fmt::format("<tr><td>{}</td><td>{}</td><td>{} → {}</td><td>{}</td><td class=\"num\">{:+.1f}%</td><td class=\"num\">{:.3g}</td></tr>\n",
-                               html_escape(s.machine), html_escape(s.label + " · " + s.group), html_escape(s.runs[i - 1].commit.substr(0, 7)),
-                               html_escape(s.runs[i].commit.substr(0, 7)), html_escape(s.runs[i].date), 100 * s.runs[i].change, s.runs[i].p);
-        }
-    body += fmt::format("<p>{} points over {} machine(s), from {}. A marked point (red ring) is slower than the run before it "
-                        "by more than {:.0f}% with Mann-Whitney p &lt; {} on their repetitions (the rule of "
-                        "<code>attnbench compare</code>).</p>\n",
-                        series.size(), std::set<std::string>([&] {
-                          std::set<std::string> m;
-                          for (const auto& s : series) m.insert(s.machine);
-                          return m;
-                        }()).size(),
-                        html_escape(o.db), 100 * o.max_regress, o.alpha);
-    body += fmt::format("<h2>Regressions ({})</h2>\n", regressions);
-    body += regressions ? "<table class=\"sortable\">\n<thead><tr><th>machine</th><th>point</th><th>commits</th><th>date</th>"
-                          "<th>change</th><th>p</th></tr></thead>\n<tbody>\n" + table + "</tbody>\n</table>\n"
-                        : "<p>None.</p>\n";
+    body += regressions_html(series, o);
     std::string machine;
     for (size_t i = 0; i < groups.size(); ++i) {
       if (groups[i].machine != machine) body += "<h2>" + html_escape(machine = groups[i].machine) + "</h2>\n";
