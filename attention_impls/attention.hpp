@@ -32,6 +32,7 @@
 #include "core/dropout.hpp"
 #include "core/params.hpp"
 #include "core/rng.hpp"
+#include "attention_impls/reference.hpp"
 #include "core/tensor.hpp"
 
 namespace ab {
@@ -218,6 +219,12 @@ struct MechanismInfo {
   // global tokens, learned embeddings that are not input tokens. The mechanism sees them as the
   // first rows of Q, K, V; the model's loss and pooling read the rows after them. Empty: none.
   std::function<int64_t(const ParamValues&)> prepended_tokens;
+  // The plain formula of an exact mechanism, beside its kernel: which (query, key) pairs it
+  // computes at these parameters, length N and causality. Softmax over those pairs in double
+  // precision (ref::forward, attention_impls/reference.hpp) is what its kernel must equal; the
+  // tests hold every mechanism that sets it to that. Empty where the pairs depend on a draw
+  // (bigbird: per head, from its dumped random blocks) or the mechanism is not masked softmax.
+  std::function<ref::Mask(const ParamValues&, int64_t N, bool causal)> reference_mask;
 };
 
 // Parses "name=value" assignments against a mechanism's declared parameters; unknown names and

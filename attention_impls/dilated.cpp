@@ -48,6 +48,11 @@ MechanismInfo dilated_info() {
   m.caps.additive_bias = true;  // SparseAttention adds it inside every segment's tiles
   m.caps.no_additive_bias = "";
   m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<Dilated>(p, v); };
+  // |i - j| a multiple of dilation, at most window steps of it.
+  m.reference_mask = [](const ParamValues& v, int64_t, bool causal) {
+    const int64_t w = v.get_int("window"), d = v.get_int("dilation");
+    return ref::causal_and([=](int64_t i, int64_t j) { return std::abs(i - j) % d == 0 && std::abs(i - j) / d <= w; }, causal);
+  };
   return m;
 }
 

@@ -46,6 +46,12 @@ MechanismInfo etc_info() {
   m.make = [](const AttnProblem& p, const ParamValues& v) {
     return make_global_window(p, v.get_int("radius"), 1, v.get_int("global"));
   };
+  // The first `global` rows are the global tokens: they attend and are attended by every token;
+  // the long tokens attend each other within radius.
+  m.reference_mask = [](const ParamValues& v, int64_t, bool causal) {
+    const int64_t r = v.get_int("radius"), g = v.get_int("global");
+    return ref::causal_and([=](int64_t i, int64_t j) { return i < g || j < g || std::abs(i - j) <= r; }, causal);
+  };
   return m;
 }
 

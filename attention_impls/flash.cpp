@@ -234,6 +234,8 @@ MechanismInfo flash_info() {
                        .constraints = "forward and backward; D of 16, 32, 64 or 128; backward: contiguous tensors, no attention dropout",
                        .backward = true};
   m.make = [](const AttnProblem& p, const ParamValues&) { return std::make_unique<Flash>(p); };
+  // Every pair (with causal, every earlier key and itself): exact attention, tiled.
+  m.reference_mask = [](const ParamValues&, int64_t, bool causal) { return ref::dense_mask(causal); };
   return m;
 }
 

@@ -58,6 +58,11 @@ MechanismInfo local_info() {
   m.caps.additive_bias = true;  // SparseAttention adds it inside every segment's tiles
   m.caps.no_additive_bias = "";
   m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<Local>(p, v); };
+  // Query i and key j in blocks i / block and j / block, lookback before to lookahead after.
+  m.reference_mask = [](const ParamValues& v, int64_t, bool causal) {
+    const int64_t L = v.get_int("block"), back = v.get_int("lookback"), ahead = causal ? 0 : v.get_int("lookahead");
+    return ref::causal_and([=](int64_t i, int64_t j) { return j / L >= i / L - back && j / L <= i / L + ahead; }, causal);
+  };
   return m;
 }
 

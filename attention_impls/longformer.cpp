@@ -73,6 +73,13 @@ MechanismInfo longformer_info() {
   m.make = [](const AttnProblem& p, const ParamValues& v) {
     return make_global_window(p, v.get_int("window"), v.get_int("dilation"), v.get_int("global"));
   };
+  // The first `global` tokens attend and are attended by every token; the others their dilated
+  // window.
+  m.reference_mask = [](const ParamValues& v, int64_t, bool causal) {
+    const int64_t w = v.get_int("window"), d = v.get_int("dilation"), g = v.get_int("global");
+    return ref::causal_and(
+        [=](int64_t i, int64_t j) { return i < g || j < g || (std::abs(i - j) % d == 0 && std::abs(i - j) / d <= w); }, causal);
+  };
   return m;
 }
 

@@ -49,6 +49,11 @@ MechanismInfo sliding_info() {
   m.caps.additive_bias = true;  // SparseAttention adds it inside every segment's tiles
   m.caps.no_additive_bias = "";
   m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<Sliding>(p, v); };
+  // |i - j| <= window.
+  m.reference_mask = [](const ParamValues& v, int64_t, bool causal) {
+    const int64_t w = v.get_int("window");
+    return ref::causal_and([=](int64_t i, int64_t j) { return std::abs(i - j) <= w; }, causal);
+  };
   return m;
 }
 

@@ -104,6 +104,15 @@ MechanismInfo strided_info() {
   m.caps.additive_bias = true;  // SparseAttention adds it inside every segment's tiles
   m.caps.no_additive_bias = "";
   m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<Strided>(p, v); };
+  // strided: |i - j| < l or i - j a multiple of l; fixed: the same block of l, or one of the last
+  // c columns of a block.
+  m.reference_mask = [](const ParamValues& v, int64_t N, bool causal) {
+    const int64_t l = v.get_int("stride") == 0 ? std::max<int64_t>(1, std::llround(std::sqrt(double(N)))) : v.get_int("stride");
+    const int64_t c = v.get_int("summary");
+    if (v.get_choice("pattern") == "fixed")
+      return ref::causal_and([=](int64_t i, int64_t j) { return j / l == i / l || j % l >= l - c; }, causal);
+    return ref::causal_and([=](int64_t i, int64_t j) { return std::abs(i - j) < l || (i - j) % l == 0; }, causal);
+  };
   return m;
 }
 

@@ -355,6 +355,8 @@ MechanismInfo vanilla_info() {
   m.bf16 = Bf16Support{.available = true, .constraints = "forward and backward; contiguous inputs; backward: no attention dropout",
                        .backward = true};
   m.make = [](const AttnProblem& p, const ParamValues&) { return std::make_unique<Vanilla>(p); };
+  // Every pair (with causal, every earlier key and itself).
+  m.reference_mask = [](const ParamValues&, int64_t, bool causal) { return ref::dense_mask(causal); };
   return m;
 }
 

@@ -1,12 +1,13 @@
-// The dense masks of the fixed sparse patterns, written from each pattern's definition
-// (docs/mechanisms.md) independently of the segment decomposition: what the sparse tests compare
-// the mechanisms against.
+// The dense masks the sparse tests compare the mechanisms against: each pattern's own formula
+// (its file's reference_mask, independent of the segment decomposition that computes it), and
+// BigBird's, which depends on its dumped random draw.
 #pragma once
 #include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
 
+#include "attention_impls/registry.hpp"
 #include "tests/reference.hpp"
 
 namespace ab::test {
@@ -18,37 +19,12 @@ inline int64_t param(const std::vector<std::string>& ps, const std::string& name
   return def;
 }
 
-// The dense mask of each pattern, from its definition.
+// The dense mask of a pattern at these --param assignments: the formula its own file states
+// beside its kernel (MechanismInfo::reference_mask), at the mechanism's resolved parameters.
 inline ref::Mask pattern_mask(const std::string& mech, const std::vector<std::string>& ps, int64_t N, bool causal) {
-  ref::Mask m;
-  if (mech == "local") {
-    const int64_t L = param(ps, "block", 64), back = param(ps, "lookback", 1),
-                  ahead = causal ? 0 : param(ps, "lookahead", 1);
-    m = [=](int64_t i, int64_t j) { return j / L >= i / L - back && j / L <= i / L + ahead; };
-  } else if (mech == "sliding") {
-    const int64_t w = param(ps, "window", 64);
-    m = [=](int64_t i, int64_t j) { return std::abs(i - j) <= w; };
-  } else if (mech == "dilated") {
-    const int64_t w = param(ps, "window", 64), d = param(ps, "dilation", 2);
-    m = [=](int64_t i, int64_t j) { return std::abs(i - j) % d == 0 && std::abs(i - j) / d <= w; };
-  } else if (mech == "strided") {
-    int64_t l = param(ps, "stride", 64);
-    if (l == 0) l = std::max<int64_t>(1, std::llround(std::sqrt(double(N))));
-    const int64_t c = param(ps, "summary", 8);
-    const bool fixed = std::find(ps.begin(), ps.end(), "pattern=fixed") != ps.end();
-    if (fixed) m = [=](int64_t i, int64_t j) { return j / l == i / l || j % l >= l - c; };
-    else m = [=](int64_t i, int64_t j) { return std::abs(i - j) < l || (i - j) % l == 0; };
-  } else if (mech == "etc") {  // the first `global` rows are the global tokens
-    const int64_t r = param(ps, "radius", 64), g = param(ps, "global", 16);
-    m = [=](int64_t i, int64_t j) { return i < g || j < g || std::abs(i - j) <= r; };
-  } else if (mech == "longformer") {
-    const int64_t w = param(ps, "window", 64), d = param(ps, "dilation", 1), g = param(ps, "global", 16);
-    m = [=](int64_t i, int64_t j) {
-      return i < g || j < g || (std::abs(i - j) % d == 0 && std::abs(i - j) / d <= w);
-    };
-  }
-  if (!causal) return m;
-  return [m](int64_t i, int64_t j) { return j <= i && m(i, j); };
+  const MechanismInfo& info = find_mechanism(mech);
+  if (!info.reference_mask) throw std::logic_error(mech + " states no reference mask");
+  return info.reference_mask(resolve_params(info, ps), N, causal);
 }
 
 // BigBird's dense mask for head h: its global, window and drawn random blocks (the dumped

@@ -57,6 +57,36 @@ TEST(Registry, EveryMechanismHasATestFamily) {
   }
 }
 
+// An exact mechanism states, beside its kernel, which pairs it computes (reference_mask): the
+// formula the tests hold its kernel to. BigBird's pairs are a draw per head (its test reads them
+// from the dump); a mechanism that is not exact has no such mask. At the defaults and N 64 every
+// query has a key, and causal masks never admit a later key.
+TEST(Registry, EveryExactMechanismStatesItsPairsBesideItsKernel) {
+  size_t stated = 0;
+  for (const auto& m : mechanism_names()) {
+    const MechanismInfo& info = find_mechanism(m);
+    if (!info.caps.exact || m == "bigbird") {
+      EXPECT_FALSE(info.reference_mask) << m;
+      continue;
+    }
+    ASSERT_TRUE(info.reference_mask) << m << " is exact but states no reference_mask";
+    ++stated;
+    const ParamValues v = resolve_params(info, {});
+    for (bool causal : {false, true}) {
+      const ref::Mask allowed = info.reference_mask(v, 64, causal);
+      for (int64_t i = 0; i < 64; ++i) {
+        bool any = false;
+        for (int64_t j = 0; j < 64; ++j) {
+          any = any || allowed(i, j);
+          if (causal && j > i) EXPECT_FALSE(allowed(i, j)) << m << " admits a later key: " << i << ", " << j;
+        }
+        EXPECT_TRUE(any) << m << ": query " << i << " has no key";
+      }
+    }
+  }
+  EXPECT_EQ(stated, 8u);
+}
+
 TEST(Registry, EveryMechanismHasASectionInTheDocs) {
   std::ifstream in(ATTNBENCH_SOURCE_DIR "/docs/mechanisms.md");
   ASSERT_TRUE(in) << "docs/mechanisms.md is missing";
