@@ -35,7 +35,7 @@ targets=(
   "lra-knobs|10 h of one core|the Transformer of lra-accuracy on Image and Pathfinder with 3x and 4x the steps, and on Image at twice the width (train --preset lra-knobs)"
   "zoology-calibration|4 h of one core|what Zoology's MQAR settings need on this machine: flash at N 64, d_model 64 (train --preset zoology-calibration)"
   "zoology-mqar|24 h of one core|Zoology's Figure 2 at CPU scale: multi-query associative recall, every mechanism, with the recall-cost frontier (train --preset zoology-mqar)"
-  "positions-extrapolation|12 h of one core|length extrapolation across position encodings: induction heads trained at N 256 and tested at 64..4096, MQAR trained at 128 and tested at 256 and 512 (train --preset positions-extrapolation)"
+  "positions-extrapolation|3 h of one core|length extrapolation across position encodings: induction heads trained at N 64 and tested at 32 and 128..4096, MQAR trained at 128 and tested at 256 and 512 (train --preset positions-extrapolation)"
 )
 
 list() {
@@ -197,7 +197,7 @@ run_target() {
           done
         fi
       elif [ "$name" = positions-extrapolation ]; then
-        for metric in accuracy accuracy_at_64 accuracy_at_512 accuracy_at_1024 accuracy_at_2048 accuracy_at_4096 accuracy_at_256; do
+        for metric in accuracy accuracy_at_32 accuracy_at_128 accuracy_at_256 accuracy_at_512 accuracy_at_1024 accuracy_at_2048 accuracy_at_4096; do
           "$exe" table "$file" --metric "$metric" 2>/dev/null && echo
         done >"$work/positions-extrapolation.md"
         $py scripts/plot.py extrapolation "$file" "$work/positions_extrapolation" --attnbench "$exe"
