@@ -27,22 +27,22 @@ class BigBird final : public SparseAttention {
         global_blocks_(v.get_int("global_blocks")), random_blocks_(v.get_int("random_blocks")) {}
 
   void validate() const override {
-    if (p_.shape.N % block_ != 0)
-      throw InvalidInput("bigbird: N=" + std::to_string(p_.shape.N) + " is not a multiple of block=" +
+    if (problem_.shape.N % block_ != 0)
+      throw InvalidInput("bigbird: N=" + std::to_string(problem_.shape.N) + " is not a multiple of block=" +
                          std::to_string(block_) + "; choose N or --param block= so that block divides N");
   }
 
   std::vector<DumpTensor> dump_tensors() const override {
-    std::vector<DumpTensor> t = {DumpTensor{"random_blocks", {p_.shape.H, nb(), random_blocks_}, nullptr, drawn_.data()}};
+    std::vector<DumpTensor> t = {DumpTensor{"random_blocks", {problem_.shape.H, nb(), random_blocks_}, nullptr, drawn_.data()}};
     for (DumpTensor& e : SparseAttention::dump_tensors()) t.push_back(e);  // the position encoding's
     return t;
   }
 
  protected:
-  size_t pattern_bytes() const override { return static_cast<size_t>(p_.shape.H * nb() * random_blocks_) * sizeof(int64_t); }
+  size_t pattern_bytes() const override { return static_cast<size_t>(problem_.shape.H * nb() * random_blocks_) * sizeof(int64_t); }
 
   std::vector<Segment> make_segments(Rng* rng) const override {
-    const int64_t N = p_.shape.N, H = p_.shape.H, b = block_, n = nb();
+    const int64_t N = problem_.shape.N, H = problem_.shape.H, b = block_, n = nb();
     const int64_t g1 = std::min((global_blocks_ + 1) / 2, n), g2 = std::min(global_blocks_ / 2, n - g1);
     const int64_t lo = g1, hi = n - g2;  // non-global query blocks [lo, hi)
     const int64_t wl = (window_blocks_ - 1) / 2, wr = window_blocks_ / 2;
@@ -105,7 +105,7 @@ class BigBird final : public SparseAttention {
   }
 
  private:
-  int64_t nb() const { return p_.shape.N / block_; }
+  int64_t nb() const { return problem_.shape.N / block_; }
   int64_t block_, window_blocks_, global_blocks_, random_blocks_;
   mutable Buffer<int64_t> drawn_;
 };

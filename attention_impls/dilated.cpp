@@ -24,8 +24,8 @@ class Dilated final : public SparseAttention {
   std::vector<Segment> make_segments(Rng*) const override {
     // All residues of one length as one folded segment: N a multiple of d is one segment.
     std::vector<Segment> s;
-    for (const RowSet& r : residue_classes(p_.shape.N, dilation_))
-      s.push_back(band(r, window_, p_.causal ? 0 : window_, p_.causal));
+    for (const RowSet& r : residue_classes(problem_.shape.N, dilation_))
+      s.push_back(band(r, window_, problem_.causal ? 0 : window_, problem_.causal));
     return s;
   }
 

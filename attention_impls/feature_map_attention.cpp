@@ -48,7 +48,7 @@ struct FeatureMapAttention::Layout {
 };
 
 FeatureMapAttention::FeatureMapAttention(const AttnProblem& p, int64_t features, int64_t chunk)
-    : p_(p), F_(features), C_(chunk), rope_(p.rope), rope_rows_(p.shape.N + 1) {}
+    : problem_(p), F_(features), C_(chunk), rope_(p.rope), rope_rows_(p.shape.N + 1) {}
 
 void FeatureMapAttention::validate() const {
   if (rope_ && F_ % 2)
@@ -68,8 +68,8 @@ float* FeatureMapAttention::numerator_features(float* phi, float* rotated, int64
 
 FeatureMapAttention::Layout FeatureMapAttention::layout(Mode mode) const {
   Layout L;
-  const size_t N = static_cast<size_t>(p_.shape.N), F = static_cast<size_t>(F_),
-               D = static_cast<size_t>(p_.shape.D), C = static_cast<size_t>(C_);
+  const size_t N = static_cast<size_t>(problem_.shape.N), F = static_cast<size_t>(F_),
+               D = static_cast<size_t>(problem_.shape.D), C = static_cast<size_t>(C_);
   size_t at = 0;
   auto take = [&at](size_t n) {
     size_t o = at;
@@ -86,7 +86,7 @@ FeatureMapAttention::Layout FeatureMapAttention::layout(Mode mode) const {
     L.total = at;
     return L;
   }
-  if (mode == Mode::fwd && !p_.causal) {
+  if (mode == Mode::fwd && !problem_.causal) {
     // Streaming forward: one block of features at a time.
     L.phiK = take(static_cast<size_t>(kStreamRows) * F);
     L.lsK = take(static_cast<size_t>(kStreamRows));
@@ -102,7 +102,7 @@ FeatureMapAttention::Layout FeatureMapAttention::layout(Mode mode) const {
   L.S = take(F * D);
   L.z = take(F);
   L.den = take(N);
-  if (p_.causal) {
+  if (problem_.causal) {
     L.A = take(C * C);
     L.pmax = take(N);
   }
@@ -118,7 +118,7 @@ FeatureMapAttention::Layout FeatureMapAttention::layout(Mode mode) const {
     L.dden = take(N);
     L.R = take(F * D);
     L.r = take(F);
-    if (p_.causal) L.G = take(C * C);
+    if (problem_.causal) L.G = take(C * C);
   }
   L.total = at;
   return L;
@@ -138,33 +138,33 @@ MatmulSpec FeatureMapAttention::spec_QKt(int64_t len) const {
   return MatmulSpec::tile(len, len, F_, F_, false, F_, true, C_);
 }
 MatmulSpec FeatureMapAttention::spec_AV(int64_t len) const {
-  return MatmulSpec::tile(len, p_.shape.D, len, C_, false, p_.strides.sn, false, p_.strides.sn);
+  return MatmulSpec::tile(len, problem_.shape.D, len, C_, false, problem_.strides.sn, false, problem_.strides.sn);
 }
 MatmulSpec FeatureMapAttention::spec_QS(int64_t len, bool acc) const {
-  return MatmulSpec::tile(len, p_.shape.D, F_, F_, false, p_.shape.D, false, p_.strides.sn, 1.0f, acc);
+  return MatmulSpec::tile(len, problem_.shape.D, F_, F_, false, problem_.shape.D, false, problem_.strides.sn, 1.0f, acc);
 }
 MatmulSpec FeatureMapAttention::spec_KtV(int64_t len, bool acc) const {
-  return MatmulSpec::tile(F_, p_.shape.D, len, F_, true, p_.strides.sn, false, p_.shape.D, 1.0f, acc);
+  return MatmulSpec::tile(F_, problem_.shape.D, len, F_, true, problem_.strides.sn, false, problem_.shape.D, 1.0f, acc);
 }
 MatmulSpec FeatureMapAttention::spec_dNumSt(int64_t len, bool acc) const {
-  const int64_t D = p_.shape.D;
+  const int64_t D = problem_.shape.D;
   return MatmulSpec::tile(len, F_, D, D, false, D, true, F_, 1.0f, acc);
 }
 MatmulSpec FeatureMapAttention::spec_QtdNum(int64_t len, bool acc) const {
-  const int64_t D = p_.shape.D;
+  const int64_t D = problem_.shape.D;
   return MatmulSpec::tile(F_, D, len, F_, true, D, false, D, 1.0f, acc);
 }
 MatmulSpec FeatureMapAttention::spec_VdSt(int64_t len, bool acc) const {
-  const int64_t D = p_.shape.D;
-  return MatmulSpec::tile(len, F_, D, p_.strides.sn, false, D, true, F_, 1.0f, acc);
+  const int64_t D = problem_.shape.D;
+  return MatmulSpec::tile(len, F_, D, problem_.strides.sn, false, D, true, F_, 1.0f, acc);
 }
 MatmulSpec FeatureMapAttention::spec_KdS(int64_t len, bool acc) const {
-  const int64_t D = p_.shape.D;
-  return MatmulSpec::tile(len, D, F_, F_, false, D, false, p_.strides.sn, 1.0f, acc);
+  const int64_t D = problem_.shape.D;
+  return MatmulSpec::tile(len, D, F_, F_, false, D, false, problem_.strides.sn, 1.0f, acc);
 }
 MatmulSpec FeatureMapAttention::spec_dNumVt(int64_t len) const {
-  const int64_t D = p_.shape.D;
-  return MatmulSpec::tile(len, len, D, D, false, p_.strides.sn, true, C_);
+  const int64_t D = problem_.shape.D;
+  return MatmulSpec::tile(len, len, D, D, false, problem_.strides.sn, true, C_);
 }
 MatmulSpec FeatureMapAttention::spec_GK(int64_t len) const {
   return MatmulSpec::tile(len, F_, len, C_, false, F_, false, F_);
@@ -173,14 +173,14 @@ MatmulSpec FeatureMapAttention::spec_GtQ(int64_t len) const {
   return MatmulSpec::tile(len, F_, len, C_, true, F_, false, F_);
 }
 MatmulSpec FeatureMapAttention::spec_AtdNum(int64_t len) const {
-  const int64_t D = p_.shape.D;
-  return MatmulSpec::tile(len, D, len, C_, true, D, false, p_.strides.sn);
+  const int64_t D = problem_.shape.D;
+  return MatmulSpec::tile(len, D, len, C_, true, D, false, problem_.strides.sn);
 }
 
 void FeatureMapAttention::plan(Mode mode) const {
   if (planned_ && planned_mode_ == mode) return;
   mm_.clear();
-  const int64_t N = p_.shape.N;
+  const int64_t N = problem_.shape.N;
   if (mode == Mode::decode) {
     for (int64_t len : chunk_lengths(N)) {
       plan_features(mm_, len);
@@ -189,7 +189,7 @@ void FeatureMapAttention::plan(Mode mode) const {
     plan_features(mm_, 1);
   } else {
     const bool bwd = mode == Mode::fwdbwd;
-    if (!p_.causal) {
+    if (!problem_.causal) {
       for (int64_t len : block_lengths(N, kStreamRows)) {
         plan_features(mm_, len);
         mm_.add(spec_KtV(len, true));
@@ -198,7 +198,7 @@ void FeatureMapAttention::plan(Mode mode) const {
     } else {
       plan_features(mm_, N);
     }
-    if (!p_.causal) {
+    if (!problem_.causal) {
       if (bwd) {
         plan_features(mm_, N);
         mm_.add(spec_KtV(N, false));
@@ -231,7 +231,7 @@ void FeatureMapAttention::plan(Mode mode) const {
 }
 
 double FeatureMapAttention::flops(Mode mode) const {
-  const auto& s = p_.shape;
+  const auto& s = problem_.shape;
   const double N = static_cast<double>(s.N), F = static_cast<double>(F_), D = static_cast<double>(s.D);
   const double BH = static_cast<double>(s.B * s.H);
   if (mode == Mode::decode) {
@@ -242,8 +242,8 @@ double FeatureMapAttention::flops(Mode mode) const {
   double f = 4 * N * F * D + 3 * N * F;
   // RoPE: each of phi(Q), phi(K) rotated (3 flops a feature); causal, the normaliser from a
   // running key sum (2 N F) instead of the rotated products' row sums.
-  if (rope_) f += 6 * N * F + (p_.causal ? 2 * N * F : 0);
-  if (p_.causal) {
+  if (rope_) f += 6 * N * F + (problem_.causal ? 2 * N * F : 0);
+  if (problem_.causal) {
     // Intra-chunk: the causal pairs of each chunk through phiQ phiK^T and A V.
     double pairs = 0;
     for (int64_t c0 = 0; c0 < s.N; c0 += C_) {
@@ -262,10 +262,10 @@ double FeatureMapAttention::flops(Mode mode) const {
 
 size_t FeatureMapAttention::working_bytes(Mode mode) const {
   plan(mode);
-  const size_t T = static_cast<size_t>(p_.threads);
+  const size_t T = static_cast<size_t>(problem_.threads);
   size_t b = T * mm_.scratch_per_slot() + T * layout(mode).total * sizeof(float);
   if (mode == Mode::decode) {
-    const auto& s = p_.shape;
+    const auto& s = problem_.shape;
     b += static_cast<size_t>(s.B * s.H) * 2 * static_cast<size_t>(F_ * s.D + F_ + 1) * sizeof(float);
   }
   if (rope_) b += static_cast<size_t>(rope_rows_ * F_) * sizeof(float);
@@ -275,12 +275,12 @@ size_t FeatureMapAttention::working_bytes(Mode mode) const {
 void FeatureMapAttention::setup(Mode mode, Rng& rng) {
   plan(mode);
   mode_ = mode;
-  const int T = p_.threads;
+  const int T = problem_.threads;
   scratch_ = Buffer<std::byte>(static_cast<size_t>(T) * mm_.scratch_per_slot());
   mm_.bind(T, scratch_.data());
   ws_ = Buffer<float>(static_cast<size_t>(T) * layout(mode).total);
   if (mode == Mode::decode) {
-    const auto& s = p_.shape;
+    const auto& s = problem_.shape;
     state_ = Buffer<float>(static_cast<size_t>(s.B * s.H) * 2 * static_cast<size_t>(F_ * s.D + F_ + 1));
   }
   if (rope_) {
@@ -296,7 +296,7 @@ float* FeatureMapAttention::thread_ws(int tid) const {
 
 // Key features with one common factor: rows are multiplied by exp(logscale_j - max logscale).
 void FeatureMapAttention::features_of_keys(int tid, const float* K, int64_t rows, float* phi, float* ls) const {
-  map_features(tid, K, p_.strides.sn, rows, phi, ls);
+  map_features(tid, K, problem_.strides.sn, rows, phi, ls);
   if (!stabilised()) return;
   const float c = max_of(ls, rows);
   for (int64_t j = 0; j < rows; ++j) scale_inplace(phi + j * F_, F_, exp_f32(ls[j] - c));
@@ -335,7 +335,7 @@ float FeatureMapAttention::enter_chunk(const float* pmax, const float* ls, float
 }
 
 void FeatureMapAttention::scale_state(float* S, float* z, float f) const {
-  scale_inplace(S, F_ * p_.shape.D, f);
+  scale_inplace(S, F_ * problem_.shape.D, f);
   scale_inplace(z, F_, f);
 }
 
@@ -344,11 +344,11 @@ float FeatureMapAttention::row_eps(const float* pmax, int64_t i, float c) const 
 }
 
 void FeatureMapAttention::forward(const AttnArgs& a) {
-  for_each_head(p_.shape, [&](int tid, int64_t b, int64_t h) { forward_head(tid, a, b, h); });
+  for_each_head(problem_.shape, [&](int tid, int64_t b, int64_t h) { forward_head(tid, a, b, h); });
 }
 
 void FeatureMapAttention::backward(const AttnArgs& a) {
-  for_each_head(p_.shape, [&](int tid, int64_t b, int64_t h) { backward_head(tid, a, b, h); });
+  for_each_head(problem_.shape, [&](int tid, int64_t b, int64_t h) { backward_head(tid, a, b, h); });
 }
 
 // Forward of one (batch, head).
@@ -362,10 +362,10 @@ void FeatureMapAttention::forward_head(int tid, const AttnArgs& a, int64_t b, in
   const Layout L = layout(mode_);
   float* w = thread_ws(tid);
   float *phiQ = w + L.phiQ, *phiK = w + L.phiK, *S = w + L.S, *z = w + L.z, *den = w + L.den;
-  const int64_t N = p_.shape.N, D = p_.shape.D, F = F_, ld = p_.strides.sn;
+  const int64_t N = problem_.shape.N, D = problem_.shape.D, F = F_, ld = problem_.strides.sn;
   const float* V = a.v.head(b, h);
   float* O = a.o.head(b, h);
-  if (!p_.causal) {
+  if (!problem_.causal) {
     float *phi = phiK, *ls = w + L.lsK;
     const float* K = a.k.head(b, h);
     const float* Q = a.q.head(b, h);
@@ -420,8 +420,8 @@ template <class Body>
 void FeatureMapAttention::causal_chunks(int tid, const float* phiQ, float* phiK, const float* phiQn, float* phiKn,
                                         const float* V, const float* pmax, const float* ls, float* S, float* z,
                                         float* zrun, float* A, float* den, Body&& body) const {
-  const int64_t N = p_.shape.N, F = F_, ld = p_.strides.sn;
-  fill(S, F * p_.shape.D, 0.0f);
+  const int64_t N = problem_.shape.N, F = F_, ld = problem_.strides.sn;
+  fill(S, F * problem_.shape.D, 0.0f);
   fill(z, F, 0.0f);
   float c = 0.0f;
   for (int64_t c0 = 0; c0 < N; c0 += C_) {
@@ -466,13 +466,13 @@ void FeatureMapAttention::backward_head(int tid, const AttnArgs& a, int64_t b, i
   float *phiQ = w + L.phiQ, *phiK = w + L.phiK, *S = w + L.S, *z = w + L.z, *den = w + L.den;
   float *dphiQ = w + L.dphiQ, *dphiK = w + L.dphiK, *dNum = w + L.dNum, *dden = w + L.dden;
   float *R = w + L.R, *r = w + L.r;
-  const int64_t N = p_.shape.N, D = p_.shape.D, F = F_, ld = p_.strides.sn;
+  const int64_t N = problem_.shape.N, D = problem_.shape.D, F = F_, ld = problem_.strides.sn;
   const float* V = a.v.head(b, h);
   const float* O = a.o.head(b, h);
   const float* dO = a.dout.head(b, h);
   float* dV = a.dv.head(b, h);
   map_features(tid, a.q.head(b, h), ld, N, phiQ, w + L.lsQ);
-  if (!p_.causal) features_of_keys(tid, a.k.head(b, h), N, phiK, w + L.lsK);
+  if (!problem_.causal) features_of_keys(tid, a.k.head(b, h), N, phiK, w + L.lsK);
   else map_features(tid, a.k.head(b, h), ld, N, phiK, w + L.lsK);
   // The numerator's features (rotated copies with RoPE; the keys' copy scaled with them).
   const float* phiQn = numerator_features(phiQ, w + L.phiQr, N);
@@ -486,7 +486,7 @@ void FeatureMapAttention::backward_head(int tid, const AttnArgs& a, int64_t b, i
     dden[i] = -dot(g, O + i * ld, D) * inv;
   };
 
-  if (!p_.causal) {
+  if (!problem_.causal) {
     mm_.run(tid, spec_KtV(N, false), phiKn, V, S);
     fill(z, F, 0.0f);
     add_colsum(phiK, N, F, z);
@@ -592,8 +592,8 @@ void FeatureMapAttention::backward_head(int tid, const AttnArgs& a, int64_t b, i
 // maximum log-scale of the keys folded in. Set `decode_cur_` holds tokens [0, decode_committed_).
 
 void FeatureMapAttention::decode_prefill(const AttnArgs& a, int64_t n) {
-  const auto& s = p_.shape;
-  const int64_t D = s.D, F = F_, ld = p_.strides.sn, BH = s.B * s.H;
+  const auto& s = problem_.shape;
+  const int64_t D = s.D, F = F_, ld = problem_.strides.sn, BH = s.B * s.H;
   const size_t set = static_cast<size_t>(F * D + F + 1);
   const Layout L = layout(Mode::decode);
 #pragma omp parallel for schedule(dynamic, 1)
@@ -644,7 +644,7 @@ void FeatureMapAttention::decode_step(const AttnArgs& t, int64_t pos) {
   } else if (pos != decode_committed_) {
     throw std::logic_error("decode_step: positions must advance one at a time");
   }
-  const auto& s = p_.shape;
+  const auto& s = problem_.shape;
   const int64_t D = s.D, F = F_, BH = s.B * s.H;
   const size_t set = static_cast<size_t>(F * D + F + 1);
   const Layout L = layout(Mode::decode);
@@ -661,8 +661,8 @@ void FeatureMapAttention::decode_step(const AttnArgs& t, int64_t pos) {
     float* S1 = base + dst * set;
     float* z1 = S1 + F * D;
     float *phiq = w + L.phiq1, *phik = w + L.phik1, *ls = w + L.ls2;
-    map_features(tid, t.k.head(b, h), p_.strides.sn, 1, phik, ls);
-    map_features(tid, t.q.head(b, h), p_.strides.sn, 1, phiq, ls + 1);
+    map_features(tid, t.k.head(b, h), problem_.strides.sn, 1, phik, ls);
+    map_features(tid, t.q.head(b, h), problem_.strides.sn, 1, phiq, ls + 1);
     float alpha = 1.0f, c1 = c0;
     if (stabilised()) {
       c1 = std::max(c0, ls[0]);

@@ -57,7 +57,7 @@ class FeatureMapAttention : public Attention {
   virtual void setup_features(Rng& rng) { (void)rng; }
   virtual size_t feature_param_bytes() const { return 0; }
 
-  AttnProblem p_;
+  AttnProblem problem_;
   int64_t F_, C_;
   mutable MatmulCache mm_;
 

@@ -61,7 +61,7 @@ TiledSoftmaxShape shape_of(const AttnProblem& p) {
 class Flash final : public Attention {
  public:
   explicit Flash(const AttnProblem& p)
-      : p_(p),
+      : problem_(p),
         qk_(p.shape.D, p.strides.sn, p.strides.sn, 1.0f / std::sqrt(static_cast<float>(p.shape.D))),
         core_(shape_of(p)),
         bias_(p.bias, p.shape, p.causal, 1.0f / std::sqrt(static_cast<float>(p.shape.D)), p.threads),
@@ -69,16 +69,16 @@ class Flash final : public Attention {
         qk16_(p.shape.D, p.shape.D, p.shape.D, 1.0f / std::sqrt(static_cast<float>(p.shape.D)), false, true) {}
 
   void validate() const override {
-    if (p_.dtype == Dtype::bf16 && !TiledSoftmax::dense_bf16_kernel(p_.shape.D))
+    if (problem_.dtype == Dtype::bf16 && !TiledSoftmax::dense_bf16_kernel(problem_.shape.D))
       throw InvalidInput(fmt::format("flash --dtype bf16 needs D of 16, 32, 64 or 128 and a build for AVX512-BF16; got D={}",
-                                     p_.shape.D));
-    if (p_.bias.active() && p_.dtype == Dtype::bf16) throw InvalidInput("flash adds a position encoding in float32 only (no --dtype bf16)");
-    if (p_.attn_dropout && p_.dtype == Dtype::bf16) throw InvalidInput("flash in bf16 applies no attention dropout (float32 does)");
+                                     problem_.shape.D));
+    if (problem_.bias.active() && problem_.dtype == Dtype::bf16) throw InvalidInput("flash adds a position encoding in float32 only (no --dtype bf16)");
+    if (problem_.attn_dropout && problem_.dtype == Dtype::bf16) throw InvalidInput("flash in bf16 applies no attention dropout (float32 does)");
   }
 
   double flops(Mode mode) const override {
-    if (mode == Mode::decode) return softmax_decode_flops(p_.shape, p_.shape.N + 1);
-    return with_backward(dense_attention_flops(p_), mode);
+    if (mode == Mode::decode) return softmax_decode_flops(problem_.shape, problem_.shape.N + 1);
+    return with_backward(dense_attention_flops(problem_), mode);
   }
 
   // Causal: the diagonal tiles are scored whole and masked.
@@ -86,8 +86,8 @@ class Flash final : public Attention {
 
   size_t working_bytes(Mode mode) const override {
     if (mode == Mode::decode)
-      return KvCache::bytes(p_.shape, p_.shape.N + 1) +
-             static_cast<size_t>(p_.threads) * kDecodeTile * sizeof(float);
+      return KvCache::bytes(problem_.shape, problem_.shape.N + 1) +
+             static_cast<size_t>(problem_.threads) * kDecodeTile * sizeof(float);
     plan(mode);
     return core_.working_bytes(mode) + bias_.working_bytes(mode) + bf16_copies_bytes(mode);
   }
@@ -95,15 +95,15 @@ class Flash final : public Attention {
   void setup(Mode mode, Rng& rng) override {
     if (mode == Mode::decode) {
       if (bias_.active()) throw InvalidInput("flash decodes without a position encoding (the model adds it in its forward pass only)");
-      cache_.allocate(p_.shape, p_.shape.N + 1);
-      decode_tiles_ = Buffer<float>(static_cast<size_t>(p_.threads) * kDecodeTile);
+      cache_.allocate(problem_.shape, problem_.shape.N + 1);
+      decode_tiles_ = Buffer<float>(static_cast<size_t>(problem_.threads) * kDecodeTile);
       return;
     }
     plan(mode);
     core_.setup(mode);
     bias_.setup(mode, rng);
     if (bf16_copies_bytes(mode)) {
-      const size_t n = static_cast<size_t>(p_.shape.numel());
+      const size_t n = static_cast<size_t>(problem_.shape.numel());
       q16_ = Buffer<uint16_t>(n);
       k16_ = Buffer<uint16_t>(n);
       v16_ = Buffer<uint16_t>(n);
@@ -119,12 +119,12 @@ class Flash final : public Attention {
     core_.forward(source(), a.v, a.o);
   }
   void backward(const AttnArgs& a) override {
-    if (p_.dtype == Dtype::bf16) return backward_bf16(a);
+    if (problem_.dtype == Dtype::bf16) return backward_bf16(a);
     qk_.bind(a.q, a.k);
     qk_.bind_grads(a.dq, a.dk);
     bias_.begin_backward();
     core_.backward(source(), a.v, a.o, a.dout, a.dv);
-    if (bias_.active()) bias_.finish_backward(a.q, a.dq, p_.param_grads);
+    if (bias_.active()) bias_.finish_backward(a.q, a.dq, problem_.param_grads);
   }
   std::vector<LearnedTensor> learned() override { return bias_.learned(); }
   std::vector<DumpTensor> dump_tensors() const override { return bias_.dump_tensors(); }
@@ -137,7 +137,7 @@ class Flash final : public Attention {
   // bf16 backward: Q, K, V and dO rounded once per call into contiguous copies; the engine's
   // tiles multiply them (the source qk16_ reads Q and K), dQ, dK, dV come out in float.
   void backward_bf16(const AttnArgs& a) {
-    const Shape4& s = p_.shape;
+    const Shape4& s = problem_.shape;
     for (const TensorView* t : {&a.q, &a.k, &a.v, &a.dout, &a.dq, &a.dk, &a.dv})
       if (!(t->strides == Strides3::contiguous(s)))
         throw InvalidInput("flash's bf16 backward pass takes contiguous (B, H, N, D) tensors");
@@ -154,14 +154,14 @@ class Flash final : public Attention {
     core_.backward(qk16_, a.v, a.o, a.dout, a.dv);
   }
   size_t bf16_copies_bytes(Mode mode) const {
-    return p_.dtype == Dtype::bf16 && mode == Mode::fwdbwd ? 4 * static_cast<size_t>(p_.shape.numel()) * sizeof(uint16_t) : 0;
+    return problem_.dtype == Dtype::bf16 && mode == Mode::fwdbwd ? 4 * static_cast<size_t>(problem_.shape.numel()) * sizeof(uint16_t) : 0;
   }
 
   void plan(Mode mode) const {
     if (planned_ && planned_mode_ == mode) return;
     // bf16 with a backward pass: the tiles are planned for the bf16 source (the forward's dense
     // kernel packs the float Q, K, V itself and plans no tile).
-    if (p_.dtype == Dtype::bf16 && mode == Mode::fwdbwd) core_.plan(mode, qk16_);
+    if (problem_.dtype == Dtype::bf16 && mode == Mode::fwdbwd) core_.plan(mode, qk16_);
     else core_.plan(mode, source());
     planned_ = true;
     planned_mode_ = mode;
@@ -171,7 +171,7 @@ class Flash final : public Attention {
     return bias_.active() ? static_cast<const LogitsSource&>(biased_) : static_cast<const LogitsSource&>(qk_);
   }
 
-  AttnProblem p_;
+  AttnProblem problem_;
   QKLogits qk_;
   mutable TiledSoftmax core_;
   PositionBias bias_;
@@ -187,7 +187,7 @@ class Flash final : public Attention {
 // Decode: the new token against the key-value cache, tile by tile with the online softmax, so
 // only one tile of scores exists per thread.
 void Flash::decode_step(const AttnArgs& t, int64_t pos) {
-  const auto& s = p_.shape;
+  const auto& s = problem_.shape;
   const int64_t D = s.D, BH = s.B * s.H;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
 #pragma omp parallel for schedule(static)

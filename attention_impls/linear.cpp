@@ -26,7 +26,7 @@ class Linear final : public FeatureMapAttention {
  protected:
   void map_features(int, const float* X, int64_t ldx, int64_t rows, float* phi,
                     float* logscale) const override {
-    const int64_t D = p_.shape.D;
+    const int64_t D = problem_.shape.D;
     // Contiguous rows are one flat vector loop.
     const int64_t runs = ldx == D ? 1 : rows, len = ldx == D ? rows * D : D;
     for (int64_t i = 0; i < runs; ++i) {
@@ -45,7 +45,7 @@ class Linear final : public FeatureMapAttention {
   // d phi / dx = 1 for x > 0, exp(x) = phi(x) otherwise.
   void map_features_backward(int, const float* X, int64_t ldx, int64_t rows, const float* phi,
                              float* dphi, float* dX) const override {
-    const int64_t D = p_.shape.D;
+    const int64_t D = problem_.shape.D;
     const int64_t runs = ldx == D ? 1 : rows, len = ldx == D ? rows * D : D;
     for (int64_t i = 0; i < runs; ++i) {
       const float *x = X + i * ldx, *p = phi + i * D, *g = dphi + i * D;

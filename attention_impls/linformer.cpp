@@ -29,7 +29,7 @@ class Linformer final : public ReducedKeysAttention {
                              1.0 / std::sqrt(static_cast<double>(projected(p, v))), v.get_bool("share_kv")) {}
 
   double flops(Mode mode) const override {
-    const auto& s = p_.shape;
+    const auto& s = problem_.shape;
     // Forward: two projections (2 N k D each) and attention over k keys (4 N k D). Backward:
     // the attention's 10 N k D and the two transposed projections (2 N k D each).
     const double nkd = static_cast<double>(s.N) * static_cast<double>(Nk_) * static_cast<double>(s.D);
@@ -37,7 +37,7 @@ class Linformer final : public ReducedKeysAttention {
   }
 
   std::vector<DumpTensor> dump_tensors() const override {
-    const auto& s = p_.shape;
+    const auto& s = problem_.shape;
     return map_tensors("E", "F", {Nk_, s.N});
   }
 
@@ -45,7 +45,7 @@ class Linformer final : public ReducedKeysAttention {
   void plan_maps(MatmulCache& mm, Mode mode) const override {
     mm.add(spec_project());
     if (mode == Mode::fwdbwd) mm.add(spec_unproject());
-    if (mode == Mode::fwdbwd && p_.param_grads)
+    if (mode == Mode::fwdbwd && problem_.param_grads)
       for (bool acc : {false, true}) mm.add(spec_map_grad(acc));
   }
   const char* mechanism() const override { return "linformer"; }
@@ -56,7 +56,7 @@ class Linformer final : public ReducedKeysAttention {
     mm.run(tid, spec_map_grad(accumulate), dXr, X, dMap);
   }
   double map_backward_flops() const override {
-    return 2.0 * static_cast<double>(Nk_) * static_cast<double>(p_.shape.N) * static_cast<double>(p_.shape.D);
+    return 2.0 * static_cast<double>(Nk_) * static_cast<double>(problem_.shape.N) * static_cast<double>(problem_.shape.D);
   }
   // K' = E_h K, V' = F_h V
   void reduce(const MatmulCache& mm, int tid, int64_t h, Which which, const void* X, float* Xr) const override {
@@ -70,17 +70,17 @@ class Linformer final : public ReducedKeysAttention {
  private:
   // dMap(k, N) (+)= dXr(k, D) X(N, D)^T
   MatmulSpec spec_map_grad(bool acc) const {
-    return MatmulSpec::tile(Nk_, p_.shape.N, p_.shape.D, p_.shape.D, false, p_.strides.sn, true, p_.shape.N, 1.0f, acc);
+    return MatmulSpec::tile(Nk_, problem_.shape.N, problem_.shape.D, problem_.shape.D, false, problem_.strides.sn, true, problem_.shape.N, 1.0f, acc);
   }
   // k, clipped to N.
   static int64_t projected(const AttnProblem& p, const ParamValues& v) { return std::min<int64_t>(v.get_int("k"), p.shape.N); }
   // (k, N) x (N, D) -> (k, D)
   MatmulSpec spec_project() const {
-    return with_input_type(MatmulSpec::tile(Nk_, p_.shape.D, p_.shape.N, p_.shape.N, false, ld_input(), false, p_.shape.D));
+    return with_input_type(MatmulSpec::tile(Nk_, problem_.shape.D, problem_.shape.N, problem_.shape.N, false, ld_input(), false, problem_.shape.D));
   }
   // (N, k) = E^T x (k, D) -> (N, D)
   MatmulSpec spec_unproject() const {
-    return MatmulSpec::tile(p_.shape.N, p_.shape.D, Nk_, p_.shape.N, true, p_.shape.D, false, p_.strides.sn);
+    return MatmulSpec::tile(problem_.shape.N, problem_.shape.D, Nk_, problem_.shape.N, true, problem_.shape.D, false, problem_.strides.sn);
   }
 };
 

@@ -34,7 +34,7 @@ class Local final : public SparseAttention {
 
   std::vector<Segment> make_segments(Rng*) const override {
     std::vector<Segment> s;
-    s.push_back(block_band(rows(0, p_.shape.N), block_, back_, ahead_, p_.causal));
+    s.push_back(block_band(rows(0, problem_.shape.N), block_, back_, ahead_, problem_.causal));
     return s;
   }
 

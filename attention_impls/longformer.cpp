@@ -26,7 +26,7 @@ class Longformer final : public SparseAttention {
 
  protected:
   std::vector<Segment> make_segments(Rng*) const override {
-    const int64_t N = p_.shape.N, g = std::min(global_, N), d = dilation_;
+    const int64_t N = problem_.shape.N, g = std::min(global_, N), d = dilation_;
     std::vector<Segment> s;
     if (g > 0) s.push_back(dense(rows(0, g), rows(0, N)));  // global queries
     if (N > g) {
@@ -34,7 +34,7 @@ class Longformer final : public SparseAttention {
       for (int64_t r = 0; r < std::min(d, N - g); ++r) {  // the window over non-global keys
         Segment w = band(rows(g + r, (N - g - r + d - 1) / d, d), window_, window_, false);
         // With attention dropout, no diagonal kernel, so no global keys inside the bands.
-        fused = fused && !p_.attn_dropout && !p_.bias.active() && fuse_prefix_keys(w, g, p_.shape.D);
+        fused = fused && !problem_.attn_dropout && !problem_.bias.active() && fuse_prefix_keys(w, g, problem_.shape.D);
         s.push_back(std::move(w));
       }
       if (!fused)  // some band cannot hold the global keys: none does

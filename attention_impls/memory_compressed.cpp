@@ -34,7 +34,7 @@ class MemoryCompressed final : public ReducedKeysAttention {
         stride_(v.get_int("stride")) {}
 
   double flops(Mode mode) const override {
-    const auto& s = p_.shape;
+    const auto& s = problem_.shape;
     const double N = static_cast<double>(s.N), D = static_cast<double>(s.D);
     // Forward: two convolutions (2 N D^2 each), attention over T keys (4 N T D). Backward: the
     // attention's 10 N T D and the two transposed convolutions.
@@ -44,7 +44,7 @@ class MemoryCompressed final : public ReducedKeysAttention {
   }
 
   std::vector<DumpTensor> dump_tensors() const override {
-    const auto& s = p_.shape;
+    const auto& s = problem_.shape;
     return map_tensors("Wk", "Wv", {stride_, s.D, s.D});
   }
 
@@ -53,7 +53,7 @@ class MemoryCompressed final : public ReducedKeysAttention {
     for (int64_t r = 0; r < offsets(); ++r) {
       mm.add(spec_conv(rows_at(r), r > 0));
       if (mode == Mode::fwdbwd) mm.add(spec_deconv(rows_at(r)));
-      if (mode == Mode::fwdbwd && p_.param_grads)
+      if (mode == Mode::fwdbwd && problem_.param_grads)
         for (bool acc : {false, true}) mm.add(spec_kernel_grad(rows_at(r), acc));
     }
   }
@@ -63,45 +63,45 @@ class MemoryCompressed final : public ReducedKeysAttention {
   void map_backward(const MatmulCache& mm, int tid, const float* X, const float* dXr, float* dMap,
                     bool accumulate) const override {
     for (int64_t r = 0; r < offsets(); ++r)
-      mm.run(tid, spec_kernel_grad(rows_at(r), accumulate), X + r * p_.strides.sn, dXr, dMap + r * p_.shape.D * p_.shape.D);
+      mm.run(tid, spec_kernel_grad(rows_at(r), accumulate), X + r * problem_.strides.sn, dXr, dMap + r * problem_.shape.D * problem_.shape.D);
   }
   double map_backward_flops() const override {
-    const double D = static_cast<double>(p_.shape.D);
-    return 2.0 * static_cast<double>(p_.shape.N) * D * D;
+    const double D = static_cast<double>(problem_.shape.D);
+    return 2.0 * static_cast<double>(problem_.shape.N) * D * D;
   }
   // X'(t) = sum_r X(t stride + r) W[h, r]: one product per window offset r over the rows
   // r, r + stride, ... (a view with row stride `stride`).
   void reduce(const MatmulCache& mm, int tid, int64_t h, Which which, const void* X, float* Xr) const override {
     const void* W = input_map(h, which);
     for (int64_t r = 0; r < offsets(); ++r)
-      mm.run(tid, spec_conv(rows_at(r), r > 0), input_row(X, r), input_at(W, r * p_.shape.D * p_.shape.D), Xr);
+      mm.run(tid, spec_conv(rows_at(r), r > 0), input_row(X, r), input_at(W, r * problem_.shape.D * problem_.shape.D), Xr);
   }
   // dX(t stride + r) = dX'(t) W[h, r]^T
   void expand(const MatmulCache& mm, int tid, int64_t h, Which which, const float* dXr, float* dX) const override {
     const float* W = map(h, which);
     for (int64_t r = 0; r < offsets(); ++r)
-      mm.run(tid, spec_deconv(rows_at(r)), dXr, W + r * p_.shape.D * p_.shape.D, dX + r * p_.strides.sn);
+      mm.run(tid, spec_deconv(rows_at(r)), dXr, W + r * problem_.shape.D * problem_.shape.D, dX + r * problem_.strides.sn);
   }
 
  private:
   // Window offsets that hold a token: all of them unless stride > N (one zero-padded window).
-  int64_t offsets() const { return std::min(stride_, p_.shape.N); }
+  int64_t offsets() const { return std::min(stride_, problem_.shape.N); }
   // Rows t with t * stride + r < N: the windows that reach offset r.
-  int64_t rows_at(int64_t r) const { return (p_.shape.N - r + stride_ - 1) / stride_; }
+  int64_t rows_at(int64_t r) const { return (problem_.shape.N - r + stride_ - 1) / stride_; }
   // X'(rows, D) (+)= X[r::stride](rows, D) W[r](D, D)
   MatmulSpec spec_conv(int64_t rows, bool acc) const {
-    return with_input_type(MatmulSpec::tile(rows, p_.shape.D, p_.shape.D, stride_ * ld_input(), false, p_.shape.D,
-                                            false, p_.shape.D, 1.0f, acc));
+    return with_input_type(MatmulSpec::tile(rows, problem_.shape.D, problem_.shape.D, stride_ * ld_input(), false, problem_.shape.D,
+                                            false, problem_.shape.D, 1.0f, acc));
   }
   // dW[r](D, D) (+)= X[r::stride](rows, D)^T dX'(rows, D)
   MatmulSpec spec_kernel_grad(int64_t rows, bool acc) const {
-    return MatmulSpec::tile(p_.shape.D, p_.shape.D, rows, stride_ * p_.strides.sn, true, p_.shape.D, false, p_.shape.D,
+    return MatmulSpec::tile(problem_.shape.D, problem_.shape.D, rows, stride_ * problem_.strides.sn, true, problem_.shape.D, false, problem_.shape.D,
                             1.0f, acc);
   }
   // dX[r::stride](rows, D) = dX'(rows, D) W[r]^T
   MatmulSpec spec_deconv(int64_t rows) const {
-    return MatmulSpec::tile(rows, p_.shape.D, p_.shape.D, p_.shape.D, false, p_.shape.D, true,
-                            stride_ * p_.strides.sn);
+    return MatmulSpec::tile(rows, problem_.shape.D, problem_.shape.D, problem_.shape.D, false, problem_.shape.D, true,
+                            stride_ * problem_.strides.sn);
   }
   int64_t stride_;
 };

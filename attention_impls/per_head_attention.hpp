@@ -12,25 +12,25 @@ namespace ab {
 class PerHeadAttention : public Attention {
  public:
   void forward(const AttnArgs& a) override {
-    for_each_head(p_.shape, [&](int tid, int64_t b, int64_t h) { forward_head(a, tid, b, h); });
+    for_each_head(problem_.shape, [&](int tid, int64_t b, int64_t h) { forward_head(a, tid, b, h); });
   }
   // With the parameters' gradients (param_grads), the pairs go to threads in a fixed order and
   // backward_done() then sums each thread's partial gradients in thread order, so the sum is
   // the same at every run with this thread count.
   void backward(const AttnArgs& a) override {
-    if (!p_.param_grads) {
-      for_each_head(p_.shape, [&](int tid, int64_t b, int64_t h) { backward_head(a, tid, b, h); });
+    if (!problem_.param_grads) {
+      for_each_head(problem_.shape, [&](int tid, int64_t b, int64_t h) { backward_head(a, tid, b, h); });
       return;
     }
     begin_param_grads();
-    const int64_t H = p_.shape.H;
+    const int64_t H = problem_.shape.H;
 #pragma omp parallel for schedule(static, 1)
-    for (int64_t bh = 0; bh < p_.shape.B * H; ++bh) backward_head(a, omp_get_thread_num(), bh / H, bh % H);
+    for (int64_t bh = 0; bh < problem_.shape.B * H; ++bh) backward_head(a, omp_get_thread_num(), bh / H, bh % H);
     end_param_grads();
   }
 
  protected:
-  explicit PerHeadAttention(const AttnProblem& p) : p_(p) {}
+  explicit PerHeadAttention(const AttnProblem& p) : problem_(p) {}
 
   // One (batch, head) pair on thread `tid`.
   virtual void forward_head(const AttnArgs& a, int tid, int64_t b, int64_t h) const = 0;
@@ -51,16 +51,16 @@ class PerHeadAttention : public Attention {
     planned_mode_ = mode;
   }
   // The scratchpads of every thread's products (after plan).
-  size_t scratchpad_bytes() const { return static_cast<size_t>(p_.threads) * mm_.scratch_per_slot(); }
+  size_t scratchpad_bytes() const { return static_cast<size_t>(problem_.threads) * mm_.scratch_per_slot(); }
   // Setup's last step: plans `mode`, allocates the scratchpads and binds the products to them.
   void bind_products(Mode mode) {
     plan(mode);
     mode_ = mode;
     scratch_ = Buffer<std::byte>(scratchpad_bytes());
-    mm_.bind(p_.threads, scratch_.data());
+    mm_.bind(problem_.threads, scratch_.data());
   }
 
-  AttnProblem p_;
+  AttnProblem problem_;
   Mode mode_ = Mode::fwd;  // what setup prepared
   mutable MatmulCache mm_;
 

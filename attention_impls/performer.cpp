@@ -37,7 +37,7 @@ class Performer final : public FeatureMapAttention {
   }
 
   std::vector<DumpTensor> dump_tensors() const override {
-    return {DumpTensor{"omega", {F_, p_.shape.D}, omega_.data(), nullptr}};
+    return {DumpTensor{"omega", {F_, problem_.shape.D}, omega_.data(), nullptr}};
   }
 
  protected:
@@ -52,7 +52,7 @@ class Performer final : public FeatureMapAttention {
       for (; i < rows; ++i) map_features(tid, X + i * ldx, ldx, 1, phi + i * F_, logscale + i);
       return;
     }
-    const int64_t D = p_.shape.D, m = F_;
+    const int64_t D = problem_.shape.D, m = F_;
     mm_.run(tid, spec_u(rows), X, omega_.data(), phi);
     const float norm = 1.0f / std::sqrt(static_cast<float>(m));
     const float half_inv_sqrt_d = 0.5f / std::sqrt(static_cast<float>(D));
@@ -68,7 +68,7 @@ class Performer final : public FeatureMapAttention {
   // dx = D^(-1/4) (dphi * phi) Omega - D^(-1/2) x sum_f(dphi * phi)
   void map_features_backward(int tid, const float* X, int64_t ldx, int64_t rows, const float* phi,
                              float* dphi, float* dX) const override {
-    const int64_t D = p_.shape.D, m = F_;
+    const int64_t D = problem_.shape.D, m = F_;
     const float inv_sqrt_d = 1.0f / std::sqrt(static_cast<float>(D));
     for (int64_t i = 0; i < rows; ++i) {
       float* g = dphi + i * m;
@@ -91,7 +91,7 @@ class Performer final : public FeatureMapAttention {
   }
   double feature_flops(int64_t rows) const override {
     // Omega x' as a product, plus the exponent pass (counted as one multiply-add per feature).
-    return 2.0 * rows * p_.shape.D * F_ + 2.0 * rows * F_;
+    return 2.0 * rows * problem_.shape.D * F_ + 2.0 * rows * F_;
   }
   void plan_features(MatmulCache& mm, int64_t rows) const override {
     mm.add(spec_u(rows));
@@ -101,12 +101,12 @@ class Performer final : public FeatureMapAttention {
 
   // Omega, and with redrawing the Gaussian block its draws orthonormalise.
   size_t feature_param_bytes() const override {
-    return static_cast<size_t>(F_ * p_.shape.D) * sizeof(float) +
-           (redraw_ > 0 ? static_cast<size_t>(p_.shape.D * p_.shape.D) * sizeof(double) : 0);
+    return static_cast<size_t>(F_ * problem_.shape.D) * sizeof(float) +
+           (redraw_ > 0 ? static_cast<size_t>(problem_.shape.D * problem_.shape.D) * sizeof(double) : 0);
   }
 
   void setup_features(Rng& rng) override {
-    const int64_t D = p_.shape.D;
+    const int64_t D = problem_.shape.D;
     omega_ = Buffer<float>(static_cast<size_t>(F_ * D));
     if (redraw_ > 0) {  // kept for the redraws (tracked)
       block_ = Buffer<double>(static_cast<size_t>(D * D));
@@ -121,7 +121,7 @@ class Performer final : public FeatureMapAttention {
   // Omega (m, D) in blocks of D orthonormal rows, each rescaled to the norm of an independent
   // D-dimensional Gaussian vector; `block` (D x D) holds one block's draws. No allocation.
   void draw_omega(Rng& rng, double* block) {
-    const int64_t D = p_.shape.D, m = F_;
+    const int64_t D = problem_.shape.D, m = F_;
     for (int64_t r0 = 0; r0 < m; r0 += D) {
       // Rows of a Gaussian D x D matrix, orthonormalised (modified Gram-Schmidt = the Q of QR).
       for (int64_t i = 0; i < D * D; ++i) block[i] = rng.normal();
@@ -155,14 +155,14 @@ class Performer final : public FeatureMapAttention {
  private:
   // u (rows x m) = D^(-1/4) X Omega^T
   MatmulSpec spec_u(int64_t rows) const {
-    const int64_t D = p_.shape.D;
-    return MatmulSpec::tile(rows, F_, D, p_.strides.sn, false, D, true, F_,
+    const int64_t D = problem_.shape.D;
+    return MatmulSpec::tile(rows, F_, D, problem_.strides.sn, false, D, true, F_,
                             1.0f / std::pow(static_cast<float>(D), 0.25f));
   }
   // dX (rows x D) = D^(-1/4) G Omega
   MatmulSpec spec_dx(int64_t rows) const {
-    const int64_t D = p_.shape.D;
-    return MatmulSpec::tile(rows, D, F_, F_, false, D, false, p_.strides.sn,
+    const int64_t D = problem_.shape.D;
+    return MatmulSpec::tile(rows, D, F_, F_, false, D, false, problem_.strides.sn,
                             1.0f / std::pow(static_cast<float>(D), 0.25f));
   }
 

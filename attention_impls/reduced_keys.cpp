@@ -21,7 +21,7 @@ TiledSoftmaxShape engine_shape(const AttnProblem& p, int64_t reduced) {
 
 ReducedKeysAttention::ReducedKeysAttention(const AttnProblem& p, int64_t reduced, int64_t map_floats,
                                            double init_limit, bool shared)
-    : p_(p),
+    : problem_(p),
       Nk_(reduced),
       qk_(p.shape.D, p.strides.sn, p.shape.D, 1.0f / std::sqrt(static_cast<float>(p.shape.D))),
       qk16_(p.shape.D, p.shape.D, p.shape.D, 1.0f / std::sqrt(static_cast<float>(p.shape.D)), false, true),
@@ -34,20 +34,20 @@ ReducedKeysAttention::ReducedKeysAttention(const AttnProblem& p, int64_t reduced
 
 // The maps, and with param_grads their gradients.
 size_t ReducedKeysAttention::map_bytes() const {
-  return (p_.param_grads ? 2 : 1) * (shared_ ? 1 : 2) * static_cast<size_t>(p_.shape.H * map_floats_) * sizeof(float);
+  return (problem_.param_grads ? 2 : 1) * (shared_ ? 1 : 2) * static_cast<size_t>(problem_.shape.H * map_floats_) * sizeof(float);
 }
 
 std::vector<LearnedTensor> ReducedKeysAttention::learned() {
   const auto [key_name, value_name] = map_names();
-  const int64_t n = p_.shape.H * map_floats_;
+  const int64_t n = problem_.shape.H * map_floats_;
   std::vector<LearnedTensor> out = {{key_name, key_map_.data(), key_map_grad_.data(), n}};
   if (!shared_) out.push_back({value_name, value_map_.data(), value_map_grad_.data(), n});
   return out;
 }
 
 double ReducedKeysAttention::param_grad_flops(Mode mode) const {
-  if (mode != Mode::fwdbwd || !p_.param_grads) return 0;
-  return 2.0 * map_backward_flops() * static_cast<double>(p_.shape.B * p_.shape.H);
+  if (mode != Mode::fwdbwd || !problem_.param_grads) return 0;
+  return 2.0 * map_backward_flops() * static_cast<double>(problem_.shape.B * problem_.shape.H);
 }
 
 const float* ReducedKeysAttention::map(int64_t h, Which which) const {
@@ -56,29 +56,29 @@ const float* ReducedKeysAttention::map(int64_t h, Which which) const {
 
 const void* ReducedKeysAttention::input_map(int64_t h, Which which) const {
   if (!bf16()) return map(h, which);
-  const int64_t value_map = which == kValues && !shared_ ? p_.shape.H * map_floats_ : 0;
+  const int64_t value_map = which == kValues && !shared_ ? problem_.shape.H * map_floats_ : 0;
   return maps_bf16_.data() + value_map + h * map_floats_;
 }
 
 void ReducedKeysAttention::validate() const {
-  if (bf16() && !TiledSoftmax::dense_bf16_kernel(p_.shape.D))
+  if (bf16() && !TiledSoftmax::dense_bf16_kernel(problem_.shape.D))
     throw InvalidInput(fmt::format("{} --dtype bf16 needs D of 16, 32, 64 or 128 and a build for AVX512-BF16; got D={}",
-                                   mechanism(), p_.shape.D));
-  if (bf16() && p_.attn_dropout) throw InvalidInput(fmt::format("{} in bf16 applies no attention dropout (float32 does)", mechanism()));
+                                   mechanism(), problem_.shape.D));
+  if (bf16() && problem_.attn_dropout) throw InvalidInput(fmt::format("{} in bf16 applies no attention dropout (float32 does)", mechanism()));
 }
 
 size_t ReducedKeysAttention::bf16_bytes(Mode mode) const {
   if (!bf16()) return 0;
-  const size_t maps = (shared_ ? 1 : 2) * static_cast<size_t>(p_.shape.H * map_floats_);
-  const size_t rows = static_cast<size_t>(p_.threads * p_.shape.N * p_.shape.D);
+  const size_t maps = (shared_ ? 1 : 2) * static_cast<size_t>(problem_.shape.H * map_floats_);
+  const size_t rows = static_cast<size_t>(problem_.threads * problem_.shape.N * problem_.shape.D);
   // Backward: Q and dO (B H N D), K' and V' (B H Nk D) rounded for the engine's bf16 tiles.
-  const size_t copies = mode == Mode::fwdbwd ? static_cast<size_t>(p_.shape.B * p_.shape.H * (2 * p_.shape.N + 2 * Nk_) * p_.shape.D) : 0;
+  const size_t copies = mode == Mode::fwdbwd ? static_cast<size_t>(problem_.shape.B * problem_.shape.H * (2 * problem_.shape.N + 2 * Nk_) * problem_.shape.D) : 0;
   return (maps + rows + copies) * sizeof(uint16_t);
 }
 
 std::vector<DumpTensor> ReducedKeysAttention::map_tensors(const char* key_name, const char* value_name,
                                                           const std::vector<int64_t>& per_head_shape) const {
-  std::vector<int64_t> shape = {p_.shape.H};
+  std::vector<int64_t> shape = {problem_.shape.H};
   shape.insert(shape.end(), per_head_shape.begin(), per_head_shape.end());
   return {DumpTensor{key_name, shape, key_map_.data(), nullptr},
           DumpTensor{value_name, shape, shared_ ? key_map_.data() : value_map_.data(), nullptr}};
@@ -97,30 +97,30 @@ void ReducedKeysAttention::plan(Mode mode) const {
 }
 
 size_t ReducedKeysAttention::reduced_bytes() const {
-  return static_cast<size_t>(p_.shape.B * p_.shape.H * Nk_ * p_.shape.D) * sizeof(float);
+  return static_cast<size_t>(problem_.shape.B * problem_.shape.H * Nk_ * problem_.shape.D) * sizeof(float);
 }
 
 TensorView ReducedKeysAttention::view(const Buffer<float>& buf) const {
-  const Shape4 s{p_.shape.B, p_.shape.H, Nk_, p_.shape.D};
+  const Shape4 s{problem_.shape.B, problem_.shape.H, Nk_, problem_.shape.D};
   return TensorView{buf.data(), s, Strides3::contiguous(s)};
 }
 
 size_t ReducedKeysAttention::working_bytes(Mode mode) const {
   plan(mode);
   return map_bytes() + (mode == Mode::fwdbwd ? 4 : 2) * reduced_bytes() + bf16_bytes(mode) +
-         static_cast<size_t>(p_.threads) * maps_.scratch_per_slot() + core_.working_bytes(mode);
+         static_cast<size_t>(problem_.threads) * maps_.scratch_per_slot() + core_.working_bytes(mode);
 }
 
 void ReducedKeysAttention::setup(Mode mode, Rng& rng) {
   plan(mode);
-  const size_t n_map = static_cast<size_t>(p_.shape.H * map_floats_);
+  const size_t n_map = static_cast<size_t>(problem_.shape.H * map_floats_);
   key_map_ = Buffer<float>(n_map);
   rng.fill_uniform(key_map_.data(), static_cast<int64_t>(n_map), -init_limit_, init_limit_);
   if (!shared_) {
     value_map_ = Buffer<float>(n_map);
     rng.fill_uniform(value_map_.data(), static_cast<int64_t>(n_map), -init_limit_, init_limit_);
   }
-  if (p_.param_grads && mode == Mode::fwdbwd) {
+  if (problem_.param_grads && mode == Mode::fwdbwd) {
     key_map_grad_ = Buffer<float>(n_map);
     if (!shared_) value_map_grad_ = Buffer<float>(n_map);
   }
@@ -137,31 +137,31 @@ void ReducedKeysAttention::setup(Mode mode, Rng& rng) {
     // with a backward pass training changes them, so each forward call rounds them again.
     maps_bf16_ = Buffer<uint16_t>((shared_ ? 1 : 2) * n_map);
     round_maps();
-    rows_bf16_ = Buffer<uint16_t>(static_cast<size_t>(p_.threads * p_.shape.N * p_.shape.D));
+    rows_bf16_ = Buffer<uint16_t>(static_cast<size_t>(problem_.threads * problem_.shape.N * problem_.shape.D));
     if (mode == Mode::fwdbwd) {
-      const size_t q = static_cast<size_t>(p_.shape.numel()), r = static_cast<size_t>(p_.shape.B * p_.shape.H * Nk_ * p_.shape.D);
+      const size_t q = static_cast<size_t>(problem_.shape.numel()), r = static_cast<size_t>(problem_.shape.B * problem_.shape.H * Nk_ * problem_.shape.D);
       bwd_bf16_ = Buffer<uint16_t>(2 * q + 2 * r);
     }
   }
-  scratch_ = Buffer<std::byte>(static_cast<size_t>(p_.threads) * maps_.scratch_per_slot());
-  maps_.bind(p_.threads, scratch_.data());
+  scratch_ = Buffer<std::byte>(static_cast<size_t>(problem_.threads) * maps_.scratch_per_slot());
+  maps_.bind(problem_.threads, scratch_.data());
   core_.setup(mode);
 }
 
 void ReducedKeysAttention::round_maps() {
-  const size_t n_map = static_cast<size_t>(p_.shape.H * map_floats_);
+  const size_t n_map = static_cast<size_t>(problem_.shape.H * map_floats_);
   to_bf16_parallel(key_map_.data(), maps_bf16_.data(), static_cast<int64_t>(n_map));
   if (!shared_) to_bf16_parallel(value_map_.data(), maps_bf16_.data() + n_map, static_cast<int64_t>(n_map));
 }
 
 void ReducedKeysAttention::forward(const AttnArgs& a) {
-  const auto& s = p_.shape;
+  const auto& s = problem_.shape;
   if (bf16() && bwd_bf16_.size()) round_maps();  // training: this step's maps
   // One head's K or V as reduce() reads it: itself, or (bf16) rounded into this thread's rows.
   auto input = [&](int tid, const float* X) -> const void* {
     if (!bf16()) return X;
     uint16_t* rows = rows_bf16_.data() + tid * s.N * s.D;
-    for (int64_t t = 0; t < s.N; ++t) to_bf16(X + t * p_.strides.sn, rows + t * s.D, s.D);
+    for (int64_t t = 0; t < s.N; ++t) to_bf16(X + t * problem_.strides.sn, rows + t * s.D, s.D);
     return rows;
   };
 #pragma omp parallel for schedule(static)
@@ -176,7 +176,7 @@ void ReducedKeysAttention::forward(const AttnArgs& a) {
 }
 
 void ReducedKeysAttention::backward(const AttnArgs& a) {
-  const auto& s = p_.shape;
+  const auto& s = problem_.shape;
   if (bf16()) {
     // The engine over the reduced keys in bf16: Q, dO, K', V' rounded into contiguous copies
     // (two bf16 numbers to a float in the views), dQ, dK', dV' in float.
@@ -211,7 +211,7 @@ void ReducedKeysAttention::backward(const AttnArgs& a) {
     expand(maps_, tid, h, kKeys, view(dKr_).head(b, h), a.dk.head(b, h));
     expand(maps_, tid, h, kValues, view(dVr_).head(b, h), a.dv.head(b, h));
   }
-  if (!p_.param_grads) return;
+  if (!problem_.param_grads) return;
   // The maps' gradients, summed over the batch: one thread per head, the batch in order, so the
   // sum is the same whatever the thread count.
 #pragma omp parallel for schedule(static)

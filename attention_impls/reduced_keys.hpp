@@ -55,8 +55,8 @@ class ReducedKeysAttention : public Attention {
   // Head h's map of keys or values.
   const float* map(int64_t h, Which which) const;
   // What reduce() multiplies: float, or (bf16) copies rounded to bf16, the rows of X contiguous.
-  bool bf16() const { return p_.dtype == Dtype::bf16; }
-  int64_t ld_input() const { return bf16() ? p_.shape.D : p_.strides.sn; }
+  bool bf16() const { return problem_.dtype == Dtype::bf16; }
+  int64_t ld_input() const { return bf16() ? problem_.shape.D : problem_.strides.sn; }
   // Head h's map as reduce() multiplies it; element i of such an input, and row r of X.
   const void* input_map(int64_t h, Which which) const;
   const void* input_at(const void* x, int64_t i) const {
@@ -71,7 +71,7 @@ class ReducedKeysAttention : public Attention {
   std::vector<DumpTensor> map_tensors(const char* key_name, const char* value_name,
                                       const std::vector<int64_t>& per_head_shape) const;
 
-  AttnProblem p_;
+  AttnProblem problem_;
   int64_t Nk_;
 
  private:

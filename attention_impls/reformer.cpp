@@ -90,7 +90,7 @@ class Reformer final : public PerHeadAttention {
   void backward(const AttnArgs& a) override {
     bias_.begin_backward();
     PerHeadAttention::backward(a);
-    if (bias_.active()) bias_.finish_backward(a.q, a.dq, p_.param_grads);
+    if (bias_.active()) bias_.finish_backward(a.q, a.dq, problem_.param_grads);
   }
   std::vector<LearnedTensor> learned() override { return bias_.learned(); }
 
@@ -102,19 +102,19 @@ class Reformer final : public PerHeadAttention {
   }
 
   void validate() const override {
-    if (p_.shape.N % bucket_size_ != 0)
-      throw InvalidInput("reformer: N=" + std::to_string(p_.shape.N) + " is not a multiple of bucket_size=" +
+    if (problem_.shape.N % bucket_size_ != 0)
+      throw InvalidInput("reformer: N=" + std::to_string(problem_.shape.N) + " is not a multiple of bucket_size=" +
                          std::to_string(bucket_size_));
     if (n_buckets_ % 2 != 0 || n_buckets_ < 2)
       throw InvalidInput("reformer: n_buckets=" + std::to_string(n_buckets_) +
                          " must be even and at least 2 (the hash is argmax over [xR ; -xR], R has n_buckets/2 columns)");
-    if (p_.shape.D > 65536)
-      throw InvalidInput("reformer: D=" + std::to_string(p_.shape.D) +
+    if (problem_.shape.D > 65536)
+      throw InvalidInput("reformer: D=" + std::to_string(problem_.shape.D) +
                          " is above 65536, the largest head dimension its exact int16 hash scales for");
   }
 
   double flops(Mode mode) const override {
-    const auto& s = p_.shape;
+    const auto& s = problem_.shape;
     const double N = static_cast<double>(s.N), D = static_cast<double>(s.D);
     const double hash = 2.0 * N * D * static_cast<double>(n_buckets_ / 2);
     const double attention = attention_pair_flops(N * static_cast<double>(window()), s.D);
@@ -126,14 +126,14 @@ class Reformer final : public PerHeadAttention {
     plan(mode);
     const Layout L = layout(mode);
     return persistent_bytes() +
-           static_cast<size_t>(p_.threads) * (L.floats * sizeof(float) + L.ints * sizeof(int32_t)) + scratchpad_bytes() +
+           static_cast<size_t>(problem_.threads) * (L.floats * sizeof(float) + L.ints * sizeof(int32_t)) + scratchpad_bytes() +
            bias_.working_bytes(mode);
   }
 
   void setup(Mode mode, Rng& rng) override {
     plan(mode);  // the layout below depends on the products' scratchpads
     bias_.setup(mode, rng);  // first: its table is then the one flash draws from the same seed
-    const auto& s = p_.shape;
+    const auto& s = problem_.shape;
     rotations_ = Buffer<float>(static_cast<size_t>(n_hashes_ * s.H * s.D * (n_buckets_ / 2)));
     rng.fill_normal(rotations_.data(), static_cast<int64_t>(rotations_.size()));
     const int64_t half = n_buckets_ / 2;
@@ -142,13 +142,13 @@ class Reformer final : public PerHeadAttention {
     buckets_ = Buffer<int64_t>(static_cast<size_t>(s.B * s.H * n_hashes_ * s.N));
     lse_ = Buffer<float>(static_cast<size_t>(s.B * s.H * s.N));
     const Layout L = layout(mode);
-    work_floats_ = Buffer<float>(static_cast<size_t>(p_.threads) * L.floats);
-    work_ints_ = Buffer<int32_t>(static_cast<size_t>(p_.threads) * L.ints);
+    work_floats_ = Buffer<float>(static_cast<size_t>(problem_.threads) * L.floats);
+    work_ints_ = Buffer<int32_t>(static_cast<size_t>(problem_.threads) * L.ints);
     bind_products(mode);
   }
 
   std::vector<DumpTensor> dump_tensors() const override {
-    const auto& s = p_.shape;
+    const auto& s = problem_.shape;
     std::vector<DumpTensor> t = {DumpTensor{"rotations", {n_hashes_, s.H, s.D, n_buckets_ / 2}, rotations_.data(), nullptr},
                                  DumpTensor{"buckets", {s.B, s.H, n_hashes_, s.N}, nullptr, buckets_.data()}};
     for (const DumpTensor& e : bias_.dump_tensors()) t.push_back(e);
@@ -167,7 +167,7 @@ class Reformer final : public PerHeadAttention {
   // causal padding), then N, and with causal the padding that starts each bucket on a chunk: at
   // most bucket_size - 1 rows for each of at most min(n_buckets, N) buckets.
   int64_t padded() const {
-    return p_.shape.N + bucket_size_ + (p_.causal ? std::min(n_buckets_, p_.shape.N) * bucket_size_ : 0);
+    return problem_.shape.N + bucket_size_ + (problem_.causal ? std::min(n_buckets_, problem_.shape.N) * bucket_size_ : 0);
   }
 
   // Per-thread workspace (floats and int32), each array aligned to 16 elements.
@@ -179,7 +179,7 @@ class Reformer final : public PerHeadAttention {
   };
   Layout layout(Mode mode) const {
     Layout L;
-    const size_t N = static_cast<size_t>(p_.shape.N), D = static_cast<size_t>(p_.shape.D),
+    const size_t N = static_cast<size_t>(problem_.shape.N), D = static_cast<size_t>(problem_.shape.D),
                  P = static_cast<size_t>(padded()), b = static_cast<size_t>(bucket_size_), W = static_cast<size_t>(window());
     size_t at = 0;
     auto take = [&at](size_t n) {
@@ -213,14 +213,14 @@ class Reformer final : public PerHeadAttention {
     L.perm = take(P);
     L.bsort = take(P);
     L.count = take(static_cast<size_t>(n_buckets_) + 1);
-    L.hash = take(RotationHash::scratch_bytes(p_.shape.D, n_buckets_ / 2) / sizeof(int32_t));
+    L.hash = take(RotationHash::scratch_bytes(problem_.shape.D, n_buckets_ / 2) / sizeof(int32_t));
     L.run_lo = take(W);
     L.run_hi = take(W);
     L.ints = at;
     return L;
   }
   size_t persistent_bytes() const {
-    const auto& s = p_.shape;
+    const auto& s = problem_.shape;
     return static_cast<size_t>(n_hashes_ * s.H * s.D * (n_buckets_ / 2)) * sizeof(float)           // rotations
            + static_cast<size_t>(s.H) * RotationHash::packed_bytes(n_hashes_, s.D, n_buckets_ / 2)  // quantised
            + static_cast<size_t>(s.B * s.H * n_hashes_ * s.N) * sizeof(int64_t)     // buckets
@@ -228,8 +228,8 @@ class Reformer final : public PerHeadAttention {
   }
 
   // ---- matrix product shapes (row-major; see MatmulSpec::tile) ----
-  int64_t D() const { return p_.shape.D; }
-  float scale() const { return 1.0f / std::sqrt(static_cast<float>(p_.shape.D)); }
+  int64_t D() const { return problem_.shape.D; }
+  float scale() const { return 1.0f / std::sqrt(static_cast<float>(problem_.shape.D)); }
   // S(bs, W) = scale · Qs(bs, D) Ks(W, D)^T
   MatmulSpec spec_qk() const { return MatmulSpec::tile(bucket_size_, window(), D(), D(), false, D(), true, window(), scale()); }
   // Oc(bs, D) = A(bs, W) Vs(W, D)
@@ -254,19 +254,19 @@ class Reformer final : public PerHeadAttention {
   float* work_floats(int tid) const { return work_floats_.data() + static_cast<size_t>(tid) * layout(mode_).floats; }
   int32_t* work_ints(int tid) const { return work_ints_.data() + static_cast<size_t>(tid) * layout(mode_).ints; }
   int64_t* buckets_of(int64_t b, int64_t h, int64_t r) const {
-    return buckets_.data() + ((b * p_.shape.H + h) * n_hashes_ + r) * p_.shape.N;
+    return buckets_.data() + ((b * problem_.shape.H + h) * n_hashes_ + r) * problem_.shape.N;
   }
 
   // 1/||Q_i|| for every row (a zero row keeps a zero key instead of NaN).
   void inverse_norms(const AttnArgs& a, int64_t b, int64_t h, float* inv) const {
-    ab::inverse_norms(a.q.row(b, h, 0), p_.strides.sn, p_.shape.N, D(), inv);
+    ab::inverse_norms(a.q.row(b, h, 0), problem_.strides.sn, problem_.shape.N, D(), inv);
   }
 
   // Bucket of every position in every round: argmax over [x·R ; -x·R], first index on ties,
   // exactly (lsh_hash.hpp); inv from inverse_norms.
   void hash(const AttnArgs& a, int tid, int64_t b, int64_t h, const float* inv) const {
-    hashes_[static_cast<size_t>(h)].assign(a.q.row(b, h, 0), p_.strides.sn, p_.shape.N, inv,
-                                           work_ints(tid) + layout(mode_).hash, buckets_of(b, h, 0), p_.shape.N);
+    hashes_[static_cast<size_t>(h)].assign(a.q.row(b, h, 0), problem_.strides.sn, problem_.shape.N, inv,
+                                           work_ints(tid) + layout(mode_).hash, buckets_of(b, h, 0), problem_.shape.N);
   }
 
   // Round r's sorted order: perm[bs + p] is the position at sorted index p, perm[0, bs) the
@@ -277,14 +277,14 @@ class Reformer final : public PerHeadAttention {
   // no query attends them; position 0, so gathers read a real row; their own outputs and
   // gradients are dropped). Returns the number of chunks.
   int64_t sort_round(const int64_t* bucket, int32_t* perm, int32_t* bsort, int32_t* count) const {
-    const int64_t N = p_.shape.N, C = bucket_size_;
+    const int64_t N = problem_.shape.N, C = bucket_size_;
     std::fill(count, count + n_buckets_ + 1, 0);
     for (int64_t i = 0; i < N; ++i) ++count[bucket[i] + 1];
-    if (p_.causal)  // each run rounded up to whole chunks
+    if (problem_.causal)  // each run rounded up to whole chunks
       for (int64_t k = 1; k <= n_buckets_; ++k) count[k] = (count[k] + C - 1) / C * C;
     for (int64_t k = 0; k < n_buckets_; ++k) count[k + 1] += count[k];
     const int64_t rows = count[n_buckets_];  // N, or N and the padding
-    if (p_.causal) {
+    if (problem_.causal) {
       std::fill(perm, perm + C + rows, 0);
       std::fill(bsort, bsort + C + rows, -1);
     }
@@ -293,7 +293,7 @@ class Reformer final : public PerHeadAttention {
       perm[bucket_size_ + at] = static_cast<int32_t>(i);
       bsort[bucket_size_ + at] = static_cast<int32_t>(bucket[i]);
     }
-    if (!p_.causal) {
+    if (!problem_.causal) {
       std::memcpy(perm, perm + N, static_cast<size_t>(bucket_size_) * sizeof(int32_t));
       std::memcpy(bsort, bsort + N, static_cast<size_t>(bucket_size_) * sizeof(int32_t));
     }
@@ -334,7 +334,7 @@ class Reformer final : public PerHeadAttention {
     const int64_t W = window();
     const int32_t* pk = perm + w0;
     const int32_t* bk = bsort + w0;
-    const bool wrapped = !single() && w0 == 0 && !p_.causal;
+    const bool wrapped = !single() && w0 == 0 && !problem_.causal;
     if (!wrapped) {
       for (int64_t k = 0; k < W; ++k) run_lo[k] = k > 0 && bk[k] == bk[k - 1] ? run_lo[k - 1] : static_cast<int32_t>(k);
       for (int64_t k = W - 1; k >= 0; --k) run_hi[k] = k + 1 < W && bk[k] == bk[k + 1] ? run_hi[k + 1] : static_cast<int32_t>(k + 1);
@@ -343,7 +343,7 @@ class Reformer final : public PerHeadAttention {
       float* row = S + rr * W;
       const int64_t self = q0 + rr - w0;  // the query's own column
       if (!wrapped) {
-        const int64_t lo = run_lo[self], hi = p_.causal ? self + 1 : run_hi[self];
+        const int64_t lo = run_lo[self], hi = problem_.causal ? self + 1 : run_hi[self];
         fill(row, lo, kNegInf);
         fill(row + hi, W - hi, kNegInf);
         if (hi - lo > 1) row[self] = kNegInf;
@@ -353,7 +353,7 @@ class Reformer final : public PerHeadAttention {
       const float own = row[self];
       bool any = false;
       for (int64_t k = 0; k < W; ++k) {
-        const bool ok = bk[k] == bq && pk[k] != iq && (!p_.causal || pk[k] <= iq);
+        const bool ok = bk[k] == bq && pk[k] != iq && (!problem_.causal || pk[k] <= iq);
         row[k] = ok ? row[k] : kNegInf;
         any |= ok;
       }
@@ -398,7 +398,7 @@ class Reformer final : public PerHeadAttention {
     float *inv = w + L.inv, *Kw = w + L.Ks, *Vw = w + L.Vs, *S = w + L.S, *Oc = w + L.Oc;
     float *M = w + L.M, *Z = w + L.Z, *lc = w + L.lc;
     int32_t *perm = wi + L.perm, *bsort = wi + L.bsort;
-    const int64_t N = p_.shape.N, Dd = D(), W = window();
+    const int64_t N = problem_.shape.N, Dd = D(), W = window();
     // 1. Norms of the shared keys; 2. buckets of every round.
     inverse_norms(a, b, h, inv);
     hash(a, tid, b, h, inv);
@@ -460,7 +460,7 @@ class Reformer final : public PerHeadAttention {
       }
     }
     // 6. Normalise, and keep L_i = logsumexp_r(lse_r,i) for the backward pass.
-    float* lse = lse_.data() + (b * p_.shape.H + h) * N;
+    float* lse = lse_.data() + (b * problem_.shape.H + h) * N;
     for (int64_t i = 0; i < N; ++i) {
       scale_inplace(a.o.row(b, h, i), Dd, 1.0f / Z[i]);
       lse[i] = M[i] + std::log(Z[i]);
@@ -479,8 +479,8 @@ class Reformer final : public PerHeadAttention {
     float *Qc = w + L.Qs, *dOc = w + L.dOs, *dKw = w + L.dKs, *dVw = w + L.dVs, *dKn = w + L.dKn, *dA = w + L.dA;
     float *Lc = w + L.Ls, *dc = w + L.deltas, *delta = w + L.delta;
     int32_t *perm = wi + L.perm, *bsort = wi + L.bsort;
-    const int64_t N = p_.shape.N, Dd = D(), W = window(), slot = bucket_size_ * Dd;
-    const float* lse = lse_.data() + (b * p_.shape.H + h) * N;
+    const int64_t N = problem_.shape.N, Dd = D(), W = window(), slot = bucket_size_ * Dd;
+    const float* lse = lse_.data() + (b * problem_.shape.H + h) * N;
     inverse_norms(a, b, h, inv);
     for (int64_t i = 0; i < N; ++i) {
       delta[i] = dot(a.dout.row(b, h, i), a.o.row(b, h, i), Dd);

@@ -77,17 +77,17 @@ class Routing final : public PerHeadAttention {
         decay_(static_cast<float>(v.get_float("decay"))) {}
 
   void validate() const override {
-    const int64_t N = p_.shape.N;
+    const int64_t N = problem_.shape.N;
     if (k_ > N)
       throw InvalidInput("routing: clusters=" + std::to_string(k_) + " is more than N=" + std::to_string(N));
     if (w_ > N) throw InvalidInput("routing: window=" + std::to_string(w_) + " is more than N=" + std::to_string(N));
   }
 
   double flops(Mode mode) const override {
-    const auto& s = p_.shape;
+    const auto& s = problem_.shape;
     const double N = static_cast<double>(s.N), D = static_cast<double>(s.D);
     const double route = 2.0 * N * static_cast<double>(k_) * D;
-    const double pairs = p_.causal ? N * 2.0 * static_cast<double>(w_) : static_cast<double>(k_ * w_ * w_);
+    const double pairs = problem_.causal ? N * 2.0 * static_cast<double>(w_) : static_cast<double>(k_ * w_ * w_);
     const double attention = attention_pair_flops(pairs, s.D);
     return (route + (mode == Mode::fwd ? attention : 3.5 * attention)) * static_cast<double>(s.B * s.H);
   }
@@ -96,12 +96,12 @@ class Routing final : public PerHeadAttention {
     plan(mode);
     const Layout L = layout(mode);
     return persistent_bytes(mode) +
-           static_cast<size_t>(p_.threads) * (L.floats * sizeof(float) + L.ints * sizeof(int32_t)) + scratchpad_bytes();
+           static_cast<size_t>(problem_.threads) * (L.floats * sizeof(float) + L.ints * sizeof(int32_t)) + scratchpad_bytes();
   }
 
   void setup(Mode mode, Rng& rng) override {
     plan(mode);
-    const auto& s = p_.shape;
+    const auto& s = problem_.shape;
     centroids_ = Buffer<float>(static_cast<size_t>(s.H * k_ * s.D));
     rng.fill_normal(centroids_.data(), static_cast<int64_t>(centroids_.size()));
     for (int64_t c = 0; c < s.H * k_; ++c) {
@@ -110,15 +110,15 @@ class Routing final : public PerHeadAttention {
       scale_inplace(m, s.D, n > 0 ? 1.0f / n : 0.0f);
     }
     assignment_ = Buffer<int64_t>(static_cast<size_t>(s.B * s.H * s.N));
-    if (!p_.causal) members_ = Buffer<int64_t>(static_cast<size_t>(s.B * s.H * k_ * w_));
+    if (!problem_.causal) members_ = Buffer<int64_t>(static_cast<size_t>(s.B * s.H * k_ * w_));
     lse_ = Buffer<float>(static_cast<size_t>(s.B * s.H * s.N));
     if (mode == Mode::fwdbwd) {  // the moving average's sums (a training step runs backward)
       sums_ = Buffer<float>(static_cast<size_t>(s.B * s.H * k_ * s.D));
       counts_ = Buffer<int64_t>(static_cast<size_t>(s.B * s.H * k_));
     }
     const Layout L = layout(mode);
-    work_floats_ = Buffer<float>(static_cast<size_t>(p_.threads) * L.floats);
-    work_ints_ = Buffer<int32_t>(static_cast<size_t>(p_.threads) * L.ints);
+    work_floats_ = Buffer<float>(static_cast<size_t>(problem_.threads) * L.floats);
+    work_ints_ = Buffer<int32_t>(static_cast<size_t>(problem_.threads) * L.ints);
     bind_products(mode);
   }
 
@@ -127,7 +127,7 @@ class Routing final : public PerHeadAttention {
     training_ = on;
   }
   std::vector<LearnedTensor> updated_state() override {
-    return {LearnedTensor{"centroids", centroids_.data(), nullptr, p_.shape.H * k_ * p_.shape.D}};
+    return {LearnedTensor{"centroids", centroids_.data(), nullptr, problem_.shape.H * k_ * problem_.shape.D}};
   }
 
   // Routing (and, in training, the centroids' update) then the heads.
@@ -137,10 +137,10 @@ class Routing final : public PerHeadAttention {
   }
 
   std::vector<DumpTensor> dump_tensors() const override {
-    const auto& s = p_.shape;
+    const auto& s = problem_.shape;
     std::vector<DumpTensor> t = {DumpTensor{"centroids", {s.H, k_, s.D}, centroids_.data(), nullptr},
                                  DumpTensor{"assignment", {s.B, s.H, s.N}, nullptr, assignment_.data()}};
-    if (!p_.causal) t.push_back(DumpTensor{"members", {s.B, s.H, k_, w_}, nullptr, members_.data()});
+    if (!problem_.causal) t.push_back(DumpTensor{"members", {s.B, s.H, k_, w_}, nullptr, members_.data()});
     return t;
   }
   std::string dump_note() const override {
@@ -151,7 +151,7 @@ class Routing final : public PerHeadAttention {
  private:
   // Keys of a tile: the cluster's members (not causal), or the previous and own window of the
   // cluster's position-ordered list (causal).
-  int64_t keys() const { return p_.causal ? 2 * w_ : w_; }
+  int64_t keys() const { return problem_.causal ? 2 * w_ : w_; }
 
   struct Layout {
     size_t inv = 0, dist = 0, Qt = 0, Kt = 0, Vt = 0, S = 0, Oc = 0, M = 0, Z = 0, score = 0, lt = 0;  // forward
@@ -161,7 +161,7 @@ class Routing final : public PerHeadAttention {
   };
   Layout layout(Mode mode) const {
     Layout L;
-    const size_t N = static_cast<size_t>(p_.shape.N), D = static_cast<size_t>(p_.shape.D), k = static_cast<size_t>(k_),
+    const size_t N = static_cast<size_t>(problem_.shape.N), D = static_cast<size_t>(problem_.shape.D), k = static_cast<size_t>(k_),
                  w = static_cast<size_t>(w_), W = static_cast<size_t>(keys());
     size_t at = 0;
     auto take = [&at](size_t n) {
@@ -198,21 +198,21 @@ class Routing final : public PerHeadAttention {
     return L;
   }
   size_t persistent_bytes(Mode mode) const {
-    const auto& s = p_.shape;
+    const auto& s = problem_.shape;
     size_t b = static_cast<size_t>(s.H * k_ * s.D) * sizeof(float)      // centroids
                + static_cast<size_t>(s.B * s.H * s.N) * sizeof(int64_t)  // assignment
                + static_cast<size_t>(s.B * s.H * s.N) * sizeof(float);   // L, for backward
-    if (!p_.causal) b += static_cast<size_t>(s.B * s.H * k_ * w_) * sizeof(int64_t);  // members
+    if (!problem_.causal) b += static_cast<size_t>(s.B * s.H * k_ * w_) * sizeof(int64_t);  // members
     if (mode == Mode::fwdbwd)
       b += static_cast<size_t>(s.B * s.H * k_ * s.D) * sizeof(float) + static_cast<size_t>(s.B * s.H * k_) * sizeof(int64_t);
     return b;
   }
 
   // ---- matrix product shapes (row-major; see MatmulSpec::tile) ----
-  int64_t D() const { return p_.shape.D; }
-  float scale() const { return 1.0f / std::sqrt(static_cast<float>(p_.shape.D)); }
+  int64_t D() const { return problem_.shape.D; }
+  float scale() const { return 1.0f / std::sqrt(static_cast<float>(problem_.shape.D)); }
   // dist(k, N) = mu(k, D) Q(N, D)^T, Q read in place (row stride sn); columns scaled by 1/||Q_i|| after.
-  MatmulSpec spec_route() const { return MatmulSpec::tile(k_, p_.shape.N, D(), D(), false, p_.strides.sn, true, p_.shape.N); }
+  MatmulSpec spec_route() const { return MatmulSpec::tile(k_, problem_.shape.N, D(), D(), false, problem_.strides.sn, true, problem_.shape.N); }
   // S(w, W) = scale · Qt(w, D) Kt(W, D)^T
   MatmulSpec spec_qk() const { return MatmulSpec::tile(w_, keys(), D(), D(), false, D(), true, keys(), scale()); }
   // Oc(w, D) = P(w, W) Vt(W, D)
@@ -234,8 +234,8 @@ class Routing final : public PerHeadAttention {
 
   float* work_floats(int tid) const { return work_floats_.data() + static_cast<size_t>(tid) * layout(mode_).floats; }
   int32_t* work_ints(int tid) const { return work_ints_.data() + static_cast<size_t>(tid) * layout(mode_).ints; }
-  int64_t* assignment_of(int64_t b, int64_t h) const { return assignment_.data() + (b * p_.shape.H + h) * p_.shape.N; }
-  int64_t* members_of(int64_t b, int64_t h) const { return members_.data() + (b * p_.shape.H + h) * k_ * w_; }
+  int64_t* assignment_of(int64_t b, int64_t h) const { return assignment_.data() + (b * problem_.shape.H + h) * problem_.shape.N; }
+  int64_t* members_of(int64_t b, int64_t h) const { return members_.data() + (b * problem_.shape.H + h) * k_ * w_; }
 
   // 1. Routing: the scores dist(c, i) = mu_c . x_i (centroid-major, so each centroid's scores
   //    are one contiguous row), every position's nearest centroid (first on ties) and, not
@@ -246,8 +246,8 @@ class Routing final : public PerHeadAttention {
   void route(const AttnArgs& a, int tid, int64_t b, int64_t h) const {
     const Layout L = layout(mode_);
     float *w = work_floats(tid), *inv = w + L.inv, *dist = w + L.dist, *score = w + L.score;
-    const int64_t N = p_.shape.N;
-    inverse_norms(a.q.row(b, h, 0), p_.strides.sn, N, D(), inv);
+    const int64_t N = problem_.shape.N;
+    inverse_norms(a.q.row(b, h, 0), problem_.strides.sn, N, D(), inv);
     mm_.run(tid, spec_route(), centroids_.data() + h * k_ * D(), a.q.row(b, h, 0), dist);
     int64_t* assign = assignment_of(b, h);
     for (int64_t c = 0; c < k_; ++c) {
@@ -266,7 +266,7 @@ class Routing final : public PerHeadAttention {
         assign[i] = better ? c : assign[i];
       }
     }
-    if (p_.causal) return;
+    if (problem_.causal) return;
     int64_t* mem = members_of(b, h);
     int32_t* at = work_ints(tid) + L.order;
     for (int64_t c = 0; c < k_; ++c) select_window(dist + c * N, score, at, mem + c * w_);
@@ -281,7 +281,7 @@ class Routing final : public PerHeadAttention {
   // sample that overshot, or window near N), it runs on the whole row: exact either way.
   void select_window(const float* row, float* val, int32_t* pos, int64_t* members) const {
     constexpr int64_t kSampleStride = 8;
-    const int64_t N = p_.shape.N, m = (N + kSampleStride - 1) / kSampleStride;
+    const int64_t N = problem_.shape.N, m = (N + kSampleStride - 1) / kSampleStride;
     const int64_t r = std::min(m, 2 * w_ / kSampleStride + 8);  // the sample's rank taken as t0
     // The r-th largest of the sample: a min-heap of the r largest so far (most of the sample
     // fails the one comparison with its root).
@@ -346,9 +346,9 @@ class Routing final : public PerHeadAttention {
   // c's positions, a counting sort of the assignment.
   void cluster_lists(const int64_t* assign, int32_t* list, int32_t* count) const {
     std::fill(count, count + k_ + 1, 0);
-    for (int64_t i = 0; i < p_.shape.N; ++i) ++count[assign[i] + 1];
+    for (int64_t i = 0; i < problem_.shape.N; ++i) ++count[assign[i] + 1];
     for (int64_t c = 0; c < k_; ++c) count[c + 1] += count[c];
-    for (int64_t i = 0; i < p_.shape.N; ++i) list[count[assign[i]]++] = static_cast<int32_t>(i);
+    for (int64_t i = 0; i < problem_.shape.N; ++i) list[count[assign[i]]++] = static_cast<int32_t>(i);
     for (int64_t c = k_; c > 0; --c) count[c] = count[c - 1];  // count[c] was advanced to the end of c
     count[0] = 0;
   }
@@ -370,7 +370,7 @@ class Routing final : public PerHeadAttention {
   void for_each_tile(int64_t b, int64_t h, int tid, std::initializer_list<const TensorView*> ahead, F&& f) const {
     const Layout L = layout(mode_);
     int32_t *wi = work_ints(tid), *qpos = wi + L.qpos, *kpos = wi + L.kpos;
-    if (!p_.causal) {
+    if (!problem_.causal) {
       const int64_t* mem = members_of(b, h);
       for (int64_t c = 0; c < k_; ++c) {
         for (int64_t t = 0; t < w_; ++t) qpos[t] = kpos[t] = static_cast<int32_t>(mem[c * w_ + t]);
@@ -390,7 +390,7 @@ class Routing final : public PerHeadAttention {
           kpos[w_ + s] = qpos[s] = t0 + s < n ? lc[t0 + s] : -1;
         }
         const int64_t next = count[c] + std::min(t0 + w_, n);  // the next tile's first query in list
-        prefetch_next(ahead, b, h, list + next, std::min(w_, p_.shape.N - next));
+        prefetch_next(ahead, b, h, list + next, std::min(w_, problem_.shape.N - next));
         f(qpos, kpos);
       }
     }
@@ -436,14 +436,14 @@ class Routing final : public PerHeadAttention {
   // positions, so the slots say it all; padding query rows are left as they are (never used).
   void mask_tile(float* S, const int32_t* qpos, const int32_t* kpos) const {
     const int64_t W = keys();
-    const int64_t first = p_.causal && kpos[0] < 0 ? w_ : 0;  // the previous window is all or nothing
+    const int64_t first = problem_.causal && kpos[0] < 0 ? w_ : 0;  // the previous window is all or nothing
     for (int64_t r = 0; r < w_; ++r) {
       if (qpos[r] < 0) continue;
       float* row = S + r * W;
-      const int64_t lo = p_.causal ? std::max(r + 1, first) : 0, hi = p_.causal ? r + w_ + 1 : W;  // [lo, hi)
+      const int64_t lo = problem_.causal ? std::max(r + 1, first) : 0, hi = problem_.causal ? r + w_ + 1 : W;  // [lo, hi)
       fill(row, lo, kNegInf);
       fill(row + hi, W - hi, kNegInf);
-      if (hi - lo > 1) row[p_.causal ? r + w_ : r] = kNegInf;
+      if (hi - lo > 1) row[problem_.causal ? r + w_ : r] = kNegInf;
     }
   }
 
@@ -452,7 +452,7 @@ class Routing final : public PerHeadAttention {
     float* w = work_floats(tid);
     float *inv = w + L.inv, *Qt = w + L.Qt, *Kt = w + L.Kt, *Vt = w + L.Vt, *S = w + L.S, *Oc = w + L.Oc;
     float *M = w + L.M, *Z = w + L.Z, *lt = w + L.lt;
-    const int64_t N = p_.shape.N, Dd = D(), W = keys();
+    const int64_t N = problem_.shape.N, Dd = D(), W = keys();
     route(a, tid, b, h);
     if (training_) accumulate_sums(b, h, inv, a);
     for (int64_t i = 0; i < N; ++i) fill(a.o.row(b, h, i), Dd, 0.0f);
@@ -484,7 +484,7 @@ class Routing final : public PerHeadAttention {
     });
     // 3. Normalise, and keep L_i = M_i + log Z_i for backward (-inf for a position in no
     //    cluster, whose output stays zero).
-    float* lse = lse_.data() + (b * p_.shape.H + h) * N;
+    float* lse = lse_.data() + (b * problem_.shape.H + h) * N;
     for (int64_t i = 0; i < N; ++i) {
       if (Z[i] > 0) scale_inplace(a.o.row(b, h, i), Dd, 1.0f / Z[i]);
       lse[i] = Z[i] > 0 ? M[i] + std::log(Z[i]) : kNegInf;
@@ -497,9 +497,9 @@ class Routing final : public PerHeadAttention {
     float* w = work_floats(tid);
     float *inv = w + L.inv, *Qt = w + L.Qt, *Kt = w + L.Kt, *Vt = w + L.Vt, *A = w + L.S, *dQt = w + L.Oc;
     float *dOt = w + L.dOt, *dA = w + L.dA, *dKt = w + L.dKt, *dVt = w + L.dVt, *dKn = w + L.dKn, *delta = w + L.delta;
-    const int64_t N = p_.shape.N, Dd = D(), W = keys();
-    const float* lse = lse_.data() + (b * p_.shape.H + h) * N;
-    inverse_norms(a.q.row(b, h, 0), p_.strides.sn, N, Dd, inv);
+    const int64_t N = problem_.shape.N, Dd = D(), W = keys();
+    const float* lse = lse_.data() + (b * problem_.shape.H + h) * N;
+    inverse_norms(a.q.row(b, h, 0), problem_.strides.sn, N, Dd, inv);
     for (int64_t i = 0; i < N; ++i) {
       delta[i] = dot(a.dout.row(b, h, i), a.o.row(b, h, i), Dd);
       fill(a.dq.row(b, h, i), Dd, 0.0f);
@@ -558,12 +558,12 @@ class Routing final : public PerHeadAttention {
   // Per (batch, head): the sum of the routing vectors nearest each centroid, and their count.
   void accumulate_sums(int64_t b, int64_t h, const float* inv, const AttnArgs& a) const {
     const int64_t Dd = D();
-    float* sum = sums_.data() + (b * p_.shape.H + h) * k_ * Dd;
-    int64_t* count = counts_.data() + (b * p_.shape.H + h) * k_;
+    float* sum = sums_.data() + (b * problem_.shape.H + h) * k_ * Dd;
+    int64_t* count = counts_.data() + (b * problem_.shape.H + h) * k_;
     fill(sum, k_ * Dd, 0.0f);
     std::fill(count, count + k_, 0);
     const int64_t* assign = assignment_of(b, h);
-    for (int64_t i = 0; i < p_.shape.N; ++i) {
+    for (int64_t i = 0; i < problem_.shape.N; ++i) {
       float* s = sum + assign[i] * Dd;
       const float* q = a.q.row(b, h, i);
       const float r = inv[i];
@@ -575,7 +575,7 @@ class Routing final : public PerHeadAttention {
   // After the heads: per head and centroid, the batch's sums added in batch order (the same at
   // any thread count), normalised, and mixed in: mu <- decay·mu + (1 - decay)·m.
   void update_centroids() {
-    const auto& s = p_.shape;
+    const auto& s = problem_.shape;
     const int64_t Dd = D();
     float* m = work_floats(0) + layout(mode_).Qt;  // the heads are done: thread 0's tile buffer is free
     for (int64_t h = 0; h < s.H; ++h)

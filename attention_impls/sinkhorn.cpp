@@ -43,13 +43,13 @@ class Sinkhorn final : public PerHeadAttention {
         n_blocks_(p.shape.N / std::max<int64_t>(1, v.get_int("block"))) {}
 
   void validate() const override {
-    if (p_.shape.N % block_ != 0)
-      throw InvalidInput("sinkhorn: N=" + std::to_string(p_.shape.N) + " is not a multiple of block=" +
+    if (problem_.shape.N % block_ != 0)
+      throw InvalidInput("sinkhorn: N=" + std::to_string(problem_.shape.N) + " is not a multiple of block=" +
                          std::to_string(block_));
   }
 
   double flops(Mode mode) const override {
-    const auto& s = p_.shape;
+    const auto& s = problem_.shape;
     const double N = static_cast<double>(s.N), D = static_cast<double>(s.D), nb = static_cast<double>(n_blocks_),
                  b = static_cast<double>(block_);
     const double attention = 4.0 * D * N * 2.0 * b;        // QK and PV over N x 2·block pairs
@@ -58,7 +58,7 @@ class Sinkhorn final : public PerHeadAttention {
     // Backward: attention 3.5x in all (recomputed logits, dA, dQ, dK, dV); the sort's dK, dV
     // and dP (two products) double it twice over; the network's two transposed products.
     // The weights' gradients (param_grads): two more products of the network's size.
-    const double weights = p_.param_grads ? network : 0.0;
+    const double weights = problem_.param_grads ? network : 0.0;
     const double per_head =
         mode == Mode::fwd ? attention + sort + network : 3.5 * attention + 3.0 * sort + 2.0 * network + weights;
     return per_head * static_cast<double>(s.B * s.H);
@@ -66,12 +66,12 @@ class Sinkhorn final : public PerHeadAttention {
 
   size_t working_bytes(Mode mode) const override {
     plan(mode);
-    return (persistent_floats(mode) + static_cast<size_t>(p_.threads) * thread_floats(mode)) * sizeof(float) + scratchpad_bytes();
+    return (persistent_floats(mode) + static_cast<size_t>(problem_.threads) * thread_floats(mode)) * sizeof(float) + scratchpad_bytes();
   }
 
   void setup(Mode mode, Rng& rng) override {
     plan(mode);  // the layout below depends on the products' scratchpads
-    const auto& s = p_.shape;
+    const auto& s = problem_.shape;
     const int64_t D = s.D, H = s.H, BH = s.B * s.H;
     W1_ = Buffer<float>(static_cast<size_t>(H * D * D));
     W2_ = Buffer<float>(static_cast<size_t>(H * D * n_blocks_));
@@ -84,17 +84,17 @@ class Sinkhorn final : public PerHeadAttention {
     Ks_ = Buffer<float>(static_cast<size_t>(BH * s.N * D));
     Vs_ = Buffer<float>(static_cast<size_t>(BH * s.N * D));
     lse_ = Buffer<float>(static_cast<size_t>(BH * s.N));
-    work_ = Buffer<float>(static_cast<size_t>(p_.threads) * thread_floats(mode));
-    if (p_.param_grads && mode == Mode::fwdbwd) {
+    work_ = Buffer<float>(static_cast<size_t>(problem_.threads) * thread_floats(mode));
+    if (problem_.param_grads && mode == Mode::fwdbwd) {
       grads_ = Buffer<float>(weight_floats());
-      partials_ = Buffer<float>(static_cast<size_t>(p_.threads) * weight_floats());
+      partials_ = Buffer<float>(static_cast<size_t>(problem_.threads) * weight_floats());
     }
     bind_products(mode);
   }
 
   // ---- forward ----
   std::vector<DumpTensor> dump_tensors() const override {
-    const auto& s = p_.shape;
+    const auto& s = problem_.shape;
     return {DumpTensor{"W1", {s.H, s.D, s.D}, W1_.data(), nullptr},
             DumpTensor{"W2", {s.H, s.D, n_blocks_}, W2_.data(), nullptr},
             DumpTensor{"P", {s.B, s.H, n_blocks_, n_blocks_}, P_.data(), nullptr}};
@@ -109,7 +109,7 @@ class Sinkhorn final : public PerHeadAttention {
   };
   Layout layout(Mode mode) const {
     Layout L;
-    const size_t N = static_cast<size_t>(p_.shape.N), D = static_cast<size_t>(p_.shape.D),
+    const size_t N = static_cast<size_t>(problem_.shape.N), D = static_cast<size_t>(problem_.shape.D),
                  nb = static_cast<size_t>(n_blocks_), b = static_cast<size_t>(block_);
     size_t at = 0;
     auto take = [&at](size_t n) {
@@ -138,9 +138,9 @@ class Sinkhorn final : public PerHeadAttention {
   }
   size_t thread_floats(Mode mode) const { return layout(mode).total; }
   size_t persistent_floats(Mode mode) const {
-    const auto& s = p_.shape;
+    const auto& s = problem_.shape;
     // param_grads: the weights' gradients and one partial sum of them per thread.
-    const size_t grads = p_.param_grads && mode == Mode::fwdbwd ? (1 + static_cast<size_t>(p_.threads)) * weight_floats() : 0;
+    const size_t grads = problem_.param_grads && mode == Mode::fwdbwd ? (1 + static_cast<size_t>(problem_.threads)) * weight_floats() : 0;
     const size_t BH = static_cast<size_t>(s.B * s.H), N = static_cast<size_t>(s.N), D = static_cast<size_t>(s.D),
                  nb = static_cast<size_t>(n_blocks_);
     return static_cast<size_t>(s.H) * (D * D + D * nb)  // W1, W2
@@ -152,9 +152,9 @@ class Sinkhorn final : public PerHeadAttention {
   }
 
   // ---- matrix product shapes (row-major; see MatmulSpec::tile) ----
-  int64_t D() const { return p_.shape.D; }
-  int64_t BD() const { return block_ * p_.shape.D; }
-  float scale() const { return 1.0f / std::sqrt(static_cast<float>(p_.shape.D)); }
+  int64_t D() const { return problem_.shape.D; }
+  int64_t BD() const { return block_ * problem_.shape.D; }
+  float scale() const { return 1.0f / std::sqrt(static_cast<float>(problem_.shape.D)); }
   // pre(nb, D) = x(nb, D) W1(D, D)
   MatmulSpec spec_xw1() const { return MatmulSpec::tile(n_blocks_, D(), D(), D(), false, D(), false, D()); }
   // R(nb, nb) = hd(nb, D) W2(D, nb)
@@ -163,26 +163,26 @@ class Sinkhorn final : public PerHeadAttention {
   MatmulSpec spec_sort() const { return MatmulSpec::tile(n_blocks_, BD(), n_blocks_, n_blocks_, false, BD(), false, BD()); }
   // S(block, block) = scale · Q_i(block, D) K_i(block, D)^T, into a (block, 2·block) row
   MatmulSpec spec_qk() const {
-    return MatmulSpec::tile(block_, block_, D(), p_.strides.sn, false, D(), true, 2 * block_, scale());
+    return MatmulSpec::tile(block_, block_, D(), problem_.strides.sn, false, D(), true, 2 * block_, scale());
   }
   // O_i(block, D) (+)= A(block, block) V(block, D)
   MatmulSpec spec_av(bool acc) const {
-    return MatmulSpec::tile(block_, D(), block_, 2 * block_, false, D(), false, p_.strides.sn, 1.0f, acc);
+    return MatmulSpec::tile(block_, D(), block_, 2 * block_, false, D(), false, problem_.strides.sn, 1.0f, acc);
   }
   // backward:
   // dA(block, block) = dO_i(block, D) V(block, D)^T
-  MatmulSpec spec_dav() const { return MatmulSpec::tile(block_, block_, D(), p_.strides.sn, false, D(), true, 2 * block_); }
+  MatmulSpec spec_dav() const { return MatmulSpec::tile(block_, block_, D(), problem_.strides.sn, false, D(), true, 2 * block_); }
   // dQ_i (+)= scale · dS(block, block) K(block, D)
   MatmulSpec spec_dq(bool acc) const {
-    return MatmulSpec::tile(block_, D(), block_, 2 * block_, false, D(), false, p_.strides.sn, scale(), acc);
+    return MatmulSpec::tile(block_, D(), block_, 2 * block_, false, D(), false, problem_.strides.sn, scale(), acc);
   }
   // dK(block, D) += scale · dS(block, block)^T Q_i(block, D)
   MatmulSpec spec_dk() const {
-    return MatmulSpec::tile(block_, D(), block_, 2 * block_, true, p_.strides.sn, false, D(), scale(), true);
+    return MatmulSpec::tile(block_, D(), block_, 2 * block_, true, problem_.strides.sn, false, D(), scale(), true);
   }
   // dV(block, D) += A(block, block)^T dO_i(block, D)
   MatmulSpec spec_dv() const {
-    return MatmulSpec::tile(block_, D(), block_, 2 * block_, true, p_.strides.sn, false, D(), 1.0f, true);
+    return MatmulSpec::tile(block_, D(), block_, 2 * block_, true, problem_.strides.sn, false, D(), 1.0f, true);
   }
   // dKc(nb, block·D) += P^T(nb, nb) dK~(nb, block·D)
   MatmulSpec spec_sort_back() const {
@@ -204,18 +204,18 @@ class Sinkhorn final : public PerHeadAttention {
     if (mode == Mode::fwdbwd)
       p.insert(p.end(), {spec_dav(), spec_dq(false), spec_dq(true), spec_dk(), spec_dv(), spec_sort_back(),
                          spec_dP(false), spec_dP(true), spec_dhd(), spec_dx()});
-    if (mode == Mode::fwdbwd && p_.param_grads) p.insert(p.end(), {spec_dw2(), spec_dw1()});
+    if (mode == Mode::fwdbwd && problem_.param_grads) p.insert(p.end(), {spec_dw2(), spec_dw1()});
     return p;
   }
 
   float* work(int tid) const { return work_.data() + static_cast<size_t>(tid) * thread_floats(mode_); }
-  size_t bh_index(int64_t b, int64_t h) const { return static_cast<size_t>(b * p_.shape.H + h); }
+  size_t bh_index(int64_t b, int64_t h) const { return static_cast<size_t>(b * problem_.shape.H + h); }
 
   // The head's keys or values as a contiguous (nb, block·D) matrix: the tensor itself when its
   // rows are contiguous, else a copy into `buf`.
   const float* contiguous(const TensorView& t, int64_t b, int64_t h, float* buf) const {
     if (t.strides.sn == D()) return t.head(b, h);
-    for (int64_t i = 0; i < p_.shape.N; ++i) std::memcpy(buf + i * D(), t.row(b, h, i), static_cast<size_t>(D()) * sizeof(float));
+    for (int64_t i = 0; i < problem_.shape.N; ++i) std::memcpy(buf + i * D(), t.row(b, h, i), static_cast<size_t>(D()) * sizeof(float));
     return buf;
   }
 
@@ -274,14 +274,14 @@ class Sinkhorn final : public PerHeadAttention {
   }
 
   // ---- the sorting network's gradients (param_grads): W1 then W2, one layout ----
-  size_t weights1() const { return static_cast<size_t>(p_.shape.H * D() * D()); }
-  size_t weight_floats() const { return weights1() + static_cast<size_t>(p_.shape.H * D() * n_blocks_); }
+  size_t weights1() const { return static_cast<size_t>(problem_.shape.H * D() * D()); }
+  size_t weight_floats() const { return weights1() + static_cast<size_t>(problem_.shape.H * D() * n_blocks_); }
   float* partial(int tid) const { return partials_.data() + static_cast<size_t>(tid) * weight_floats(); }
   void begin_param_grads() override { partials_.zero(); }
   void end_param_grads() override {
     const size_t n = weight_floats();
     std::memcpy(grads_.data(), partials_.data(), n * sizeof(float));
-    for (int t = 1; t < p_.threads; ++t) {
+    for (int t = 1; t < problem_.threads; ++t) {
       const float* part = partial(t);
       float* g = grads_.data();
 #pragma omp simd
@@ -330,12 +330,12 @@ class Sinkhorn final : public PerHeadAttention {
     const float* Kc = contiguous(a.k, b, h, w + L.Kc);
     const float* Vc = contiguous(a.v, b, h, w + L.Vc);
     const float* P = P_.data() + bh * static_cast<size_t>(nb * nb);
-    float* Ks = Ks_.data() + bh * static_cast<size_t>(p_.shape.N * Dd);
-    float* Vs = Vs_.data() + bh * static_cast<size_t>(p_.shape.N * Dd);
+    float* Ks = Ks_.data() + bh * static_cast<size_t>(problem_.shape.N * Dd);
+    float* Vs = Vs_.data() + bh * static_cast<size_t>(problem_.shape.N * Dd);
     mm_.run(tid, spec_sort(), P, Kc, Ks);
     mm_.run(tid, spec_sort(), P, Vc, Vs);
     // 5. Each query block attends [K_i ; K~_i]: logits, row softmax, output.
-    float* lse = lse_.data() + bh * static_cast<size_t>(p_.shape.N);
+    float* lse = lse_.data() + bh * static_cast<size_t>(problem_.shape.N);
     for (int64_t i = 0; i < nb; ++i) {
       const int64_t r0 = i * block_;
       const float* Q = a.q.row(b, h, r0);
@@ -359,7 +359,7 @@ class Sinkhorn final : public PerHeadAttention {
     float* w = work(tid);
     float *A = w + L.S, *dA = w + L.dA;
     float *dKc = w + L.dKc, *dVc = w + L.dVc, *dKs = w + L.dKs, *dVs = w + L.dVs;
-    const int64_t nb = n_blocks_, Dd = D(), N = p_.shape.N, b2 = 2 * block_;
+    const int64_t nb = n_blocks_, Dd = D(), N = problem_.shape.N, b2 = 2 * block_;
     const size_t bh = bh_index(b, h);
     const float* Kc = contiguous(a.k, b, h, w + L.Kc);
     const float* Vc = contiguous(a.v, b, h, w + L.Vc);
@@ -446,13 +446,13 @@ class Sinkhorn final : public PerHeadAttention {
     const float* pre = pre_.data() + bh * static_cast<size_t>(nb * Dd);
     mm_.run(tid, spec_dhd(), g, W2_.data() + h * Dd * nb, dhd);
     float* x = w + L.x;  // free in the backward pass
-    if (p_.param_grads) {  // dW2 += relu(pre)^T dR, into this thread's partial sum
+    if (problem_.param_grads) {  // dW2 += relu(pre)^T dR, into this thread's partial sum
       for (int64_t k = 0; k < nb * Dd; ++k) x[k] = std::max(pre[k], 0.0f);
       mm_.run(tid, spec_dw2(), x, g, partial(tid) + weights1() + h * Dd * nb);
     }
     for (int64_t k = 0; k < nb * Dd; ++k) dhd[k] = pre[k] > 0.0f ? dhd[k] : 0.0f;
     mm_.run(tid, spec_dx(), dhd, W1_.data() + h * Dd * Dd, dx);
-    if (p_.param_grads) {  // dW1 += x^T dpre, x the block means again
+    if (problem_.param_grads) {  // dW1 += x^T dpre, x the block means again
       block_means(a, b, h, x);
       mm_.run(tid, spec_dw1(), x, dhd, partial(tid) + h * Dd * Dd);
     }

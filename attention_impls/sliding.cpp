@@ -27,7 +27,7 @@ class Sliding final : public SparseAttention {
 
   std::vector<Segment> make_segments(Rng*) const override {
     std::vector<Segment> s;
-    s.push_back(band(rows(0, p_.shape.N), window_, p_.causal ? 0 : window_, p_.causal));
+    s.push_back(band(rows(0, problem_.shape.N), window_, problem_.causal ? 0 : window_, problem_.causal));
     return s;
   }
 

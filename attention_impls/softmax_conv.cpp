@@ -86,25 +86,25 @@ class SoftmaxConv final : public PerHeadAttention {
       : PerHeadAttention(p), K_(kernel), pad_(p.causal ? kernel - 1 : (kernel - 1) / 2), dynamic_(dynamic) {}
 
   double flops(Mode mode) const override {
-    const auto& s = p_.shape;
+    const auto& s = problem_.shape;
     const double D = static_cast<double>(s.D), K = static_cast<double>(K_), N = static_cast<double>(s.N);
     const double BH = static_cast<double>(s.B * s.H);
     if (mode == Mode::decode) return BH * (2.0 * K * D + (dynamic_ ? 2.0 * D * K : 0.0));  // one new row
-    const double taps = softmax_conv_taps(s.N, K_, p_.causal);
+    const double taps = softmax_conv_taps(s.N, K_, problem_.causal);
     const double predictor = dynamic_ ? 2.0 * N * D * K : 0.0;  // L = Q W_h
     if (mode == Mode::fwd) return BH * (2.0 * taps * D + predictor);
     // Forward, then dV and g (2 taps D each; lightconv forms g only for its parameter gradients),
     // dQ = dL W^T, and with parameter gradients dW = Q^T dL.
-    const bool g = dynamic_ || p_.param_grads;
+    const bool g = dynamic_ || problem_.param_grads;
     double per_head = 2.0 * taps * D + predictor + 2.0 * taps * D + (g ? 2.0 * taps * D : 0.0);
-    if (dynamic_) per_head += predictor + (p_.param_grads ? predictor : 0.0);
+    if (dynamic_) per_head += predictor + (problem_.param_grads ? predictor : 0.0);
     return BH * per_head;
   }
 
   size_t working_bytes(Mode mode) const override {
     plan(mode);
-    const auto& s = p_.shape;
-    const size_t T = static_cast<size_t>(p_.threads), f = sizeof(float);
+    const auto& s = problem_.shape;
+    const size_t T = static_cast<size_t>(problem_.threads), f = sizeof(float);
     size_t floats = param_floats() + (dynamic_ ? 0 : kernel_floats());  // lightconv: w beside theta
     if (learning(mode)) floats += (1 + T) * param_floats();              // gradients, per-thread partials
     if (mode == Mode::decode) {
@@ -118,8 +118,8 @@ class SoftmaxConv final : public PerHeadAttention {
 
   void setup(Mode mode, Rng& rng) override {
     plan(mode);
-    const auto& s = p_.shape;
-    const int64_t T = p_.threads;
+    const auto& s = problem_.shape;
+    const int64_t T = problem_.threads;
     if (dynamic_) {
       // fairseq's weight_linear: Xavier-uniform weights (here per head, D -> K), zero bias.
       W_ = Buffer<float>(static_cast<size_t>(s.H * s.D * K_));
@@ -154,14 +154,14 @@ class SoftmaxConv final : public PerHeadAttention {
   }
 
   std::vector<LearnedTensor> learned() override {
-    const auto& s = p_.shape;
+    const auto& s = problem_.shape;
     float* g = grads_.data();
     if (!dynamic_) return {{"theta", theta_.data(), g, s.H * K_}};
     return {{"W", W_.data(), g, s.H * s.D * K_}, {"b", bias_.data(), g ? g + s.H * s.D * K_ : nullptr, s.H * K_}};
   }
 
   std::vector<DumpTensor> dump_tensors() const override {
-    const auto& s = p_.shape;
+    const auto& s = problem_.shape;
     if (!dynamic_) return {DumpTensor{"theta", {s.H, K_}, theta_.data(), nullptr}};
     return {DumpTensor{"W", {s.H, s.D, K_}, W_.data(), nullptr}, DumpTensor{"b", {s.H, K_}, bias_.data(), nullptr}};
   }
@@ -174,7 +174,7 @@ class SoftmaxConv final : public PerHeadAttention {
   // ---- decode ----
   void decode_prefill(const AttnArgs& a, int64_t n) override {
     if (!dynamic_) normalise_kernels();
-    const auto& s = p_.shape;
+    const auto& s = problem_.shape;
     for (int64_t b = 0; b < s.B; ++b)
       for (int64_t h = 0; h < s.H; ++h)
         for (int64_t i = std::max<int64_t>(0, n - K_); i < n; ++i)
@@ -182,8 +182,8 @@ class SoftmaxConv final : public PerHeadAttention {
   }
 
   void decode_step(const AttnArgs& t, int64_t pos) override {
-    const int64_t D = p_.shape.D;
-    for_each_head(p_.shape, [&](int tid, int64_t b, int64_t h) {
+    const int64_t D = problem_.shape.D;
+    for_each_head(problem_.shape, [&](int tid, int64_t b, int64_t h) {
       std::memcpy(ring_row(b, h, pos), t.v.row(b, h, 0), static_cast<size_t>(D) * sizeof(float));
       const float* w = w_.data() + h * K_;
       if (dynamic_) {
@@ -211,7 +211,7 @@ class SoftmaxConv final : public PerHeadAttention {
   }
 
   void forward_head(const AttnArgs& a, int tid, int64_t b, int64_t h) const override {
-    const int64_t N = p_.shape.N, D = p_.shape.D, sn = p_.strides.sn;
+    const int64_t N = problem_.shape.N, D = problem_.shape.D, sn = problem_.strides.sn;
     const float* w = w_.data() + h * K_;
     int64_t ldw = 0;
     if (dynamic_) {
@@ -235,7 +235,7 @@ class SoftmaxConv final : public PerHeadAttention {
   }
 
   void backward_head(const AttnArgs& a, int tid, int64_t b, int64_t h) const override {
-    const int64_t N = p_.shape.N, D = p_.shape.D, sn = p_.strides.sn;
+    const int64_t N = problem_.shape.N, D = problem_.shape.D, sn = problem_.strides.sn;
     for (int64_t i = 0; i < N; ++i) {
       fill(a.dk.row(b, h, i), D, 0.0f);
       if (!dynamic_) fill(a.dq.row(b, h, i), D, 0.0f);
@@ -272,7 +272,7 @@ class SoftmaxConv final : public PerHeadAttention {
     mm_.run(tid, spec_dq(), G, W_.data() + h * D * K_, a.dq.head(b, h));
     if (!grads_.data()) return;
     mm_.run(tid, spec_dw(), a.q.head(b, h), G, partial(tid) + h * D * K_);
-    float* db = partial(tid) + p_.shape.H * D * K_ + h * K_;
+    float* db = partial(tid) + problem_.shape.H * D * K_ + h * K_;
     for (int64_t i = 0; i < N; ++i) axpy(db, 1.0f, G + i * K_, K_);
   }
 
@@ -284,47 +284,47 @@ class SoftmaxConv final : public PerHeadAttention {
     const size_t n = param_floats();
     float* g = grads_.data();
     std::memcpy(g, partials_.data(), n * sizeof(float));
-    for (int t = 1; t < p_.threads; ++t) axpy(g, 1.0f, partials_.data() + static_cast<size_t>(t) * n, static_cast<int64_t>(n));
+    for (int t = 1; t < problem_.threads; ++t) axpy(g, 1.0f, partials_.data() + static_cast<size_t>(t) * n, static_cast<int64_t>(n));
     if (dynamic_) return;
-    for (int64_t h = 0; h < p_.shape.H; ++h) softmax_backward_row(w_.data() + h * K_, g + h * K_, K_);
+    for (int64_t h = 0; h < problem_.shape.H; ++h) softmax_backward_row(w_.data() + h * K_, g + h * K_, K_);
   }
 
  private:
-  bool learning(Mode mode) const { return p_.param_grads && mode == Mode::fwdbwd; }
-  size_t kernel_floats() const { return static_cast<size_t>(p_.shape.H * K_); }
+  bool learning(Mode mode) const { return problem_.param_grads && mode == Mode::fwdbwd; }
+  size_t kernel_floats() const { return static_cast<size_t>(problem_.shape.H * K_); }
   size_t param_floats() const {
-    return dynamic_ ? static_cast<size_t>(p_.shape.H * (p_.shape.D + 1) * K_) : kernel_floats();
+    return dynamic_ ? static_cast<size_t>(problem_.shape.H * (problem_.shape.D + 1) * K_) : kernel_floats();
   }
-  size_t ring_floats() const { return static_cast<size_t>(p_.shape.B * p_.shape.H * K_ * p_.shape.D); }
+  size_t ring_floats() const { return static_cast<size_t>(problem_.shape.B * problem_.shape.H * K_ * problem_.shape.D); }
 
   // The taps of output row i that land inside [0, N): t in [first_tap(i), end_tap(i)).
   int64_t first_tap(int64_t i) const { return std::max<int64_t>(0, pad_ - i); }
-  int64_t end_tap(int64_t i) const { return std::min<int64_t>(K_, p_.shape.N + pad_ - i); }
+  int64_t end_tap(int64_t i) const { return std::min<int64_t>(K_, problem_.shape.N + pad_ - i); }
 
   void normalise_kernels() {
     std::memcpy(w_.data(), theta_.data(), kernel_floats() * sizeof(float));
-    for (int64_t h = 0; h < p_.shape.H; ++h) softmax_row(w_.data() + h * K_, K_);
+    for (int64_t h = 0; h < problem_.shape.H; ++h) softmax_row(w_.data() + h * K_, K_);
   }
 
   float* weights_row(int64_t b, int64_t h, int64_t i) const {
-    return weights_.data() + ((b * p_.shape.H + h) * p_.shape.N + i) * K_;
+    return weights_.data() + ((b * problem_.shape.H + h) * problem_.shape.N + i) * K_;
   }
   float* ring_row(int64_t b, int64_t h, int64_t pos) const {
-    return ring_.data() + ((b * p_.shape.H + h) * K_ + pos % K_) * p_.shape.D;
+    return ring_.data() + ((b * problem_.shape.H + h) * K_ + pos % K_) * problem_.shape.D;
   }
   float* partial(int tid) const { return partials_.data() + static_cast<size_t>(tid) * param_floats(); }
 
   // L (N, K) = Q (N, D) W_h (D, K)
   MatmulSpec spec_logits() const {
-    return MatmulSpec::tile(p_.shape.N, K_, p_.shape.D, p_.strides.sn, false, K_, false, K_);
+    return MatmulSpec::tile(problem_.shape.N, K_, problem_.shape.D, problem_.strides.sn, false, K_, false, K_);
   }
   // dQ (N, D) = dL (N, K) W_h^T
   MatmulSpec spec_dq() const {
-    return MatmulSpec::tile(p_.shape.N, p_.shape.D, K_, K_, false, K_, true, p_.strides.sn);
+    return MatmulSpec::tile(problem_.shape.N, problem_.shape.D, K_, K_, false, K_, true, problem_.strides.sn);
   }
   // dW_h (D, K) += Q^T (D, N) dL (N, K)
   MatmulSpec spec_dw() const {
-    return MatmulSpec::tile(p_.shape.D, K_, p_.shape.N, p_.strides.sn, true, K_, false, K_, 1.0f, true);
+    return MatmulSpec::tile(problem_.shape.D, K_, problem_.shape.N, problem_.strides.sn, true, K_, false, K_, 1.0f, true);
   }
 
   int64_t K_, pad_;

@@ -37,7 +37,7 @@ struct SparseAttention::Part {
 };
 
 SparseAttention::SparseAttention(const AttnProblem& p)
-    : p_(p), bias_(std::make_unique<PositionBias>(p.bias, p.shape, p.causal, 1.0f / std::sqrt(static_cast<float>(p.shape.D)), p.threads)) {
+    : problem_(p), bias_(std::make_unique<PositionBias>(p.bias, p.shape, p.causal, 1.0f / std::sqrt(static_cast<float>(p.shape.D)), p.threads)) {
   if (p.bias.active() && p.dtype == Dtype::bf16)
     throw InvalidInput("the sparse patterns add a position encoding in float32 only (no --dtype bf16)");
   if (p.attn_dropout && p.dtype == Dtype::bf16)
@@ -55,8 +55,8 @@ std::vector<DumpTensor> SparseAttention::dump_tensors() const { return bias_->du
 SparseAttention::~SparseAttention() = default;
 
 void SparseAttention::build(Rng* rng) const {
-  const auto& s = p_.shape;
-  const auto& st = p_.strides;
+  const auto& s = problem_.shape;
+  const auto& st = problem_.strides;
   parts_.clear();
   for (Segment& seg : make_segments(rng)) {
     if (seg.queries.n <= 0 || seg.keys.n <= 0) continue;
@@ -88,18 +88,18 @@ void SparseAttention::build(Rng* rng) const {
       sh.ld_dv = ld_dk;
       sh.ld_dout = seg.queries.step * sn_in;
     }
-    sh.threads = p_.threads;
+    sh.threads = problem_.threads;
     sh.keys = seg.range;
     sh.fwd_rows = seg.tile_rows;
     sh.fwd_cols = seg.tile_cols;
     sh.bwd_rows = seg.bwd_tile_rows > 0 ? seg.bwd_tile_rows : seg.tile_cols;
     sh.bwd_cols = seg.bwd_tile_cols > 0 ? seg.bwd_tile_cols : seg.tile_rows;
     sh.tight = seg.tight;
-    sh.diagonal = seg.diagonal && !p_.attn_dropout;
+    sh.diagonal = seg.diagonal && !problem_.attn_dropout;
     sh.bf16_tiles = bf16();
     sh.prefix_keys = seg.prefix_keys;
     // T5's bias sums its gradient per thread: a fixed hand-out of (b, h) keeps the sum's order.
-    sh.static_schedule = p_.bias.kind == PositionBiasKind::t5;
+    sh.static_schedule = problem_.bias.kind == PositionBiasKind::t5;
     part->engine = TiledSoftmax(sh);
     part->seg = std::move(seg);
     // Where the engine's rows and keys are in the sequence, for the position encoding.
@@ -165,23 +165,23 @@ double SparseAttention::scored_pairs() const {
 
 double SparseAttention::flops(Mode mode) const {
   if (mode == Mode::decode) {
-    const auto [lo, hi] = window_keys(p_.shape.N);
-    return attention_pair_flops(static_cast<double>(hi - lo), p_.shape.D) * static_cast<double>(p_.shape.B * p_.shape.H);
+    const auto [lo, hi] = window_keys(problem_.shape.N);
+    return attention_pair_flops(static_cast<double>(hi - lo), problem_.shape.D) * static_cast<double>(problem_.shape.B * problem_.shape.H);
   }
-  return with_backward(attention_pair_flops(pairs(), p_.shape.D), mode);
+  return with_backward(attention_pair_flops(pairs(), problem_.shape.D), mode);
 }
 
 size_t SparseAttention::working_bytes(Mode mode) const {
   if (mode == Mode::decode) {
     const int64_t W = window_capacity();
-    return ring_bytes(W) + static_cast<size_t>(p_.threads * W) * sizeof(float);
+    return ring_bytes(W) + static_cast<size_t>(problem_.threads * W) * sizeof(float);
   }
   if (!built_) build(nullptr);
-  const auto& s = p_.shape;
+  const auto& s = problem_.shape;
   size_t b = 0;
   for (auto& part : parts_) {
     if (!planned_ || planned_mode_ != mode) part->engine.plan(mode, source(*part));
-    b += part->engine.working_bytes(mode) + part->qk.working_bytes(p_.threads);
+    b += part->engine.working_bytes(mode) + part->qk.working_bytes(problem_.threads);
     if (part->gathered())
       b += (2 * gathered_floats(*part) + (mode == Mode::fwdbwd ? 2 * gathered_grad_floats(*part) : 0)) * sizeof(float) +
            static_cast<size_t>(s.H * part->seg.keys.n) * sizeof(int64_t);
@@ -196,41 +196,41 @@ size_t SparseAttention::working_bytes(Mode mode) const {
 size_t SparseAttention::bf16_bytes(Mode mode) const {
   if (!bf16()) return 0;
   const size_t copies = mode == Mode::fwdbwd ? 4 : 3;  // Q, K, V (and dO)
-  return copies * static_cast<size_t>(p_.shape.B * p_.shape.H * p_.shape.N * bf16_row_floats()) * sizeof(float);
+  return copies * static_cast<size_t>(problem_.shape.B * problem_.shape.H * problem_.shape.N * bf16_row_floats()) * sizeof(float);
 }
 
 // A gathered part's gradients of its keys and values: D floats a row in every dtype.
 size_t SparseAttention::gathered_grad_floats(const Part& part) const {
-  return static_cast<size_t>(p_.shape.B * p_.shape.H * part.seg.keys.n * p_.shape.D);
+  return static_cast<size_t>(problem_.shape.B * problem_.shape.H * part.seg.keys.n * problem_.shape.D);
 }
 
 // A gathered part's copy of its keys (or values): D floats a row, or bf16_row_floats in bf16.
 size_t SparseAttention::gathered_floats(const Part& part) const {
-  const int64_t row = bf16() ? bf16_row_floats() : p_.shape.D;
-  return static_cast<size_t>(p_.shape.B * p_.shape.H * part.seg.keys.n * row);
+  const int64_t row = bf16() ? bf16_row_floats() : problem_.shape.D;
+  return static_cast<size_t>(problem_.shape.B * problem_.shape.H * part.seg.keys.n * row);
 }
 
 size_t SparseAttention::ring_bytes(int64_t W) const {
-  return 2 * static_cast<size_t>(p_.shape.B * p_.shape.H * W * p_.shape.D) * sizeof(float);
+  return 2 * static_cast<size_t>(problem_.shape.B * problem_.shape.H * W * problem_.shape.D) * sizeof(float);
 }
 
 void SparseAttention::setup(Mode mode, Rng& rng) {
   if (mode == Mode::decode) {
     if (bias_->active()) throw InvalidInput("the sparse patterns decode without a position encoding (the model adds it in its forward pass only)");
     const int64_t W = window_capacity();
-    const auto& s = p_.shape;
+    const auto& s = problem_.shape;
     ring_k_ = Buffer<float>(static_cast<size_t>(s.B * s.H * W * s.D));
     ring_v_ = Buffer<float>(ring_k_.size());
-    ring_scores_ = Buffer<float>(static_cast<size_t>(p_.threads * W));
+    ring_scores_ = Buffer<float>(static_cast<size_t>(problem_.threads * W));
     return;
   }
   bias_->setup(mode, rng);  // first: its parameters are then those flash draws from the same seed
   build(&rng);
-  const auto& s = p_.shape;
+  const auto& s = problem_.shape;
   for (auto& part : parts_) {
     part->engine.plan(mode, source(*part));
     part->engine.setup(mode);
-    part->qk.setup(p_.threads);
+    part->qk.setup(problem_.threads);
     if (part->gathered()) {
       const size_t n = gathered_floats(*part);
       part->kg = Buffer<float>(n);
@@ -269,24 +269,24 @@ TensorView rows_of(const TensorView& t, int64_t n) {
 
 TensorView SparseAttention::keys_view(const Part& part, const TensorView& t, const Buffer<float>& gathered) const {
   if (part.gathered())
-    return contiguous_view(gathered, p_.shape.B, p_.shape.H, part.seg.keys.n, bf16() ? bf16_row_floats() : p_.shape.D);
+    return contiguous_view(gathered, problem_.shape.B, problem_.shape.H, part.seg.keys.n, bf16() ? bf16_row_floats() : problem_.shape.D);
   return part.seg.keys.of(t);
 }
 
 TensorView SparseAttention::grads_view(const Part& part, const TensorView& t, const Buffer<float>& gathered) const {
-  if (part.gathered()) return contiguous_view(gathered, p_.shape.B, p_.shape.H, part.seg.keys.n, p_.shape.D);
+  if (part.gathered()) return contiguous_view(gathered, problem_.shape.B, problem_.shape.H, part.seg.keys.n, problem_.shape.D);
   return part.seg.keys.of(t);
 }
 
 void SparseAttention::set_dropout(const Dropout& d) {
-  if (d.active() && !p_.attn_dropout) throw std::logic_error("set_dropout on a problem not planned for dropout");
+  if (d.active() && !problem_.attn_dropout) throw std::logic_error("set_dropout on a problem not planned for dropout");
   if (!built_) build(nullptr);
   for (size_t i = 0; i < parts_.size(); ++i) parts_[i]->engine.set_dropout(d.with_salt(i));
 }
 
 template <class F>
 void SparseAttention::for_each_gathered(const Part& part, F&& f) const {
-  const auto& s = p_.shape;
+  const auto& s = problem_.shape;
   const int64_t nk = part.seg.keys.n, row = bf16() ? bf16_row_floats() : s.D;
 #pragma omp parallel for schedule(static)
   for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
@@ -298,7 +298,7 @@ void SparseAttention::for_each_gathered(const Part& part, F&& f) const {
 // bf16: Q, K, V rounded into the copies (pass 0 of a bf16 call), each row padded to an even D
 // with a zero the products never read. Returns views of the copies, D/2 floats a row.
 AttnArgs SparseAttention::round_inputs(const AttnArgs& a) {
-  const auto& s = p_.shape;
+  const auto& s = problem_.shape;
   const int64_t row = bf16_row_floats();
   AttnArgs r = a;
   r.q = contiguous_view(q_b_, s.B, s.H, s.N, row);
@@ -321,7 +321,7 @@ AttnArgs SparseAttention::round_inputs(const AttnArgs& a) {
 // that is first to all its rows writes O and lse; a later one resumes from them, so that O and
 // lse become the softmax over the union of the keys so far (segments have disjoint key sets).
 void SparseAttention::forward(const AttnArgs& args) {
-  const auto& s = p_.shape;
+  const auto& s = problem_.shape;
   const int64_t D = s.D;
   // Q, K, V as the segments read them (bf16: the rounded copies); O is always the caller's.
   const AttnArgs a = bf16() ? round_inputs(args) : args;
@@ -360,7 +360,7 @@ void SparseAttention::forward(const AttnArgs& args) {
 // Backward: every segment's engine with the merged lse and output, accumulating into dQ, dK, dV
 // (gathered keys through their buffers, scattered back).
 void SparseAttention::backward(const AttnArgs& a) {
-  const auto& s = p_.shape;
+  const auto& s = problem_.shape;
   const int64_t D = s.D;
   // bf16: the products read the forward's rounded copies of Q, K, V (and the gathered parts'
   // copies of them) and dO rounded here; the gradients stay float.
@@ -417,13 +417,13 @@ void SparseAttention::backward(const AttnArgs& a) {
         }
       });
   }
-  if (bias_->active()) bias_->finish_backward(a.q, a.dq, p_.param_grads);
+  if (bias_->active()) bias_->finish_backward(a.q, a.dq, problem_.param_grads);
 }
 
 // ---- decode against the window: a ring of the last window_capacity() keys and values ----
 
 void SparseAttention::decode_prefill(const AttnArgs& a, int64_t n) {
-  const auto& s = p_.shape;
+  const auto& s = problem_.shape;
   const int64_t W = window_capacity(), D = s.D;
   for (int64_t b = 0; b < s.B; ++b)
     for (int64_t h = 0; h < s.H; ++h)
@@ -435,7 +435,7 @@ void SparseAttention::decode_prefill(const AttnArgs& a, int64_t n) {
 }
 
 void SparseAttention::decode_step(const AttnArgs& t, int64_t pos) {
-  const auto& s = p_.shape;
+  const auto& s = problem_.shape;
   const int64_t W = window_capacity(), D = s.D;
   const auto [lo, hi] = window_keys(pos);
 #pragma omp parallel for schedule(static)

@@ -100,7 +100,7 @@ class SparseAttention : public Attention {
   // a query may use (the cache is a ring of that many tokens), and the keys of position pos.
   virtual int64_t window_capacity() const { return 0; }
   virtual std::pair<int64_t, int64_t> window_keys(int64_t pos) const { return {pos, pos + 1}; }
-  AttnProblem p_;
+  AttnProblem problem_;
 
  private:
   struct Part;
@@ -129,8 +129,8 @@ class SparseAttention : public Attention {
   Buffer<float> lse_;  // the merged row log-sum-exp, (B, H, N)
   std::unique_ptr<PositionBias> bias_;
   // bf16: Q, K, V rounded, (B, H, N, bf16_row_floats()) floats each holding two bf16 numbers.
-  bool bf16() const { return p_.dtype == Dtype::bf16; }
-  int64_t bf16_row_floats() const { return (p_.shape.D + 1) / 2; }
+  bool bf16() const { return problem_.dtype == Dtype::bf16; }
+  int64_t bf16_row_floats() const { return (problem_.shape.D + 1) / 2; }
   size_t bf16_bytes(Mode mode) const;
   size_t gathered_grad_floats(const Part& part) const;
   Buffer<float> q_b_, k_b_, v_b_, do_b_;  // do_b_: backward, dO rounded

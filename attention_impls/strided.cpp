@@ -38,16 +38,16 @@ class Strided final : public SparseAttention {
 
  private:
   std::vector<Segment> strided_segments() const {
-    const int64_t N = p_.shape.N, l = l_;
+    const int64_t N = problem_.shape.N, l = l_;
     std::vector<Segment> s;
     // The band with the query itself: |i - j| < l (causal: 0 <= i - j < l), one tight band.
-    s.push_back(band(rows(0, N), l - 1, p_.causal ? 0 : l - 1, p_.causal));
+    s.push_back(band(rows(0, N), l - 1, problem_.causal ? 0 : l - 1, problem_.causal));
     // The residue class of the query without the query itself (the band has it): all residues
     // as one folded segment per residue length, each a dense (or causal) attention.
     for (const RowSet& r : residue_classes(N, l)) {
       Segment res;
       res.queries = res.keys = r;
-      res.causal = p_.causal;
+      res.causal = problem_.causal;
       res.exclude_self = true;
       s.push_back(std::move(res));
     }
@@ -55,9 +55,9 @@ class Strided final : public SparseAttention {
   }
 
   std::vector<Segment> fixed_segments(bool with_index) const {
-    const int64_t N = p_.shape.N, l = l_, c = c_, H = p_.shape.H;
+    const int64_t N = problem_.shape.N, l = l_, c = c_, H = problem_.shape.H;
     std::vector<Segment> s;
-    s.push_back(block_band(rows(0, N), l, 0, 0, p_.causal));
+    s.push_back(block_band(rows(0, N), l, 0, 0, problem_.causal));
     // Summary rows j with j mod l >= l - c, in order: block b's start at index b * c.
     std::vector<int64_t> summary;
     for (int64_t j = 0; j < N; ++j)
@@ -79,7 +79,7 @@ class Strided final : public SparseAttention {
     };
     // Other blocks' summaries: earlier blocks, and (non-causal) later ones.
     summaries([l, c](int64_t t) { return std::pair<int64_t, int64_t>{0, t / l * c}; });
-    if (!p_.causal) summaries([l, c, nk](int64_t t) { return std::pair<int64_t, int64_t>{(t / l + 1) * c, nk}; });
+    if (!problem_.causal) summaries([l, c, nk](int64_t t) { return std::pair<int64_t, int64_t>{(t / l + 1) * c, nk}; });
     return s;
   }
 

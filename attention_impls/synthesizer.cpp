@@ -35,7 +35,7 @@ enum class Variant { dense, random, factorized };
 class Synthesizer final : public Attention, private LogitsSource {
  public:
   Synthesizer(const AttnProblem& p, const ParamValues& v)
-      : p_(p),
+      : problem_(p),
         variant_(v.get_choice("variant") == "dense"    ? Variant::dense
                  : v.get_choice("variant") == "random" ? Variant::random
                                                        : Variant::factorized),
@@ -44,16 +44,16 @@ class Synthesizer final : public Attention, private LogitsSource {
         core_(shape_of(p)) {}
 
   void validate() const override {
-    if (variant_ == Variant::dense && max_len_ < p_.shape.N)
+    if (variant_ == Variant::dense && max_len_ < problem_.shape.N)
       throw InvalidInput("synthesizer: max_len=" + std::to_string(max_len_) + " is below N=" +
-                         std::to_string(p_.shape.N) + "; it must be 0 (= N) or at least N");
+                         std::to_string(problem_.shape.N) + "; it must be 0 (= N) or at least N");
   }
 
   // Causal: the diagonal tiles are scored whole and masked.
   std::optional<double> admissible_fraction() const override { return core_.pairs() / core_.scored_pairs(); }
 
   double flops(Mode mode) const override {
-    const auto& s = p_.shape;
+    const auto& s = problem_.shape;
     const double p = core_.pairs(), D = static_cast<double>(s.D), N = static_cast<double>(s.N);
     const bool fwd = mode == Mode::fwd;
     // P V forward; dV and dP backward (2 p D each).
@@ -73,17 +73,17 @@ class Synthesizer final : public Attention, private LogitsSource {
   size_t working_bytes(Mode mode) const override {
     plan(mode);
     // With the parameters' gradients: the gradients and one partial sum of them per thread.
-    const size_t copies = learning(mode) ? 2 + static_cast<size_t>(p_.threads) : 1;
+    const size_t copies = learning(mode) ? 2 + static_cast<size_t>(problem_.threads) : 1;
     size_t b = copies * param_floats() * sizeof(float) + core_.working_bytes(mode);
     if (variant_ == Variant::dense)
       b += (mode == Mode::fwdbwd ? 2 : 1) * hidden_floats() * sizeof(float) +
-           static_cast<size_t>(p_.threads) * hidden_mm_.scratch_per_slot();
+           static_cast<size_t>(problem_.threads) * hidden_mm_.scratch_per_slot();
     return b;
   }
 
   void setup(Mode mode, Rng& rng) override {
     plan(mode);
-    const auto& s = p_.shape;
+    const auto& s = problem_.shape;
     const int64_t D = s.D, N = s.N, H = s.H;
     if (variant_ == Variant::dense) {
       W1_ = Buffer<float>(static_cast<size_t>(H * D * D));
@@ -97,8 +97,8 @@ class Synthesizer final : public Attention, private LogitsSource {
       rng.fill_uniform(b2_.data(), static_cast<int64_t>(b2_.size()), -0.1, 0.1);
       hidden_ = Buffer<float>(hidden_floats());
       if (mode == Mode::fwdbwd) dhidden_ = Buffer<float>(hidden_floats());
-      h_scratch_ = Buffer<std::byte>(static_cast<size_t>(p_.threads) * hidden_mm_.scratch_per_slot());
-      hidden_mm_.bind(p_.threads, h_scratch_.data());
+      h_scratch_ = Buffer<std::byte>(static_cast<size_t>(problem_.threads) * hidden_mm_.scratch_per_slot());
+      hidden_mm_.bind(problem_.threads, h_scratch_.data());
     } else if (variant_ == Variant::random) {
       R_ = Buffer<float>(static_cast<size_t>(H * N * N));
       rng.fill_normal(R_.data(), static_cast<int64_t>(R_.size()));
@@ -110,7 +110,7 @@ class Synthesizer final : public Attention, private LogitsSource {
     }
     if (learning(mode)) {
       grads_ = Buffer<float>(param_floats());
-      partials_ = Buffer<float>(static_cast<size_t>(p_.threads) * param_floats());
+      partials_ = Buffer<float>(static_cast<size_t>(problem_.threads) * param_floats());
     }
     core_.setup(mode);
   }
@@ -132,7 +132,7 @@ class Synthesizer final : public Attention, private LogitsSource {
     // The per-thread partial sums, added in thread order.
     const size_t n = param_floats();
     std::memcpy(grads_.data(), partials_.data(), n * sizeof(float));
-    for (int t = 1; t < p_.threads; ++t) {
+    for (int t = 1; t < problem_.threads; ++t) {
       const float* part = partials_.data() + static_cast<size_t>(t) * n;
       float* g = grads_.data();
 #pragma omp simd
@@ -143,7 +143,7 @@ class Synthesizer final : public Attention, private LogitsSource {
   // The parameters in dump order with their sizes: the layout of the gradients and of each
   // thread's partial sums too.
   std::vector<std::tuple<const char*, float*, int64_t>> parameters() const {
-    const auto& s = p_.shape;
+    const auto& s = problem_.shape;
     switch (variant_) {
       case Variant::dense:
         return {{"W1", W1_.data(), s.H * s.D * s.D}, {"b1", b1_.data(), s.H * s.D},
@@ -167,7 +167,7 @@ class Synthesizer final : public Attention, private LogitsSource {
   void set_dropout(const Dropout& d) override { core_.set_dropout(d); }
 
   std::vector<DumpTensor> dump_tensors() const override {
-    const auto& s = p_.shape;
+    const auto& s = problem_.shape;
     switch (variant_) {
       case Variant::dense:
         return {DumpTensor{"W1", {s.H, s.D, s.D}, W1_.data(), nullptr},
@@ -190,11 +190,11 @@ class Synthesizer final : public Attention, private LogitsSource {
     sh.static_schedule = p.param_grads;
     return sh;
   }
-  bool learning(Mode mode) const { return p_.param_grads && mode == Mode::fwdbwd; }
+  bool learning(Mode mode) const { return problem_.param_grads && mode == Mode::fwdbwd; }
 
   // ---- the logits source ----
   void plan_tile(MatmulCache& mm, int64_t rows, int64_t cols, int64_t ldS, bool backward) const override {
-    const bool learn = backward && p_.param_grads;
+    const bool learn = backward && problem_.param_grads;
     if (variant_ == Variant::dense) {
       mm.add(spec_hw2(rows, cols, ldS));
       if (backward) mm.add(spec_dhidden(rows, cols, ldS));
@@ -210,10 +210,10 @@ class Synthesizer final : public Attention, private LogitsSource {
 
   void logits(const MatmulCache& mm, int tid, int64_t b, int64_t h, int64_t r0, int64_t rows, int64_t c0,
               int64_t cols, float* S, int64_t ldS) const override {
-    const int64_t N = p_.shape.N;
+    const int64_t N = problem_.shape.N;
     switch (variant_) {
       case Variant::dense: {
-        mm.run(tid, spec_hw2(rows, cols, ldS), hidden_row(b, h, r0), W2_.data() + h * p_.shape.D * max_len_ + c0, S);
+        mm.run(tid, spec_hw2(rows, cols, ldS), hidden_row(b, h, r0), W2_.data() + h * problem_.shape.D * max_len_ + c0, S);
         const float* bias = b2_.data() + h * max_len_ + c0;
         for (int64_t r = 0; r < rows; ++r) {
           float* Sr = S + r * ldS;
@@ -238,12 +238,12 @@ class Synthesizer final : public Attention, private LogitsSource {
   // dA R2[cols], dR2[cols] += dA^T R1[rows].
   void logits_backward(const MatmulCache& mm, int tid, int64_t b, int64_t h, int64_t r0, int64_t rows, int64_t c0,
                        int64_t cols, const float* dS, int64_t ldS) const override {
-    const int64_t N = p_.shape.N, D = p_.shape.D;
+    const int64_t N = problem_.shape.N, D = problem_.shape.D;
     const bool learn = grads_.data() != nullptr;
     switch (variant_) {
       case Variant::dense:
         mm.run(tid, spec_dhidden(rows, cols, ldS), dS, W2_.data() + h * D * max_len_ + c0,
-               dhidden_.data() + ((b * p_.shape.H + h) * N + r0) * D);
+               dhidden_.data() + ((b * problem_.shape.H + h) * N + r0) * D);
         if (learn) {
           mm.run(tid, spec_dw2(rows, cols, ldS), hidden_row(b, h, r0), dS, partial(tid, 2, h) + c0);
           float* db2 = partial(tid, 3, h) + c0;
@@ -273,19 +273,19 @@ class Synthesizer final : public Attention, private LogitsSource {
   }
 
   void backward_begin(const MatmulCache&, int, int64_t b, int64_t h) const override {
-    const int64_t N = p_.shape.N, D = p_.shape.D;
+    const int64_t N = problem_.shape.N, D = problem_.shape.D;
     for (int64_t i = 0; i < N; ++i) {
       fill(a_.dq.row(b, h, i), D, 0.0f);
       fill(a_.dk.row(b, h, i), D, 0.0f);
     }
-    if (variant_ == Variant::dense) fill(dhidden_.data() + (b * p_.shape.H + h) * N * D, N * D, 0.0f);
+    if (variant_ == Variant::dense) fill(dhidden_.data() + (b * problem_.shape.H + h) * N * D, N * D, 0.0f);
   }
 
   // Dense: dpre = dH1 * (pre > 0), dQ = dpre W1^T (H1 = relu(pre) > 0 exactly where pre > 0).
   void backward_end(const MatmulCache&, int tid, int64_t b, int64_t h) const override {
     if (variant_ != Variant::dense) return;
-    const int64_t N = p_.shape.N, D = p_.shape.D;
-    float* dH = dhidden_.data() + (b * p_.shape.H + h) * N * D;
+    const int64_t N = problem_.shape.N, D = problem_.shape.D;
+    float* dH = dhidden_.data() + (b * problem_.shape.H + h) * N * D;
     const float* H1 = hidden_row(b, h, 0);
     for (int64_t i = 0; i < N * D; ++i) dH[i] = H1[i] > 0.0f ? dH[i] : 0.0f;
     hidden_mm_.run(tid, spec_dq(), dH, W1_.data() + h * D * D, a_.dq.head(b, h));
@@ -303,7 +303,7 @@ class Synthesizer final : public Attention, private LogitsSource {
   // Thread tid's partial gradient of head h's part of parameter `index` (parameters() order:
   // dense W1 b1 W2 b2, random R, factorized R1 R2), each (H, ...) with `per_head` floats a head.
   float* partial(int tid, int index, int64_t h) const {
-    const auto& s = p_.shape;
+    const auto& s = problem_.shape;
     int64_t at = 0, per_head = 0;
     switch (variant_) {
       case Variant::dense: {
@@ -323,7 +323,7 @@ class Synthesizer final : public Attention, private LogitsSource {
 
   // H1 = relu(Q W1 + b1) per (b, h), kept for the tiles and the backward pass.
   void compute_hidden(const AttnArgs& a) const {
-    const auto& s = p_.shape;
+    const auto& s = problem_.shape;
     const int64_t BH = s.B * s.H, N = s.N, D = s.D;
 #pragma omp parallel for schedule(static)
     for (int64_t bh = 0; bh < BH; ++bh) {
@@ -341,23 +341,23 @@ class Synthesizer final : public Attention, private LogitsSource {
   }
 
   const float* hidden_row(int64_t b, int64_t h, int64_t r) const {
-    return hidden_.data() + ((b * p_.shape.H + h) * p_.shape.N + r) * p_.shape.D;
+    return hidden_.data() + ((b * problem_.shape.H + h) * problem_.shape.N + r) * problem_.shape.D;
   }
   // S(rows, cols) = H1(rows, D) W2(D, cols)
   MatmulSpec spec_hw2(int64_t rows, int64_t cols, int64_t ldS) const {
-    return MatmulSpec::tile(rows, cols, p_.shape.D, p_.shape.D, false, max_len_, false, ldS);
+    return MatmulSpec::tile(rows, cols, problem_.shape.D, problem_.shape.D, false, max_len_, false, ldS);
   }
   // dH1(rows, D) += dS(rows, cols) W2(D, cols)^T
   MatmulSpec spec_dhidden(int64_t rows, int64_t cols, int64_t ldS) const {
-    return MatmulSpec::tile(rows, p_.shape.D, cols, ldS, false, max_len_, true, p_.shape.D, 1.0f, true);
+    return MatmulSpec::tile(rows, problem_.shape.D, cols, ldS, false, max_len_, true, problem_.shape.D, 1.0f, true);
   }
   // dW2(D, cols) += H1(rows, D)^T dS(rows, cols), W2 row stride max_len
   MatmulSpec spec_dw2(int64_t rows, int64_t cols, int64_t ldS) const {
-    return MatmulSpec::tile(p_.shape.D, cols, rows, p_.shape.D, true, ldS, false, max_len_, 1.0f, true);
+    return MatmulSpec::tile(problem_.shape.D, cols, rows, problem_.shape.D, true, ldS, false, max_len_, 1.0f, true);
   }
   // dW1(D, D) += Q(N, D)^T dpre(N, D)
   MatmulSpec spec_dw1() const {
-    return MatmulSpec::tile(p_.shape.D, p_.shape.D, p_.shape.N, p_.strides.sn, true, p_.shape.D, false, p_.shape.D, 1.0f, true);
+    return MatmulSpec::tile(problem_.shape.D, problem_.shape.D, problem_.shape.N, problem_.strides.sn, true, problem_.shape.D, false, problem_.shape.D, 1.0f, true);
   }
   // dR1(rows, k) += dS(rows, cols) R2(cols, k)
   MatmulSpec spec_dr1(int64_t rows, int64_t cols, int64_t ldS) const {
@@ -373,11 +373,11 @@ class Synthesizer final : public Attention, private LogitsSource {
   }
   // H1(N, D) = Q(N, D) W1(D, D)
   MatmulSpec spec_qw1() const {
-    return MatmulSpec::tile(p_.shape.N, p_.shape.D, p_.shape.D, p_.strides.sn, false, p_.shape.D, false, p_.shape.D);
+    return MatmulSpec::tile(problem_.shape.N, problem_.shape.D, problem_.shape.D, problem_.strides.sn, false, problem_.shape.D, false, problem_.shape.D);
   }
   // dQ(N, D) = dpre(N, D) W1^T
   MatmulSpec spec_dq() const {
-    return MatmulSpec::tile(p_.shape.N, p_.shape.D, p_.shape.D, p_.shape.D, false, p_.shape.D, true, p_.strides.sn);
+    return MatmulSpec::tile(problem_.shape.N, problem_.shape.D, problem_.shape.D, problem_.shape.D, false, problem_.shape.D, true, problem_.strides.sn);
   }
 
   void plan(Mode mode) const {
@@ -393,7 +393,7 @@ class Synthesizer final : public Attention, private LogitsSource {
     planned_mode_ = mode;
   }
   size_t param_floats() const {
-    const auto& s = p_.shape;
+    const auto& s = problem_.shape;
     switch (variant_) {
       case Variant::dense: return static_cast<size_t>(s.H * (s.D * s.D + s.D + s.D * max_len_ + max_len_));
       case Variant::random: return static_cast<size_t>(s.H * s.N * s.N);
@@ -401,9 +401,9 @@ class Synthesizer final : public Attention, private LogitsSource {
     }
     return 0;
   }
-  size_t hidden_floats() const { return static_cast<size_t>(p_.shape.B * p_.shape.H * p_.shape.N * p_.shape.D); }
+  size_t hidden_floats() const { return static_cast<size_t>(problem_.shape.B * problem_.shape.H * problem_.shape.N * problem_.shape.D); }
 
-  AttnProblem p_;
+  AttnProblem problem_;
   Variant variant_;
   int64_t max_len_, k_;
   mutable TiledSoftmax core_;

@@ -36,30 +36,30 @@ namespace {
 class Vanilla final : public Attention {
  public:
   explicit Vanilla(const AttnProblem& p)
-      : p_(p), bias_(p.bias, p.shape, p.causal, 1.0f / std::sqrt(static_cast<float>(p.shape.D)), p.threads) {}
+      : problem_(p), bias_(p.bias, p.shape, p.causal, 1.0f / std::sqrt(static_cast<float>(p.shape.D)), p.threads) {}
 
   double flops(Mode mode) const override {
-    if (mode == Mode::decode) return softmax_decode_flops(p_.shape, p_.shape.N + 1);
-    return with_backward(dense_attention_flops(p_), mode);
+    if (mode == Mode::decode) return softmax_decode_flops(problem_.shape, problem_.shape.N + 1);
+    return with_backward(dense_attention_flops(problem_), mode);
   }
 
   // Causal: the whole N x N product, masked afterwards.
   std::optional<double> admissible_fraction() const override {
-    const double n = static_cast<double>(p_.shape.N);
-    return dense_pairs(p_.shape.N, p_.causal) / (n * n);
+    const double n = static_cast<double>(problem_.shape.N);
+    return dense_pairs(problem_.shape.N, problem_.causal) / (n * n);
   }
 
   size_t working_bytes(Mode mode) const override {
-    if (mode == Mode::decode) return KvCache::bytes(p_.shape, p_.shape.N + 1) + decode_scores_bytes();
+    if (mode == Mode::decode) return KvCache::bytes(problem_.shape, problem_.shape.N + 1) + decode_scores_bytes();
     const Plan& pl = plan(mode);
     return scores_bytes() * (mode == Mode::fwd ? 1 : 2) + pl.scratch_bytes + bf16_bytes(mode) +
-           pl.block_scratch_bytes * static_cast<size_t>(p_.threads) + bias_.working_bytes(mode);
+           pl.block_scratch_bytes * static_cast<size_t>(problem_.threads) + bias_.working_bytes(mode);
   }
 
   void setup(Mode mode, Rng& rng) override {
     if (mode == Mode::decode) {
       if (bias_.active()) throw InvalidInput("vanilla decodes without a position encoding (the model adds it in its forward pass only)");
-      cache_.allocate(p_.shape, p_.shape.N + 1);
+      cache_.allocate(problem_.shape, problem_.shape.N + 1);
       scores_ = Buffer<float>(decode_scores_bytes() / sizeof(float));
       return;
     }
@@ -72,9 +72,9 @@ class Vanilla final : public Attention {
       if (m->spec().M) m->bind(1, scratch_.data());
     pl.softmax.bind(scratch_.data());
     // The row blocks' products: one slot (and scratchpad) per thread.
-    block_scratch_ = Buffer<std::byte>(pl.block_scratch_bytes * static_cast<size_t>(p_.threads));
+    block_scratch_ = Buffer<std::byte>(pl.block_scratch_bytes * static_cast<size_t>(problem_.threads));
     for (Matmul* m : {&pl.qk_block, &pl.pv_block, &pl.qk_last, &pl.pv_last})
-      if (m->spec().M) m->bind(p_.threads, block_scratch_.data(), pl.block_scratch_bytes);
+      if (m->spec().M) m->bind(problem_.threads, block_scratch_.data(), pl.block_scratch_bytes);
     bias_.setup(mode, rng);
   }
 
@@ -92,7 +92,7 @@ class Vanilla final : public Attention {
       forward_bf16(a);
       return;
     }
-    const auto& s = p_.shape;
+    const auto& s = problem_.shape;
     const int64_t N = s.N, R = pl.block_rows, blocks = (N + R - 1) / R, items = s.B * s.H * blocks;
     float* dropped = dscores_.data() ? dscores_.data() : scores_.data();
     bias_.prepare(a.q);
@@ -110,7 +110,7 @@ class Vanilla final : public Attention {
       // Passes 2, 3, 3'.
       for (int64_t r = 0; r < rows; ++r) {
         float* row = S + r * N;
-        const int64_t i = r0 + r, used = p_.causal ? i + 1 : N;
+        const int64_t i = r0 + r, used = problem_.causal ? i + 1 : N;
         if (used < N) fill(row + used, N - used, 0.0f);  // exp(-inf): what the mask leaves
         const float m = max_of(row, used);
         scale_inplace(row, used, 1.0f / exp_shift_sum(row, row, used, m));
@@ -129,10 +129,10 @@ class Vanilla final : public Attention {
   void set_dropout(const Dropout& d) override { dropout_ = d; }
 
   void validate() const override {
-    if (bf16() && !(p_.strides == Strides3::contiguous(p_.shape)))
+    if (bf16() && !(problem_.strides == Strides3::contiguous(problem_.shape)))
       throw InvalidInput("vanilla --dtype bf16 needs contiguous (B, H, N, D) inputs");
-    if (bf16() && p_.bias.active()) throw InvalidInput("vanilla adds a position encoding in float32 only (no --dtype bf16)");
-    if (bf16() && p_.attn_dropout) throw InvalidInput("vanilla in bf16 applies no attention dropout (float32 does)");
+    if (bf16() && problem_.bias.active()) throw InvalidInput("vanilla adds a position encoding in float32 only (no --dtype bf16)");
+    if (bf16() && problem_.attn_dropout) throw InvalidInput("vanilla in bf16 applies no attention dropout (float32 does)");
   }
 
   void decode_prefill(const AttnArgs& a, int64_t n) override { cache_.prefill(a, n); }
@@ -140,7 +140,7 @@ class Vanilla final : public Attention {
   // The new token's key and value go into the cache; its scores against every cached key are
   // materialised (pos + 1 floats per head), softmax-normalised, and weight the cached values.
   void decode_step(const AttnArgs& t, int64_t pos) override {
-    const auto& s = p_.shape;
+    const auto& s = problem_.shape;
     const int64_t BH = s.B * s.H, cap = cache_.capacity();
 #pragma omp parallel for schedule(static)
     for (int64_t bh = 0; bh < BH; ++bh) {
@@ -164,19 +164,19 @@ class Vanilla final : public Attention {
     pl.dv.run(0, dropout_.active() ? dscores_.data() : scores_.data(), a.dout.data, a.dv.data);
     pl.dp.run(0, a.dout.data, a.v.data, dscores_.data());
     if (dropout_.active())
-      for_each_score_row(dscores_.data(), dscores_.data(), [&](float* row, int64_t r) { dropout_.apply(row, p_.shape.N, r, 0); });
+      for_each_score_row(dscores_.data(), dscores_.data(), [&](float* row, int64_t r) { dropout_.apply(row, problem_.shape.N, r, 0); });
     pl.softmax.backward(scores_.data(), dscores_.data());
     pl.dq.run(0, dscores_.data(), a.k.data, a.dq.data);
     pl.dk.run(0, dscores_.data(), a.q.data, a.dk.data);
     if (bias_.active()) {
       bias_.begin_backward();
-      const auto& s = p_.shape;
+      const auto& s = problem_.shape;
       const int64_t N = s.N;
-#pragma omp parallel for schedule(static) num_threads(p_.threads)
+#pragma omp parallel for schedule(static) num_threads(problem_.threads)
       for (int64_t bh = 0; bh < s.B * s.H; ++bh)
         for (int64_t i = 0; i < N; ++i)
           bias_.accumulate_row(omp_get_thread_num(), bh / s.H, bh % s.H, i, KeyPositions{}, N, dscores_.data() + (bh * N + i) * N);
-      bias_.finish_backward(a.q, a.dq, p_.param_grads);
+      bias_.finish_backward(a.q, a.dq, problem_.param_grads);
     }
   }
   std::vector<LearnedTensor> learned() override { return bias_.learned(); }
@@ -187,7 +187,7 @@ class Vanilla final : public Attention {
   // (when they differ).
   template <class F>
   void for_each_score_row(const float* src, float* dst, F&& f) const {
-    const int64_t rows = p_.shape.B * p_.shape.H * p_.shape.N, N = p_.shape.N;
+    const int64_t rows = problem_.shape.B * problem_.shape.H * problem_.shape.N, N = problem_.shape.N;
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       if (dst != src) std::memcpy(dst + r * N, src + r * N, static_cast<size_t>(N) * sizeof(float));
@@ -195,12 +195,12 @@ class Vanilla final : public Attention {
     }
   }
 
-  bool bf16() const { return p_.dtype == Dtype::bf16; }
+  bool bf16() const { return problem_.dtype == Dtype::bf16; }
   // bf16: Q, K, V (B H N D each) and P (B H N N), as 16-bit numbers; backward, also dO (and dS
   // in P's place once dV is made).
   size_t bf16_bytes(Mode mode) const {
     if (!bf16()) return 0;
-    const auto& s = p_.shape;
+    const auto& s = problem_.shape;
     return static_cast<size_t>((mode == Mode::fwdbwd ? 4 : 3) * s.numel() + s.B * s.H * s.N * s.N) * sizeof(uint16_t);
   }
 
@@ -209,7 +209,7 @@ class Vanilla final : public Attention {
   // bf16 (into P's copy, used); dQ = s dS K, dK = s dS^T Q (bf16 products, float gradients).
   void backward_bf16(const AttnArgs& a) {
     const Plan& pl = *plan_;
-    const int64_t n = p_.shape.numel(), nn = p_.shape.B * p_.shape.H * p_.shape.N * p_.shape.N;
+    const int64_t n = problem_.shape.numel(), nn = problem_.shape.B * problem_.shape.H * problem_.shape.N * problem_.shape.N;
     uint16_t *q = bf16_.data(), *k = q + n, *v = k + n, *probs = v + n, *dout = probs + nn;
     to_bf16_parallel(a.dout.data, dout, n);
     pl.dv.run(0, probs, dout, a.dv.data);
@@ -226,13 +226,13 @@ class Vanilla final : public Attention {
   // product, float O).
   void forward_bf16(const AttnArgs& a) {
     const Plan& pl = *plan_;
-    const int64_t n = p_.shape.numel(), nn = p_.shape.B * p_.shape.H * p_.shape.N * p_.shape.N;
+    const int64_t n = problem_.shape.numel(), nn = problem_.shape.B * problem_.shape.H * problem_.shape.N * problem_.shape.N;
     uint16_t *q = bf16_.data(), *k = q + n, *v = k + n, *probs = v + n;
     to_bf16_parallel(a.q.data, q, n);
     to_bf16_parallel(a.k.data, k, n);
     to_bf16_parallel(a.v.data, v, n);
     pl.qk.run(0, q, k, scores_.data());
-    if (p_.causal) mask_upper(scores_.data());
+    if (problem_.causal) mask_upper(scores_.data());
     pl.softmax.forward(scores_.data());
     to_bf16_parallel(scores_.data(), probs, nn);
     pl.pv.run(0, probs, v, a.o.data);
@@ -250,11 +250,11 @@ class Vanilla final : public Attention {
   };
 
   size_t decode_scores_bytes() const {
-    return static_cast<size_t>(p_.shape.B * p_.shape.H * (p_.shape.N + 1)) * sizeof(float);
+    return static_cast<size_t>(problem_.shape.B * problem_.shape.H * (problem_.shape.N + 1)) * sizeof(float);
   }
 
   size_t scores_bytes() const {
-    const auto& s = p_.shape;
+    const auto& s = problem_.shape;
     return static_cast<size_t>(s.B * s.H * s.N * s.N) * sizeof(float);
   }
 
@@ -262,8 +262,8 @@ class Vanilla final : public Attention {
   // sizes are part of the declared working memory.
   Plan& plan(Mode mode) const {
     if (plan_ && plan_mode_ == mode) return *plan_;
-    const auto& s = p_.shape;
-    const auto& st = p_.strides;
+    const auto& s = problem_.shape;
+    const auto& st = problem_.strides;
     const int64_t N = s.N, NN = N * N;
     const std::array<int64_t, 4> rowm{st.sb, st.sh, st.sn, 1}, colm{st.sb, st.sh, 1, st.sn};
     const std::array<int64_t, 4> sc{s.H * NN, NN, N, 1}, scT{s.H * NN, NN, 1, N};
@@ -319,7 +319,7 @@ class Vanilla final : public Attention {
   }
 
   void mask_upper(float* S) const {
-    const int64_t N = p_.shape.N, rows = p_.shape.B * p_.shape.H * N;
+    const int64_t N = problem_.shape.N, rows = problem_.shape.B * problem_.shape.H * N;
     const float ninf = -std::numeric_limits<float>::infinity();
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
@@ -329,7 +329,7 @@ class Vanilla final : public Attention {
     }
   }
 
-  AttnProblem p_;
+  AttnProblem problem_;
   Dropout dropout_;
   mutable std::unique_ptr<Plan> plan_;
   mutable Mode plan_mode_ = Mode::fwd;
