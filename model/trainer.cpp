@@ -151,18 +151,18 @@ struct Trainer::State {
   std::string converted_from;  // the checkpoint's run in another dtype (TrainConfig::convert_dtype)
 };
 
-Trainer::Trainer(TrainConfig c) : c_(std::move(c)) {
-  if (c_.steps < 1) throw InvalidInput("--steps must be at least 1");
-  if (c_.eval_every < 0 || c_.checkpoint_every < 0) throw InvalidInput("--eval-every and --checkpoint-every must not be negative");
-  if (c_.eval_examples < 1 || c_.test_examples < 1) throw InvalidInput("--eval-examples and --test-examples must be at least 1");
-  if (c_.log_every < 1) throw InvalidInput("--log-every must be at least 1");
-  c_.model.optimizer.lr = static_cast<float>(c_.schedule.at(1));
-  model_ = std::make_unique<TransformerModel>(c_.model, ModelMode::train);
+Trainer::Trainer(TrainConfig c) : config_(std::move(c)) {
+  if (config_.steps < 1) throw InvalidInput("--steps must be at least 1");
+  if (config_.eval_every < 0 || config_.checkpoint_every < 0) throw InvalidInput("--eval-every and --checkpoint-every must not be negative");
+  if (config_.eval_examples < 1 || config_.test_examples < 1) throw InvalidInput("--eval-examples and --test-examples must be at least 1");
+  if (config_.log_every < 1) throw InvalidInput("--log-every must be at least 1");
+  config_.model.optimizer.lr = static_cast<float>(config_.schedule.at(1));
+  model_ = std::make_unique<TransformerModel>(config_.model, ModelMode::train);
   // The three splits (real data is read here, once, and checked).
   for (auto [split, task] : {std::pair{Split::train, &train_}, std::pair{Split::val, &val_}, std::pair{Split::test, &test_}}) {
-    TaskOptions o = c_.data;
+    TaskOptions o = config_.data;
     o.split = split;
-    *task = make_task(c_.task, o);
+    *task = make_task(config_.task, o);
   }
 }
 
@@ -177,7 +177,7 @@ size_t Trainer::working_bytes() const {
 // Real data cycles through the split in a fresh permutation per epoch, seeded by (seed, epoch);
 // a generator's examples are fresh every step.
 Batch Trainer::training_batch(int64_t step) {
-  const int64_t B = c_.model.batch, first = (step - 1) * B;
+  const int64_t B = config_.model.batch, first = (step - 1) * B;
   const int64_t size = train_->size();
   if (size == 0) return train_->batch(first, B);
   std::vector<int64_t> indices(static_cast<size_t>(B));
@@ -186,7 +186,7 @@ Batch Trainer::training_batch(int64_t step) {
     if (epoch != order_epoch_) {
       order_.resize(static_cast<size_t>(size));
       std::iota(order_.begin(), order_.end(), 0);
-      Rng rng(c_.seed ^ mix64(static_cast<uint64_t>(epoch) + 1), 0x5348554646ull);  // "SHUFF"
+      Rng rng(config_.seed ^ mix64(static_cast<uint64_t>(epoch) + 1), 0x5348554646ull);  // "SHUFF"
       for (int64_t k = size - 1; k > 0; --k)
         std::swap(order_[static_cast<size_t>(k)], order_[rng.below(static_cast<uint64_t>(k + 1))]);
       order_epoch_ = epoch;
@@ -199,7 +199,7 @@ Batch Trainer::training_batch(int64_t step) {
 // The first `count` examples of a split (all of a real split when it has fewer), in batches of
 // the model's size; the last batch padded with the first examples, which do not count.
 EvalResult Trainer::evaluate(TransformerModel& model, Task& task, int64_t count) {
-  const int64_t B = c_.model.batch;
+  const int64_t B = config_.model.batch;
   const int64_t n = evaluated_examples(task, count);
   TransformerModel::Evaluation total;
   for (int64_t first = 0; first < n; first += B) {
@@ -219,7 +219,7 @@ EvalResult Trainer::evaluate(TransformerModel& model, Task& task, int64_t count)
   r.examples = n;
   r.loss = total.predictions ? total.loss_sum / static_cast<double>(total.predictions) : 0;
   r.token_accuracy = total.predictions ? static_cast<double>(total.correct) / static_cast<double>(total.predictions) : 0;
-  if (find_task(c_.task).accuracy == AccuracyKind::per_query)
+  if (find_task(config_.task).accuracy == AccuracyKind::per_query)
     r.accuracy = total.query_examples ? total.query_share_sum / static_cast<double>(total.query_examples) : 0;
   else
     r.accuracy = total.sequences ? static_cast<double>(total.exact) / static_cast<double>(total.sequences) : 0;
@@ -233,35 +233,35 @@ EvalResult Trainer::evaluate(TransformerModel& model, Task& task, int64_t count)
 std::vector<LengthResult> Trainer::test_at_lengths() {
   std::vector<LengthResult> out;
   const auto trained = model_->trained_tensors();
-  for (const int64_t n : c_.test_seqs) {
+  for (const int64_t n : config_.test_seqs) {
     LengthResult lr;
     lr.seq = n;
     try {
-      TaskOptions o = c_.data;
+      TaskOptions o = config_.data;
       o.seq = n;
       o.split = Split::test;
       o.train_examples = 0;
-      auto task = make_task(c_.task, o);
-      ModelConfig mc = c_.model;
+      auto task = make_task(config_.task, o);
+      ModelConfig mc = config_.model;
       mc.seq = n;
-      mc.loss_positions = model_config_for_task(find_task(c_.task), o).loss_positions;
+      mc.loss_positions = model_config_for_task(find_task(config_.task), o).loss_positions;
       TransformerModel m(mc, ModelMode::fwd);
-      m.setup(c_.seed);
+      m.setup(config_.seed);
       const auto there = m.trained_tensors();
       std::string mismatch;
       for (size_t i = 0; i < there.size() && mismatch.empty(); ++i) {
         const auto it = std::find_if(trained.begin(), trained.end(), [&](const auto& t) { return t.name == there[i].name; });
         if (it == trained.end()) mismatch = fmt::format("{} has no trained values", there[i].name);
         else if (it->count != there[i].count)
-          mismatch = it->name == "positions" ? fmt::format("learned positions exist for N = {} only", c_.model.seq)
+          mismatch = it->name == "positions" ? fmt::format("learned positions exist for N = {} only", config_.model.seq)
                                              : fmt::format("{} is sized by N ({} values at N = {}, {} here)", it->name,
-                                                           it->count, c_.model.seq, there[i].count);
+                                                           it->count, config_.model.seq, there[i].count);
         else std::copy_n(it->data, it->count, there[i].data);
       }
       if (!mismatch.empty()) {
         lr.why_not = mismatch;
       } else {
-        lr.accuracy = evaluate(m, *task, c_.test_examples).accuracy;
+        lr.accuracy = evaluate(m, *task, config_.test_examples).accuracy;
       }
     } catch (const InvalidInput& e) {
       lr.why_not = e.what();  // the mechanism or the task refuses the length
@@ -293,8 +293,8 @@ void Trainer::save_checkpoint(const State& st, TrainOutcome& out) {
   }
   const int64_t best_floats = st.has_best ? static_cast<int64_t>(st.best.size()) : 0;
   nlohmann::json header = {{"version", kCheckpointVersion},
-                           {"identity", c_.identity},
-                           {"dtype", to_string(c_.model.dtype)},  // the steps' products; the state is float32 in every dtype
+                           {"identity", config_.identity},
+                           {"dtype", to_string(config_.model.dtype)},  // the steps' products; the state is float32 in every dtype
                            {"step", st.step},
                            {"best_val_accuracy", st.best_val},
                            {"best_step", st.best_step},
@@ -315,7 +315,7 @@ void Trainer::save_checkpoint(const State& st, TrainOutcome& out) {
     crc = crc32_z(crc, reinterpret_cast<const Bytef*>(t.data), static_cast<size_t>(t.count) * sizeof(float));
   if (best_floats)
     crc = crc32_z(crc, reinterpret_cast<const Bytef*>(st.best.data()), static_cast<size_t>(best_floats) * sizeof(float));
-  const std::string path = checkpoint_path(c_.checkpoint_dir);
+  const std::string path = checkpoint_path(config_.checkpoint_dir);
   remove_stale_temporaries(path);
   const std::string tmp = fmt::format("{}.tmp.{}", path, static_cast<long>(getpid()));
   FILE* f = std::fopen(tmp.c_str(), "wb");
@@ -354,7 +354,7 @@ void check_checkpoint_directory(const std::string& dir) {
 }
 
 void Trainer::load_checkpoint(State& st) {
-  const std::string path = checkpoint_path(c_.checkpoint_dir);
+  const std::string path = checkpoint_path(config_.checkpoint_dir);
   if (!std::filesystem::exists(path)) throw InvalidInput(fmt::format("--resume: no checkpoint {} to resume from", path));
   require_regular_file(path);  // a FIFO would block the read forever
   std::ifstream in(path, std::ios::binary);
@@ -405,16 +405,16 @@ void Trainer::load_checkpoint(State& st) {
     throw corrupt(fmt::format("format version {}, this attnbench reads versions 1 and {}", version, kCheckpointVersion));
   if ((version >= 2) != has_file_crc) throw corrupt("its second line does not match its format version");
   const std::string identity = field("identity", vt::string).get<std::string>();
-  const auto& others = c_.other_dtype_identities;
+  const auto& others = config_.other_dtype_identities;
   const bool other_dtype = std::find(others.begin(), others.end(), identity) != others.end();
-  if (other_dtype && !c_.convert_dtype)
+  if (other_dtype && !config_.convert_dtype)
     throw InvalidInput(fmt::format("{} holds this run in another --dtype:\n  it holds  {}\n  this run  {}\n(refused; nothing was "
                                    "loaded; --convert-dtype continues it in this run's dtype)",
-                                   path, identity, c_.identity));
+                                   path, identity, config_.identity));
   if (other_dtype) st.converted_from = identity;
-  else if (identity != c_.identity)
+  else if (identity != config_.identity)
     throw InvalidInput(fmt::format("{} belongs to another run:\n  it holds  {}\n  this run  {}\n(refused; nothing was loaded)",
-                                   path, identity, c_.identity));
+                                   path, identity, config_.identity));
   const auto state = model_->state();
   const auto& tensors = field("tensors", vt::array);
   if (tensors.size() != state.size()) throw corrupt("its tensors do not match this model's");
@@ -445,7 +445,7 @@ void Trainer::load_checkpoint(State& st) {
   };
   const double inf = std::numeric_limits<double>::max();
   const int64_t step = field("step", vt::number_integer).get<int64_t>();
-  if (step < 0 || step > c_.steps) throw corrupt(fmt::format("its 'step' is {}, outside this run's 0 .. {} steps", step, c_.steps));
+  if (step < 0 || step > config_.steps) throw corrupt(fmt::format("its 'step' is {}, outside this run's 0 .. {} steps", step, config_.steps));
   const int64_t best_step = field("best_step", vt::number_integer).get<int64_t>();
   if (best_step < 0 || best_step > step) throw corrupt(fmt::format("its 'best_step' is {}, outside 0 .. {}", best_step, step));
   const double best_val = field("best_val_accuracy", vt::number_float).get<double>();
@@ -493,7 +493,7 @@ TrainOutcome Trainer::run(bool resume, const std::function<void(const CurvePoint
   TrainOutcome out;
   const size_t before = MemoryMeter::current();
   MemoryMeter::reset_peak();
-  model_->setup(c_.seed);
+  model_->setup(config_.seed);
   State st;
   st.best = Buffer<float>(static_cast<size_t>(floats_of(model_->trained_tensors())));
   if (resume) {
@@ -502,13 +502,13 @@ TrainOutcome Trainer::run(bool resume, const std::function<void(const CurvePoint
     out.resumed_at = st.step;
     out.converted_from = st.converted_from;
   }
-  const int64_t tokens_per_step = c_.model.batch * c_.model.seq * (c_.model.two_tower ? 2 : 1);
+  const int64_t tokens_per_step = config_.model.batch * config_.model.seq * (config_.model.two_tower ? 2 : 1);
   const double t_run = now() - st.elapsed;  // elapsed counts across resumes
   double window_loss = 0, window_train = 0;
   int64_t window_steps = 0;
   auto evaluate_val = [&](int64_t step) {
     const double t0 = now();
-    const EvalResult v = evaluate(*val_, c_.eval_examples);
+    const EvalResult v = evaluate(*val_, config_.eval_examples);
     out.eval_seconds += now() - t0;
     st.last_val = v;
     if (v.accuracy > st.best_val || (v.accuracy == st.best_val && v.loss < st.best_val_loss)) {
@@ -520,16 +520,16 @@ TrainOutcome Trainer::run(bool resume, const std::function<void(const CurvePoint
     }
     CurvePoint p;
     p.step = step;
-    p.samples = step * c_.model.batch;
+    p.samples = step * config_.model.batch;
     p.elapsed_s = now() - t_run;
     p.val = v;
     if (curve) curve(p);
   };
-  for (int64_t step = st.step + 1; step <= c_.steps && !st.stopped_early; ++step) {
+  for (int64_t step = st.step + 1; step <= config_.steps && !st.stopped_early; ++step) {
     const double t0 = now();
     const Batch batch = training_batch(step);
     const double t1 = now();
-    const double lr = c_.schedule.at(step);
+    const double lr = config_.schedule.at(step);
     const auto r = model_->train_step(batch, step, static_cast<float>(lr));
     const double t2 = now();
     out.data_seconds += t1 - t0;
@@ -539,10 +539,10 @@ TrainOutcome Trainer::run(bool resume, const std::function<void(const CurvePoint
     window_loss += r.loss;
     ++window_steps;
     st.step = step;
-    if (step % c_.log_every == 0 || step == c_.steps) {
+    if (step % config_.log_every == 0 || step == config_.steps) {
       CurvePoint p;
       p.step = step;
-      p.samples = step * c_.model.batch;
+      p.samples = step * config_.model.batch;
       p.loss = window_loss / static_cast<double>(window_steps);
       p.lr = lr;
       p.grad_norm = r.grad_norm;
@@ -552,16 +552,16 @@ TrainOutcome Trainer::run(bool resume, const std::function<void(const CurvePoint
       window_loss = window_train = 0;
       window_steps = 0;
     }
-    if ((c_.eval_every > 0 && step % c_.eval_every == 0) || step == c_.steps) {
+    if ((config_.eval_every > 0 && step % config_.eval_every == 0) || step == config_.steps) {
       evaluate_val(step);
-      st.stopped_early = c_.stop_at > 0 && st.last_val.accuracy >= c_.stop_at;
+      st.stopped_early = config_.stop_at > 0 && st.last_val.accuracy >= config_.stop_at;
     }
     const bool stop = interrupt && interrupt->load();
     st.elapsed = now() - t_run;
-    if (!c_.checkpoint_dir.empty() &&
-        ((c_.checkpoint_every > 0 && step % c_.checkpoint_every == 0) || step == c_.steps || stop || st.stopped_early))
+    if (!config_.checkpoint_dir.empty() &&
+        ((config_.checkpoint_every > 0 && step % config_.checkpoint_every == 0) || step == config_.steps || stop || st.stopped_early))
       save_checkpoint(st, out);
-    if (stop && step < c_.steps && !st.stopped_early) {
+    if (stop && step < config_.steps && !st.stopped_early) {
       out.interrupted = true;
       break;
     }
@@ -574,10 +574,10 @@ TrainOutcome Trainer::run(bool resume, const std::function<void(const CurvePoint
   out.last_val = st.last_val;
   if (!out.interrupted) {
     const double t0 = now();
-    out.test_final = evaluate(*test_, c_.test_examples);
+    out.test_final = evaluate(*test_, config_.test_examples);
     if (st.has_best) {
       copy_in(model_->trained_tensors(), st.best.data());
-      out.test_best = evaluate(*test_, c_.test_examples);
+      out.test_best = evaluate(*test_, config_.test_examples);
     } else {
       out.test_best = out.test_final;
     }

@@ -136,7 +136,7 @@ class Trainer {
   TrainOutcome run(bool resume, const std::function<void(const CurvePoint&)>& curve,
                    const std::atomic<bool>* interrupt);
   const TransformerModel& model() const { return *model_; }
-  const TrainConfig& config() const { return c_; }
+  const TrainConfig& config() const { return config_; }
   // The tracked memory a run declares: the model's, the best-parameters copy, the evaluation
   // batches' token buffers are inside the model (evaluation reuses its arena).
   size_t working_bytes() const;
@@ -150,7 +150,7 @@ class Trainer {
   void save_checkpoint(const State& st, TrainOutcome& out);
   void load_checkpoint(State& st);
 
-  TrainConfig c_;
+  TrainConfig config_;
   std::unique_ptr<TransformerModel> model_;
   std::unique_ptr<Task> train_, val_, test_;
   std::vector<int64_t> order_;  // real data: the current epoch's permutation

@@ -162,13 +162,13 @@ Dtype attention_dtype(const ModelConfig& c, const MechanismInfo& info, ModelMode
 
 std::string TransformerModel::precision() const {
   if (!bf16()) return "";
-  const MechanismInfo& info = find_mechanism(c_.mechanism);
-  const std::string why = attention_f32_because_.empty() ? attention_in_f32_because(c_, info, mode_) : attention_f32_because_;
+  const MechanismInfo& info = find_mechanism(config_.mechanism);
+  const std::string why = attention_f32_because_.empty() ? attention_in_f32_because(config_, info, mode_) : attention_f32_because_;
   return fmt::format("bf16 step: the linear layers' products in bf16 with float accumulation{}; {} in {}", backward_ ? ", forward and backward" : "",
-                     c_.mechanism, why.empty() ? "bf16" : fmt::format("f32 ({})", why));
+                     config_.mechanism, why.empty() ? "bf16" : fmt::format("f32 ({})", why));
 }
 
-TransformerModel::TransformerModel(const ModelConfig& c, ModelMode mode) : c_(c), mode_(mode) {
+TransformerModel::TransformerModel(const ModelConfig& c, ModelMode mode) : config_(c), mode_(mode) {
   backward_ = mode != ModelMode::fwd;
   // The mechanisms and primitives are planned for this many threads (one execution slot each).
   if (c.threads < 1) throw InvalidInput(fmt::format("--threads must be positive, got {}", c.threads));
@@ -181,27 +181,27 @@ TransformerModel::TransformerModel(const ModelConfig& c, ModelMode mode) : c_(c)
   if (d % H) throw InvalidInput(fmt::format("--dmodel {} is not a multiple of --heads {}", d, H));
   if (c.vocab < 2) throw InvalidInput("the vocabulary needs at least 2 tokens");
   if (c.pooling != Pooling::lm && c.classes < 2) throw InvalidInput("a classifier needs at least 2 classes");
-  Dh_ = d / H;
-  Benc_ = c.two_tower ? 2 * c.batch : c.batch;
-  // ETC's global tokens: learned rows before each sequence's tokens (S_ rows an encoder sequence).
+  head_dim_ = d / H;
+  enc_batch_ = c.two_tower ? 2 * c.batch : c.batch;
+  // ETC's global tokens: learned rows before each sequence's tokens (seq_rows_ rows an encoder sequence).
   const MechanismInfo& info = find_mechanism(c.mechanism);
-  G_ = info.prepended_tokens ? info.prepended_tokens(c.params) : 0;
-  if (G_ < 0) throw std::logic_error(fmt::format("{} prepends {} tokens", c.mechanism, G_));
-  S_ = N + G_;
-  T_ = Benc_ * S_;
+  global_rows_ = info.prepended_tokens ? info.prepended_tokens(c.params) : 0;
+  if (global_rows_ < 0) throw std::logic_error(fmt::format("{} prepends {} tokens", c.mechanism, global_rows_));
+  seq_rows_ = N + global_rows_;
+  enc_rows_ = enc_batch_ * seq_rows_;
   const bool lm = c.pooling == Pooling::lm;
   if (c.loss_positions < 0 || c.loss_positions > N || (c.loss_positions > 0 && !lm))
     throw std::logic_error(fmt::format("loss_positions {} for a model of N {}{}", c.loss_positions, N, lm ? "" : " (not a language model)"));
   if (c.tie_embeddings && !lm)
     throw InvalidInput("--tie-embeddings ties a language model's output layer to its embedding; a classifier has none");
   compact_ = lm && c.loss_positions > 0;
-  rows_ = lm ? (compact_ ? c.batch * c.loss_positions : T_) : c.batch;
-  C_ = lm ? c.vocab : c.classes;
+  rows_ = lm ? (compact_ ? c.batch * c.loss_positions : enc_rows_) : c.batch;
+  out_width_ = lm ? c.vocab : c.classes;
   feat_ = c.two_tower ? 4 * d : d;
 
   // 1. Mechanisms: one per layer, validated now (no allocation until setup).
   AttnProblem p;
-  p.shape = Shape4{Benc_, H, S_, Dh_};
+  p.shape = Shape4{enc_batch_, H, seq_rows_, head_dim_};
   p.causal = c.causal;
   p.strides = Strides3::contiguous(p.shape);
   p.threads = c.threads;
@@ -231,8 +231,8 @@ TransformerModel::TransformerModel(const ModelConfig& c, ModelMode mode) : c_(c)
   // feature maps inside it (RoFormer section 3.3).
   p.rope = c.positions == Positions::rope && info.caps.rope_feature_maps;
   const bool rotate_qk = c.positions == Positions::rope && !p.rope;
-  if (rotate_qk && Dh_ % 2)
-    throw InvalidInput(fmt::format("--positions rope rotates pairs of a head's dimensions; the head size {} is odd", Dh_));
+  if (rotate_qk && head_dim_ % 2)
+    throw InvalidInput(fmt::format("--positions rope rotates pairs of a head's dimensions; the head size {} is odd", head_dim_));
   // A bf16 training step whose mechanism refuses this shape in bf16 (flash's kernel and a head
   // size it lacks) runs the attention in float32 and says why; inference refuses it.
   if (p.dtype == Dtype::bf16 && backward_) try {
@@ -252,7 +252,7 @@ TransformerModel::TransformerModel(const ModelConfig& c, ModelMode mode) : c_(c)
   const float sh = 1.0f / std::sqrt(static_cast<float>(Fh));
   emb_ = param("embedding", c.vocab * d, c.tie_embeddings ? 0.02f : 1.0f);
   if (c.pooling == Pooling::cls) cls_ = param("cls", d, 0.02f);
-  if (G_ > 0) globals_ = param("globals", G_ * d, c.tie_embeddings ? 0.02f : 1.0f);  // at the tokens' scale
+  if (global_rows_ > 0) globals_ = param("globals", global_rows_ * d, c.tie_embeddings ? 0.02f : 1.0f);  // at the tokens' scale
   // Learned absolute positions, N(0, 0.02) as the PyTorch LRA ports initialise them.
   if (c.positions == Positions::learned) positions_ = param("positions", N * d, 0.02f);
   for (int64_t l = 0; l < L; ++l) {
@@ -277,61 +277,61 @@ TransformerModel::TransformerModel(const ModelConfig& c, ModelMode mode) : c_(c)
   lnf_g_ = param("lnf.scale", d, 0, 1);
   lnf_b_ = param("lnf.shift", d, 0);
   if (lm && !c.tie_embeddings) {
-    wc1_ = param("head.wout", d * C_, sd);
-    bc1_ = param("head.bout", C_, 0);
+    wc1_ = param("head.wout", d * out_width_, sd);
+    bc1_ = param("head.bout", out_width_, 0);
   } else if (!lm) {
     wc1_ = param("head.w1", feat_ * Fh, 1.0f / std::sqrt(static_cast<float>(feat_)));
     bc1_ = param("head.b1", Fh, 0);
-    wc2_ = param("head.w2", Fh * C_, sh);
-    bc2_ = param("head.b2", C_, 0);
+    wc2_ = param("head.w2", Fh * out_width_, sh);
+    bc2_ = param("head.b2", out_width_, 0);
   }
 
   // 3. The arena. The residual stream has L + 1 slots; the per-layer activations have L slots
   // when a backward pass reads them, else one shared slot.
   if (c.positions == Positions::sinusoidal) pos_ = act(N * d);
-  if (rotate_qk) rope_ = act(S_ * Dh_);  // every row the mechanism sees
-  for (int64_t l = 0; l <= L; ++l) x_.push_back(act(T_ * d));
+  if (rotate_qk) rope_ = act(seq_rows_ * head_dim_);  // every row the mechanism sees
+  for (int64_t l = 0; l <= L; ++l) x_.push_back(act(enc_rows_ * d));
   const int64_t slots = backward_ ? L : 1;
   for (int64_t s = 0; s < slots; ++s) {
     LayerActs a;
-    a.h1 = act(T_ * d);
-    a.mean1 = act(T_);
-    a.var1 = act(T_);
-    a.q = act(T_ * d);
-    a.k = act(T_ * d);
-    a.v = act(T_ * d);
-    a.o = act(T_ * d);
-    a.a = act(T_ * d);
-    a.xm = act(T_ * d);
+    a.h1 = act(enc_rows_ * d);
+    a.mean1 = act(enc_rows_);
+    a.var1 = act(enc_rows_);
+    a.q = act(enc_rows_ * d);
+    a.k = act(enc_rows_ * d);
+    a.v = act(enc_rows_ * d);
+    a.o = act(enc_rows_ * d);
+    a.a = act(enc_rows_ * d);
+    a.xm = act(enc_rows_ * d);
     if (F > 0) {
-      a.h2 = act(T_ * d);
-      a.mean2 = act(T_);
-      a.var2 = act(T_);
-      a.u = act(T_ * F);
-      a.g = act(T_ * F);
+      a.h2 = act(enc_rows_ * d);
+      a.mean2 = act(enc_rows_);
+      a.var2 = act(enc_rows_);
+      a.u = act(enc_rows_ * F);
+      a.g = act(enc_rows_ * F);
     }
     la_.push_back(a);
   }
-  qkv_ = act(T_ * 3 * d);  // the projection's output before the head split (backward: dqkv)
-  hf_ = act(T_ * d);
-  meanf_ = act(T_);
-  varf_ = act(T_);
+  qkv_ = act(enc_rows_ * 3 * d);  // the projection's output before the head split (backward: dqkv)
+  hf_ = act(enc_rows_ * d);
+  meanf_ = act(enc_rows_);
+  varf_ = act(enc_rows_);
   if (!lm) {
     feat_buf_ = act(c.batch * feat_);
     z_ = act(c.batch * Fh);
     gz_ = act(c.batch * Fh);
   }
   if (compact_) hg_ = act(rows_ * d);
-  logits_ = act(rows_ * C_);
+  logits_ = act(rows_ * out_width_);
   if (backward_) {
-    dres_ = act(T_ * d);
-    dtmp_ = act(T_ * d);
-    dtmp2_ = act(T_ * d);
-    do_ = act(T_ * d);
-    dq_ = act(T_ * d);
-    dk_ = act(T_ * d);
-    dv_ = act(T_ * d);
-    if (F > 0) dff_ = act(T_ * F);
+    dres_ = act(enc_rows_ * d);
+    dtmp_ = act(enc_rows_ * d);
+    dtmp2_ = act(enc_rows_ * d);
+    do_ = act(enc_rows_ * d);
+    dq_ = act(enc_rows_ * d);
+    dk_ = act(enc_rows_ * d);
+    dv_ = act(enc_rows_ * d);
+    if (F > 0) dff_ = act(enc_rows_ * F);
     if (!lm) {
       dfeat_ = act(c.batch * feat_);
       dz_ = act(c.batch * Fh);
@@ -346,32 +346,32 @@ TransformerModel::~TransformerModel() = default;
 // Every primitive, created once; their scratchpads size the one scratch region. Made in the
 // constructor, untracked and without touching data, so working_bytes() is exact before setup.
 void TransformerModel::create_primitives() {
-  const int64_t d = c_.dmodel, F = c_.mlp, B = c_.batch, Fh = head_hidden();
-  const bool lm = c_.pooling == Pooling::lm;
+  const int64_t d = config_.dmodel, F = config_.mlp, B = config_.batch, Fh = head_hidden();
+  const bool lm = config_.pooling == Pooling::lm;
   const bool b16 = bf16();
-  qkv_lin_ = Linear(T_, d, 3 * d, backward_, b16);
-  o_lin_ = Linear(T_, d, d, backward_, b16);
+  qkv_lin_ = Linear(enc_rows_, d, 3 * d, backward_, b16);
+  o_lin_ = Linear(enc_rows_, d, d, backward_, b16);
   if (F > 0) {
-    ff1_lin_ = Linear(T_, d, F, backward_, b16);
-    ff2_lin_ = Linear(T_, F, d, backward_, b16);
-    ff_gelu_ = Gelu(T_ * F, backward_);
+    ff1_lin_ = Linear(enc_rows_, d, F, backward_, b16);
+    ff2_lin_ = Linear(enc_rows_, F, d, backward_, b16);
+    ff_gelu_ = Gelu(enc_rows_ * F, backward_);
   }
-  xb_floats_ = b16 ? T_ * std::max(d, F) : 0;
+  xb_floats_ = b16 ? enc_rows_ * std::max(d, F) : 0;
   // The backward products read dY rounded: the widest layer output (qkv, the MLP, the head).
-  gb_floats_ = b16 && backward_ ? T_ * std::max(3 * d, F) : 0;
+  gb_floats_ = b16 && backward_ ? enc_rows_ * std::max(3 * d, F) : 0;
   if (lm) {
     // Tied: the weights are the embedding table (V, d), read transposed.
-    head1_lin_ = Linear(rows_, d, C_, backward_, b16, c_.tie_embeddings);
-    if (b16 && backward_) gb_floats_ = std::max(gb_floats_, rows_ * C_);
+    head1_lin_ = Linear(rows_, d, out_width_, backward_, b16, config_.tie_embeddings);
+    if (b16 && backward_) gb_floats_ = std::max(gb_floats_, rows_ * out_width_);
   } else {
     head1_lin_ = Linear(B, feat_, Fh, backward_, b16);
-    head2_lin_ = Linear(B, Fh, C_, backward_, b16);
+    head2_lin_ = Linear(B, Fh, out_width_, backward_, b16);
     if (b16) xb_floats_ = std::max({xb_floats_, B * feat_, B * Fh});
-    if (b16 && backward_) gb_floats_ = std::max({gb_floats_, B * Fh, B * C_});
+    if (b16 && backward_) gb_floats_ = std::max({gb_floats_, B * Fh, B * out_width_});
     head_gelu_ = Gelu(B * Fh, backward_);
   }
-  ln_ = LayerNorm(T_, d, backward_);
-  softmax_ = RowSoftmax(rows_, C_);
+  ln_ = LayerNorm(enc_rows_, d, backward_);
+  softmax_ = RowSoftmax(rows_, out_width_);
   scratch_bytes_ = std::max({qkv_lin_.scratchpad_bytes(), o_lin_.scratchpad_bytes(),
                              F > 0 ? ff1_lin_.scratchpad_bytes() : size_t{0}, F > 0 ? ff2_lin_.scratchpad_bytes() : size_t{0},
                              head1_lin_.scratchpad_bytes(), lm ? size_t{0} : head2_lin_.scratchpad_bytes(),
@@ -382,11 +382,11 @@ void TransformerModel::create_primitives() {
 
 
 double TransformerModel::flops() const {
-  const double T = static_cast<double>(T_), d = static_cast<double>(c_.dmodel), F = static_cast<double>(c_.mlp);
+  const double T = static_cast<double>(enc_rows_), d = static_cast<double>(config_.dmodel), F = static_cast<double>(config_.mlp);
   const double Fh = static_cast<double>(head_hidden());
-  double products = static_cast<double>(c_.layers) * (2 * T * d * 3 * d + 2 * T * d * d + 2 * 2 * T * d * F);
-  if (c_.pooling == Pooling::lm) products += 2 * static_cast<double>(rows_) * d * static_cast<double>(C_);
-  else products += 2.0 * static_cast<double>(c_.batch) * (static_cast<double>(feat_) * Fh + Fh * static_cast<double>(C_));
+  double products = static_cast<double>(config_.layers) * (2 * T * d * 3 * d + 2 * T * d * d + 2 * 2 * T * d * F);
+  if (config_.pooling == Pooling::lm) products += 2 * static_cast<double>(rows_) * d * static_cast<double>(out_width_);
+  else products += 2.0 * static_cast<double>(config_.batch) * (static_cast<double>(feat_) * Fh + Fh * static_cast<double>(out_width_));
   double attention = 0;
   for (const auto& a : attn_) attention += a->flops(backward_ ? Mode::fwdbwd : Mode::fwd);
   // Backward of a product: dX and dW, each as large as the forward product.
@@ -401,7 +401,7 @@ std::vector<std::pair<std::string, size_t>> TransformerModel::memory_parts() con
           {"gradients", backward_ ? pbytes : 0},
           {"optimizer", mode_ == ModelMode::train ? 2 * pbytes + 2 * learned_bytes() : 0},
           {"activations", static_cast<size_t>(n_act_) * sizeof(float)},
-          {"tokens", static_cast<size_t>(T_ + rows_ + (compact_ ? rows_ : 0)) * sizeof(int32_t)},
+          {"tokens", static_cast<size_t>(enc_rows_ + rows_ + (compact_ ? rows_ : 0)) * sizeof(int32_t)},
           {"scratchpad", scratch_bytes_},
           {"attention", attention},
           {"bf16 copies", bf16_bytes()}};
@@ -443,7 +443,7 @@ size_t TransformerModel::working_bytes() const {
 }
 
 AttnArgs TransformerModel::attention_args(int64_t layer) const {
-  const Shape4 s{Benc_, c_.heads, S_, Dh_};
+  const Shape4 s{enc_batch_, config_.heads, seq_rows_, head_dim_};
   const Strides3 st = Strides3::contiguous(s);
   const LayerActs& a = la_[static_cast<size_t>(backward_ ? layer : 0)];
   auto view = [&](int64_t off) { return TensorView{A(off), s, st}; };
@@ -458,20 +458,20 @@ AttnArgs TransformerModel::attention_args(int64_t layer) const {
 }
 
 void TransformerModel::setup(uint64_t seed) {
-  const int64_t d = c_.dmodel;
-  const bool lm = c_.pooling == Pooling::lm;
+  const int64_t d = config_.dmodel;
+  const bool lm = config_.pooling == Pooling::lm;
   // Tracked storage.
-  w_ = Buffer<float>(static_cast<size_t>(n_params_));
-  if (backward_) g_ = Buffer<float>(static_cast<size_t>(n_params_));
+  weights_ = Buffer<float>(static_cast<size_t>(n_params_));
+  if (backward_) grads_ = Buffer<float>(static_cast<size_t>(n_params_));
   if (mode_ == ModelMode::train) {
-    m_ = Buffer<float>(static_cast<size_t>(n_params_));
-    v_ = Buffer<float>(static_cast<size_t>(n_params_));
-    m_.zero();
-    v_.zero();
+    adam_m_ = Buffer<float>(static_cast<size_t>(n_params_));
+    adam_v_ = Buffer<float>(static_cast<size_t>(n_params_));
+    adam_m_.zero();
+    adam_v_.zero();
   }
   arena_ = Buffer<float>(static_cast<size_t>(n_act_));
   arena_.zero();
-  tokens_ = Buffer<int32_t>(static_cast<size_t>(T_));
+  tokens_ = Buffer<int32_t>(static_cast<size_t>(enc_rows_));
   targets_ = Buffer<int32_t>(static_cast<size_t>(rows_));
   if (compact_) gather_ = Buffer<int32_t>(static_cast<size_t>(rows_));
   scratch_ = Buffer<std::byte>(scratch_bytes_);
@@ -494,15 +494,15 @@ void TransformerModel::setup(uint64_t seed) {
   softmax_.bind(scratch_.data());
 
   // Initial values.
-  w_.zero();
-  if (backward_) g_.zero();
+  weights_.zero();
+  if (backward_) grads_.zero();
   Rng rng(seed, kStreamModelInit);
   for (const Slice& p : slices_) {
     if (p.init_stddev > 0) rng.fill_normal(W(p.offset), p.count, p.init_stddev);
     else std::fill_n(W(p.offset), p.count, p.init_value);
   }
-  if (c_.positions == Positions::sinusoidal) sinusoidal_positions(c_.seq, d, A(pos_));
-  if (rope_ >= 0) rope_table(S_, Dh_, A(rope_));
+  if (config_.positions == Positions::sinusoidal) sinusoidal_positions(config_.seq, d, A(pos_));
+  if (rope_ >= 0) rope_table(seq_rows_, head_dim_, A(rope_));
   for (size_t l = 0; l < attn_.size(); ++l) {
     Rng r(seed, kStreamLayerMechanism + l);
     attn_[l]->setup(backward_ ? Mode::fwdbwd : Mode::fwd, r);
@@ -530,23 +530,23 @@ void TransformerModel::setup(uint64_t seed) {
 }
 
 Dropout TransformerModel::dropout_at(int64_t layer, int site) const {
-  if (!dropping_ || (c_.dropout <= 0 && site != 3)) return Dropout{};
+  if (!dropping_ || (config_.dropout <= 0 && site != 3)) return Dropout{};
   const uint64_t where = (static_cast<uint64_t>(layer + 1) << 2) | static_cast<uint64_t>(site);
-  return Dropout{c_.dropout, mix64(mix64(seed_ ^ 0x44524f504f5554ull) ^ mix64((static_cast<uint64_t>(steps_) << 16) ^ where))};
+  return Dropout{config_.dropout, mix64(mix64(seed_ ^ 0x44524f504f5554ull) ^ mix64((static_cast<uint64_t>(steps_) << 16) ^ where))};
 }
 
 // x (T, d) *= the mask of site d, row by row (token rows of the encoder's batch).
 void TransformerModel::drop_rows(float* x, const Dropout& d) const {
   if (!d.active()) return;
-  const int64_t dm = c_.dmodel;
+  const int64_t dm = config_.dmodel;
 #pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < T_; ++t) d.apply(x + t * dm, dm, static_cast<uint64_t>(t), 0);
+  for (int64_t t = 0; t < enc_rows_; ++t) d.apply(x + t * dm, dm, static_cast<uint64_t>(t), 0);
 }
 
 // src, or (with dropout) a copy of it in dst with the mask applied: a branch's gradient.
 const float* TransformerModel::dropped_copy(const float* src, float* dst, const Dropout& d) const {
   if (!d.active()) return src;
-  std::copy_n(src, T_ * c_.dmodel, dst);
+  std::copy_n(src, enc_rows_ * config_.dmodel, dst);
   drop_rows(dst, d);
   return dst;
 }
@@ -562,20 +562,20 @@ void TransformerModel::timed(LayerType t, F&& f) {
 // targets: the label per example, or for the language model the next token where the task's
 // loss mask is set on the current position (-1 elsewhere).
 void TransformerModel::load(const Batch& b) {
-  const int64_t N = c_.seq, B = c_.batch;
+  const int64_t N = config_.seq, B = config_.batch;
   if (b.size != B || b.seq != N)
     throw std::logic_error(fmt::format("batch of {}x{} given to a model of {}x{}", b.size, b.seq, B, N));
   // Encoder row of the batch's token r (first documents, then second documents); the rows of
   // prepended global tokens hold token 0, which the embedding does not read.
-  auto row_of = [&](int64_t r) { return r / N * S_ + G_ + r % N; };
-  std::fill_n(tokens_.data(), T_, 0);
+  auto row_of = [&](int64_t r) { return r / N * seq_rows_ + global_rows_ + r % N; };
+  std::fill_n(tokens_.data(), enc_rows_, 0);
   for (int64_t r = 0; r < B * N; ++r) tokens_[static_cast<size_t>(row_of(r))] = b.tokens[static_cast<size_t>(r)];
-  if (c_.two_tower)
+  if (config_.two_tower)
     for (int64_t r = 0; r < B * N; ++r) tokens_[static_cast<size_t>(row_of(B * N + r))] = b.tokens2[static_cast<size_t>(r)];
-  for (int64_t t = 0; t < T_; ++t)
-    if (tokens_[static_cast<size_t>(t)] < 0 || tokens_[static_cast<size_t>(t)] >= c_.vocab)
-      throw std::logic_error(fmt::format("token {} outside the vocabulary of {}", tokens_[static_cast<size_t>(t)], c_.vocab));
-  if (c_.pooling == Pooling::lm) {
+  for (int64_t t = 0; t < enc_rows_; ++t)
+    if (tokens_[static_cast<size_t>(t)] < 0 || tokens_[static_cast<size_t>(t)] >= config_.vocab)
+      throw std::logic_error(fmt::format("token {} outside the vocabulary of {}", tokens_[static_cast<size_t>(t)], config_.vocab));
+  if (config_.pooling == Pooling::lm) {
     // A row's target: the task's own (mqar, induction), or the next token where the loss mask is
     // set (copy); -1 where nothing is predicted.
     auto target_of = [&](int64_t r) -> int32_t {
@@ -585,14 +585,14 @@ void TransformerModel::load(const Batch& b) {
       return counted ? b.tokens[static_cast<size_t>(r + 1)] : -1;
     };
     for (int64_t r = 0; r < B * N; ++r)
-      if (const int32_t t = target_of(r); t >= c_.vocab) throw std::logic_error(fmt::format("target {} outside the vocabulary", t));
+      if (const int32_t t = target_of(r); t >= config_.vocab) throw std::logic_error(fmt::format("target {} outside the vocabulary", t));
     if (!compact_) {  // global rows predict nothing
-      std::fill_n(targets_.data(), T_, -1);
+      std::fill_n(targets_.data(), enc_rows_, -1);
       for (int64_t r = 0; r < B * N; ++r) targets_[static_cast<size_t>(row_of(r))] = target_of(r);
     } else {
       // Example e's counted rows go to e·P, e·P + 1, ... in position order; the rest of its P
       // slots point at its first row with no target (their gradient is zero).
-      const int64_t P = c_.loss_positions;
+      const int64_t P = config_.loss_positions;
       for (int64_t e = 0; e < B; ++e) {
         int64_t k = 0;
         for (int64_t n = 0; n < N; ++n) {
@@ -616,66 +616,66 @@ void TransformerModel::load(const Batch& b) {
 }
 
 double TransformerModel::forward_and_loss(bool with_grad) {
-  // S rows an encoder sequence: its N tokens after the G_ prepended global rows (none but ETC).
-  const int64_t N = c_.seq, S = S_, d = c_.dmodel, H = c_.heads, B = c_.batch, L = c_.layers;
+  // S rows an encoder sequence: its N tokens after the global_rows_ prepended global rows (none but ETC).
+  const int64_t N = config_.seq, S = seq_rows_, d = config_.dmodel, H = config_.heads, B = config_.batch, L = config_.layers;
   // 1. Embedding and positions.
-  const float* positions = c_.positions == Positions::sinusoidal ? A(pos_) : positions_ >= 0 ? W(positions_) : nullptr;
+  const float* positions = config_.positions == Positions::sinusoidal ? A(pos_) : positions_ >= 0 ? W(positions_) : nullptr;
   timed(LayerType::embedding, [&] {
-    embedding_forward(tokens_.data(), T_, S, G_, d, W(emb_), positions, cls_ >= 0 ? W(cls_) : nullptr,
+    embedding_forward(tokens_.data(), enc_rows_, S, global_rows_, d, W(emb_), positions, cls_ >= 0 ? W(cls_) : nullptr,
                       globals_ >= 0 ? W(globals_) : nullptr, A(x_[0]));
     drop_rows(A(x_[0]), dropout_at(-1, 0));
   });
   // 1b. bf16: the parameters rounded, once per step (they are the same all step).
-  if (bf16()) timed(LayerType::projections, [&] { to_bf16_parallel(w_.data(), wb_.data(), n_params_); });
+  if (bf16()) timed(LayerType::projections, [&] { to_bf16_parallel(weights_.data(), wb_.data(), n_params_); });
   // 2. The blocks.
   for (int64_t l = 0; l < L; ++l) {
     const LayerParams& p = lp_[static_cast<size_t>(l)];
     const LayerActs& a = la_[static_cast<size_t>(backward_ ? l : 0)];
     timed(LayerType::layernorm, [&] { ln_.forward(A(x_[l]), W(p.ln1_g), W(p.ln1_b), A(a.h1), A(a.mean1), A(a.var1)); });
     timed(LayerType::projections, [&] {
-      qkv_lin_.forward(product_input(A(a.h1), T_ * d), product_weights(p.wqkv), W(p.bqkv), A(qkv_));
-      split_heads(A(qkv_), Benc_, S, H, Dh_, A(a.q), A(a.k), A(a.v));
+      qkv_lin_.forward(product_input(A(a.h1), enc_rows_ * d), product_weights(p.wqkv), W(p.bqkv), A(qkv_));
+      split_heads(A(qkv_), enc_batch_, S, H, head_dim_, A(a.q), A(a.k), A(a.v));
       if (rope_ >= 0) {  // the mechanism sees rotated queries and keys (and keeps them for its backward)
-        rope_rotate(A(a.q), Benc_, H, S, Dh_, A(rope_), false);
-        rope_rotate(A(a.k), Benc_, H, S, Dh_, A(rope_), false);
+        rope_rotate(A(a.q), enc_batch_, H, S, head_dim_, A(rope_), false);
+        rope_rotate(A(a.k), enc_batch_, H, S, head_dim_, A(rope_), false);
       }
     });
     timed(LayerType::attention, [&] {
       Attention& mech = *attn_[static_cast<size_t>(l)];
-      if (attn_dropout_planned_) mech.set_dropout(dropping_ ? dropout_at(l, 3).with_rate(c_.attn_dropout) : Dropout{});
+      if (attn_dropout_planned_) mech.set_dropout(dropping_ ? dropout_at(l, 3).with_rate(config_.attn_dropout) : Dropout{});
       mech.forward(attention_args(l));
     });
     timed(LayerType::projections, [&] {
-      merge_heads(A(a.o), Benc_, S, H, Dh_, A(a.a));
-      o_lin_.forward(product_input(A(a.a), T_ * d), product_weights(p.wo), W(p.bo), A(a.xm));
+      merge_heads(A(a.o), enc_batch_, S, H, head_dim_, A(a.a));
+      o_lin_.forward(product_input(A(a.a), enc_rows_ * d), product_weights(p.wo), W(p.bo), A(a.xm));
       drop_rows(A(a.xm), dropout_at(l, 1));
-      add_inplace(A(a.xm), A(x_[l]), T_ * d);
+      add_inplace(A(a.xm), A(x_[l]), enc_rows_ * d);
     });
     if (!has_mlp()) {  // the block is attention alone: its output is the stream after it
-      std::copy_n(A(a.xm), T_ * d, A(x_[l + 1]));
+      std::copy_n(A(a.xm), enc_rows_ * d, A(x_[l + 1]));
       continue;
     }
     timed(LayerType::layernorm, [&] { ln_.forward(A(a.xm), W(p.ln2_g), W(p.ln2_b), A(a.h2), A(a.mean2), A(a.var2)); });
     timed(LayerType::feedforward, [&] {
-      ff1_lin_.forward(product_input(A(a.h2), T_ * d), product_weights(p.w1), W(p.b1), A(a.u));
+      ff1_lin_.forward(product_input(A(a.h2), enc_rows_ * d), product_weights(p.w1), W(p.b1), A(a.u));
       ff_gelu_.forward(A(a.u), A(a.g));
-      ff2_lin_.forward(product_input(A(a.g), T_ * c_.mlp), product_weights(p.w2), W(p.b2), A(x_[l + 1]));
+      ff2_lin_.forward(product_input(A(a.g), enc_rows_ * config_.mlp), product_weights(p.w2), W(p.b2), A(x_[l + 1]));
       drop_rows(A(x_[l + 1]), dropout_at(l, 2));
-      add_inplace(A(x_[l + 1]), A(a.xm), T_ * d);
+      add_inplace(A(x_[l + 1]), A(a.xm), enc_rows_ * d);
     });
   }
   timed(LayerType::layernorm, [&] { ln_.forward(A(x_[L]), W(lnf_g_), W(lnf_b_), A(hf_), A(meanf_), A(varf_)); });
   // 3. Pooling, head and loss.
   double loss = 0;
   timed(LayerType::head, [&] {
-    if (c_.pooling == Pooling::lm) {
+    if (config_.pooling == Pooling::lm) {
       if (compact_) {  // the rows that carry a loss, gathered
         const float* hf = A(hf_);
         float* hg = A(hg_);
 #pragma omp parallel for schedule(static)
         for (int64_t r = 0; r < rows_; ++r) std::copy_n(hf + static_cast<int64_t>(gather_[static_cast<size_t>(r)]) * d, d, hg + r * d);
       }
-      const bool tied = c_.tie_embeddings;
+      const bool tied = config_.tie_embeddings;
       head1_lin_.forward(product_input(head_input(), rows_ * d), product_weights(tied ? emb_ : wc1_), tied ? nullptr : W(bc1_),
                          A(logits_));
     } else {
@@ -684,16 +684,16 @@ double TransformerModel::forward_and_loss(bool with_grad) {
 #pragma omp parallel for schedule(static)
       for (int64_t b = 0; b < B; ++b) {  // over the token rows (after the global rows)
         float* f = feat + b * feat_;
-        if (c_.pooling == Pooling::mean) {
+        if (config_.pooling == Pooling::mean) {
           std::fill_n(f, d, 0.0f);
           for (int64_t n = 0; n < N; ++n)
-            for (int64_t j = 0; j < d; ++j) f[j] += hf[(b * S + G_ + n) * d + j];
+            for (int64_t j = 0; j < d; ++j) f[j] += hf[(b * S + global_rows_ + n) * d + j];
           for (int64_t j = 0; j < d; ++j) f[j] /= static_cast<float>(N);
         } else {
-          std::copy_n(hf + (b * S + G_) * d, d, f);
+          std::copy_n(hf + (b * S + global_rows_) * d, d, f);
         }
-        if (c_.two_tower) {
-          const float* e2 = hf + ((B + b) * S + G_) * d;
+        if (config_.two_tower) {
+          const float* e2 = hf + ((B + b) * S + global_rows_) * d;
           for (int64_t j = 0; j < d; ++j) {
             f[d + j] = e2[j];
             f[2 * d + j] = f[j] * e2[j];
@@ -706,25 +706,25 @@ double TransformerModel::forward_and_loss(bool with_grad) {
       head2_lin_.forward(product_input(A(gz_), B * head_hidden()), product_weights(wc2_), W(bc2_), A(logits_));
     }
     softmax_.forward(A(logits_));
-    loss = cross_entropy(A(logits_), targets_.data(), rows_, C_, with_grad);
+    loss = cross_entropy(A(logits_), targets_.data(), rows_, out_width_, with_grad);
   });
   return loss;
 }
 
 void TransformerModel::backward() {
-  const int64_t N = c_.seq, S = S_, d = c_.dmodel, H = c_.heads, B = c_.batch, L = c_.layers;
+  const int64_t N = config_.seq, S = seq_rows_, d = config_.dmodel, H = config_.heads, B = config_.batch, L = config_.layers;
   // 3'. Head and pooling: dlogits (in the logits buffer) -> d(final hidden) in dtmp.
   float* dhf = A(dtmp_);
   timed(LayerType::head, [&] {
-    if (c_.pooling == Pooling::lm) {
+    if (config_.pooling == Pooling::lm) {
       // Tied: dW is the embedding's gradient, written here first; the embedding's scatter below
       // adds to it.
-      const bool tied = c_.tie_embeddings;
+      const bool tied = config_.tie_embeddings;
       float* dh = compact_ ? A(dhg_) : dhf;
       head1_lin_.backward(product_input(head_input(), rows_ * d), product_weights(tied ? emb_ : wc1_), A(logits_),
-                          product_grad(A(logits_), rows_ * C_), dh, G(tied ? emb_ : wc1_), tied ? nullptr : G(bc1_));
+                          product_grad(A(logits_), rows_ * out_width_), dh, G(tied ? emb_ : wc1_), tied ? nullptr : G(bc1_));
       if (compact_) {  // scattered back to the token rows (in order: a row may take several adds)
-        std::fill_n(dhf, T_ * d, 0.0f);
+        std::fill_n(dhf, enc_rows_ * d, 0.0f);
         for (int64_t r = 0; r < rows_; ++r) {
           float* to = dhf + static_cast<int64_t>(gather_[static_cast<size_t>(r)]) * d;
           const float* from = dh + r * d;
@@ -733,29 +733,29 @@ void TransformerModel::backward() {
       }
       return;
     }
-    head2_lin_.backward(product_input(A(gz_), B * head_hidden()), product_weights(wc2_), A(logits_), product_grad(A(logits_), B * C_),
+    head2_lin_.backward(product_input(A(gz_), B * head_hidden()), product_weights(wc2_), A(logits_), product_grad(A(logits_), B * out_width_),
                         A(dz_), G(wc2_), G(bc2_));
     head_gelu_.backward(A(z_), A(dz_), A(dz_));
     head1_lin_.backward(product_input(A(feat_buf_), B * feat_), product_weights(wc1_), A(dz_), product_grad(A(dz_), B * head_hidden()),
                         A(dfeat_), G(wc1_), G(bc1_));
-    std::fill_n(dhf, T_ * d, 0.0f);
+    std::fill_n(dhf, enc_rows_ * d, 0.0f);
     const float* hf = A(hf_);
 #pragma omp parallel for schedule(static)
     for (int64_t b = 0; b < B; ++b) {
       const float* df = A(dfeat_) + b * feat_;
-      if (c_.pooling == Pooling::mean) {
+      if (config_.pooling == Pooling::mean) {
         for (int64_t n = 0; n < N; ++n)
-          for (int64_t j = 0; j < d; ++j) dhf[(b * S + G_ + n) * d + j] = df[j] / static_cast<float>(N);
+          for (int64_t j = 0; j < d; ++j) dhf[(b * S + global_rows_ + n) * d + j] = df[j] / static_cast<float>(N);
         continue;
       }
-      float* d1 = dhf + (b * S + G_) * d;
-      if (!c_.two_tower) {
+      float* d1 = dhf + (b * S + global_rows_) * d;
+      if (!config_.two_tower) {
         std::copy_n(df, d, d1);
         continue;
       }
       // f = [e1, e2, e1*e2, e1-e2]
-      float* d2 = dhf + ((B + b) * S + G_) * d;
-      const float *e1 = hf + (b * S + G_) * d, *e2 = hf + ((B + b) * S + G_) * d;
+      float* d2 = dhf + ((B + b) * S + global_rows_) * d;
+      const float *e1 = hf + (b * S + global_rows_) * d, *e2 = hf + ((B + b) * S + global_rows_) * d;
       for (int64_t j = 0; j < d; ++j) {
         d1[j] = df[j] + df[2 * d + j] * e2[j] + df[3 * d + j];
         d2[j] = df[d + j] + df[2 * d + j] * e1[j] - df[3 * d + j];
@@ -773,51 +773,51 @@ void TransformerModel::backward() {
     timed(LayerType::feedforward, [&] {
       // Through the branch's dropout: the same mask on the gradient (a copy: dres goes on).
       const float* dbranch = dropped_copy(A(dres_), A(dtmp2_), dropout_at(l, 2));
-      ff2_lin_.backward(product_input(A(a.g), T_ * c_.mlp), product_weights(p.w2), dbranch, product_grad(dbranch, T_ * d), A(dff_),
+      ff2_lin_.backward(product_input(A(a.g), enc_rows_ * config_.mlp), product_weights(p.w2), dbranch, product_grad(dbranch, enc_rows_ * d), A(dff_),
                         G(p.w2), G(p.b2));
       ff_gelu_.backward(A(a.u), A(dff_), A(dff_));
-      ff1_lin_.backward(product_input(A(a.h2), T_ * d), product_weights(p.w1), A(dff_), product_grad(A(dff_), T_ * c_.mlp), A(dtmp_),
+      ff1_lin_.backward(product_input(A(a.h2), enc_rows_ * d), product_weights(p.w1), A(dff_), product_grad(A(dff_), enc_rows_ * config_.mlp), A(dtmp_),
                         G(p.w1), G(p.b1));
     });
     timed(LayerType::layernorm, [&] {
       ln_.backward(A(a.xm), A(a.mean2), A(a.var2), A(dtmp_), W(p.ln2_g), W(p.ln2_b), A(dtmp2_), G(p.ln2_g), G(p.ln2_b));
-      add_inplace(A(dres_), A(dtmp2_), T_ * d);
+      add_inplace(A(dres_), A(dtmp2_), enc_rows_ * d);
     });
     }  // without an MLP the stream's gradient reaches the attention branch as it is
     timed(LayerType::projections, [&] {
       const float* dbranch = dropped_copy(A(dres_), A(dtmp2_), dropout_at(l, 1));
-      o_lin_.backward(product_input(A(a.a), T_ * d), product_weights(p.wo), dbranch, product_grad(dbranch, T_ * d), A(dtmp_), G(p.wo),
+      o_lin_.backward(product_input(A(a.a), enc_rows_ * d), product_weights(p.wo), dbranch, product_grad(dbranch, enc_rows_ * d), A(dtmp_), G(p.wo),
                       G(p.bo));
-      split_single(A(dtmp_), Benc_, S, H, Dh_, A(do_));
+      split_single(A(dtmp_), enc_batch_, S, H, head_dim_, A(do_));
     });
     timed(LayerType::attention, [&] { attn_[static_cast<size_t>(l)]->backward(attention_args(l)); });
     timed(LayerType::projections, [&] {
       if (rope_ >= 0) {  // the rotation's backward: its transpose, the inverse rotation
-        rope_rotate(A(dq_), Benc_, H, S, Dh_, A(rope_), true);
-        rope_rotate(A(dk_), Benc_, H, S, Dh_, A(rope_), true);
+        rope_rotate(A(dq_), enc_batch_, H, S, head_dim_, A(rope_), true);
+        rope_rotate(A(dk_), enc_batch_, H, S, head_dim_, A(rope_), true);
       }
-      merge_qkv(A(dq_), A(dk_), A(dv_), Benc_, S, H, Dh_, A(qkv_));
-      qkv_lin_.backward(product_input(A(a.h1), T_ * d), product_weights(p.wqkv), A(qkv_), product_grad(A(qkv_), T_ * 3 * d),
+      merge_qkv(A(dq_), A(dk_), A(dv_), enc_batch_, S, H, head_dim_, A(qkv_));
+      qkv_lin_.backward(product_input(A(a.h1), enc_rows_ * d), product_weights(p.wqkv), A(qkv_), product_grad(A(qkv_), enc_rows_ * 3 * d),
                         A(dtmp_), G(p.wqkv), G(p.bqkv));
     });
     timed(LayerType::layernorm, [&] {
       ln_.backward(A(x_[l]), A(a.mean1), A(a.var1), A(dtmp_), W(p.ln1_g), W(p.ln1_b), A(dtmp2_), G(p.ln1_g), G(p.ln1_b));
-      add_inplace(A(dres_), A(dtmp2_), T_ * d);
+      add_inplace(A(dres_), A(dtmp2_), enc_rows_ * d);
     });
   }
   // 1'. Embedding: a scatter-add into a zeroed table.
   timed(LayerType::embedding, [&] {
-    if (!c_.tie_embeddings) std::fill_n(G(emb_), c_.vocab * d, 0.0f);  // tied: it holds the head's part
+    if (!config_.tie_embeddings) std::fill_n(G(emb_), config_.vocab * d, 0.0f);  // tied: it holds the head's part
     drop_rows(A(dres_), dropout_at(-1, 0));
-    embedding_backward(tokens_.data(), T_, S, G_, d, A(dres_), G(emb_), cls_ >= 0 ? G(cls_) : nullptr,
+    embedding_backward(tokens_.data(), enc_rows_, S, global_rows_, d, A(dres_), G(emb_), cls_ >= 0 ? G(cls_) : nullptr,
                        globals_ >= 0 ? G(globals_) : nullptr,
                        positions_ >= 0 ? G(positions_) : nullptr);
   });
 }
 
 double TransformerModel::step(const Batch& batch) {
-  if (mode_ == ModelMode::train) return train_step(batch, steps_ + 1, c_.optimizer.lr).loss;
-  omp_set_num_threads(c_.threads);
+  if (mode_ == ModelMode::train) return train_step(batch, steps_ + 1, config_.optimizer.lr).loss;
+  omp_set_num_threads(config_.threads);
   load(batch);
   const double loss = forward_and_loss(backward_);
   if (backward_) backward();
@@ -828,7 +828,7 @@ double TransformerModel::step(const Batch& batch) {
 // 5. AdamW on the model's parameters and the mechanisms' learned tensors.
 TransformerModel::StepOutcome TransformerModel::train_step(const Batch& batch, int64_t step, float lr) {
   if (mode_ != ModelMode::train) throw std::logic_error("train_step needs a model in train mode");
-  omp_set_num_threads(c_.threads);
+  omp_set_num_threads(config_.threads);
   steps_ = step;
   for (size_t l = 0; l < attn_.size(); ++l) {
     Rng r(seed_ ^ mix64(static_cast<uint64_t>(step)), kStreamLayerMechanism + l);
@@ -844,11 +844,11 @@ TransformerModel::StepOutcome TransformerModel::train_step(const Batch& batch, i
   dropping_ = false;
   timed(LayerType::optimizer, [&] {
     out.grad_norm = clip_gradients();
-    c_.optimizer.lr = lr;
-    c_.optimizer.update(w_.data(), g_.data(), m_.data(), v_.data(), n_params_, step);
+    config_.optimizer.lr = lr;
+    config_.optimizer.update(weights_.data(), grads_.data(), adam_m_.data(), adam_v_.data(), n_params_, step);
     int64_t at = 0;
     for (const auto& t : learned_) {
-      c_.optimizer.update(t.value, t.grad, learned_m_.data() + at, learned_v_.data() + at, t.count, step);
+      config_.optimizer.update(t.value, t.grad, learned_m_.data() + at, learned_v_.data() + at, t.count, step);
       at += t.count;
     }
   });
@@ -883,7 +883,7 @@ void scale_by(float* g, int64_t n, float f) {
 }  // namespace
 
 // The global norm of every gradient; with clipping, the gradients scaled so that the global norm
-// (or each tensor's own norm) is at most c_.clip. Sums run in a fixed order per thread count.
+// (or each tensor's own norm) is at most config_.clip. Sums run in a fixed order per thread count.
 double TransformerModel::clip_gradients() {
   double total = 0;
   std::vector<double>& norms = tensor_norms_;  // per tensor (sized in setup: no allocation here)
@@ -892,24 +892,24 @@ double TransformerModel::clip_gradients() {
   for (const auto& t : learned_) norms[k++] = squared_norm(t.grad, t.count);
   for (double n : norms) total += n;
   const double global = std::sqrt(total);
-  if (c_.clip <= 0) return global;
+  if (config_.clip <= 0) return global;
   auto clip = [&](float* g, int64_t n, double norm) {
-    if (norm > c_.clip) scale_by(g, n, static_cast<float>(c_.clip / norm));
+    if (norm > config_.clip) scale_by(g, n, static_cast<float>(config_.clip / norm));
   };
   size_t i = 0;
-  for (const Slice& s : slices_) clip(G(s.offset), s.count, c_.clip_mode == ClipMode::global ? global : std::sqrt(norms[i++]));
-  for (const auto& t : learned_) clip(t.grad, t.count, c_.clip_mode == ClipMode::global ? global : std::sqrt(norms[i++]));
+  for (const Slice& s : slices_) clip(G(s.offset), s.count, config_.clip_mode == ClipMode::global ? global : std::sqrt(norms[i++]));
+  for (const auto& t : learned_) clip(t.grad, t.count, config_.clip_mode == ClipMode::global ? global : std::sqrt(norms[i++]));
   return global;
 }
 
 TransformerModel::Evaluation TransformerModel::evaluate(const Batch& batch, int64_t valid) {
-  omp_set_num_threads(c_.threads);
+  omp_set_num_threads(config_.threads);
   load(batch);
   dropping_ = false;
   forward_and_loss(false);  // the logits buffer now holds the probabilities
-  const int64_t examples = std::min(valid, c_.batch);
-  const int64_t per = c_.pooling != Pooling::lm ? 1 : compact_ ? c_.loss_positions : S_;  // an example's rows
-  return count_predictions(A(logits_), targets_.data(), examples, per, C_);
+  const int64_t examples = std::min(valid, config_.batch);
+  const int64_t per = config_.pooling != Pooling::lm ? 1 : compact_ ? config_.loss_positions : seq_rows_;  // an example's rows
+  return count_predictions(A(logits_), targets_.data(), examples, per, out_width_);
 }
 
 TransformerModel::Evaluation TransformerModel::count_predictions(const float* probs, const int32_t* targets, int64_t examples,
@@ -959,12 +959,12 @@ std::vector<TransformerModel::StateTensor> TransformerModel::state() {
   std::vector<StateTensor> out = trained_tensors();
   const size_t n = slices_.size() + learned_.size();  // the optimised ones: updated state has no moments
   for (size_t i = 0; i < n; ++i) {
-    // The moments live beside each tensor: the model's at the same offset in m_, v_; the
+    // The moments live beside each tensor: the model's at the same offset in adam_m_, adam_v_; the
     // mechanisms' in learned_m_, learned_v_ in learned_ order.
     float *m = nullptr, *v = nullptr;
     if (i < slices_.size()) {
-      m = m_.data() + slices_[i].offset;
-      v = v_.data() + slices_[i].offset;
+      m = adam_m_.data() + slices_[i].offset;
+      v = adam_v_.data() + slices_[i].offset;
     } else {
       int64_t at = 0;
       for (size_t k = 0; k < i - slices_.size(); ++k) at += learned_[k].count;
@@ -978,7 +978,7 @@ std::vector<TransformerModel::StateTensor> TransformerModel::state() {
 }
 
 double TransformerModel::loss(const Batch& batch) {
-  omp_set_num_threads(c_.threads);
+  omp_set_num_threads(config_.threads);
   load(batch);
   return forward_and_loss(false);
 }

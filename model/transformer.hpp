@@ -190,10 +190,10 @@ class TransformerModel {
     float init_stddev = 0, init_value = 0;  // normal(0, stddev) when stddev > 0, else the value
   };
   const std::vector<Slice>& parameters() const { return slices_; }
-  float* weights() const { return w_.data(); }
-  float* gradients() const { return g_.data(); }
+  float* weights() const { return weights_.data(); }
+  float* gradients() const { return grads_.data(); }
   int64_t parameter_count() const { return n_params_; }
-  const ModelConfig& config() const { return c_; }
+  const ModelConfig& config() const { return config_; }
   // What ran in which precision ("" in float32), for the result's message.
   std::string precision() const;
 
@@ -204,8 +204,8 @@ class TransformerModel {
   int64_t param(const std::string& name, int64_t count, float stddev, float value = 0);
   int64_t act(int64_t count);
   float* A(int64_t off) const { return arena_.data() + off; }
-  float* W(int64_t off) const { return w_.data() + off; }
-  float* G(int64_t off) const { return g_.data() + off; }
+  float* W(int64_t off) const { return weights_.data() + off; }
+  float* G(int64_t off) const { return grads_.data() + off; }
   AttnArgs attention_args(int64_t layer) const;
   void create_primitives();
   void load(const Batch& batch);
@@ -217,14 +217,14 @@ class TransformerModel {
   Dropout dropout_at(int64_t layer, int site) const;
   void drop_rows(float* x, const Dropout& d) const;
   const float* dropped_copy(const float* src, float* dst, const Dropout& d) const;
-  // The squared norm of every gradient, and clipping by c_.clip (global or per tensor).
+  // The squared norm of every gradient, and clipping by config_.clip (global or per tensor).
   double clip_gradients();
   size_t learned_bytes() const;
   template <class F> void timed(LayerType t, F&& f);
-  bool bf16() const { return c_.dtype == Dtype::bf16; }
-  bool has_mlp() const { return c_.mlp > 0; }
+  bool bf16() const { return config_.dtype == Dtype::bf16; }
+  bool has_mlp() const { return config_.mlp > 0; }
   // The classifier head's hidden width: the feed-forward width, or d_model in a model without one.
-  int64_t head_hidden() const { return c_.mlp > 0 ? c_.mlp : c_.dmodel; }
+  int64_t head_hidden() const { return config_.mlp > 0 ? config_.mlp : config_.dmodel; }
   // The output layer's input rows: the final hidden state, or its gathered loss rows.
   const float* head_input() const { return compact_ ? A(hg_) : A(hf_); }
   // A linear layer's input (n floats) and weight matrix as its product reads them: themselves,
@@ -235,26 +235,38 @@ class TransformerModel {
   const void* product_grad(const float* dy, int64_t n) const;
   size_t bf16_bytes() const;
 
-  ModelConfig c_;
+  ModelConfig config_;
   ModelMode mode_;
   bool backward_ = false;
-  int64_t Benc_ = 0, T_ = 0, Dh_ = 0, rows_ = 0, C_ = 0, feat_ = 0;  // rows_: loss rows; feat_: head input width
-  // Rows of one encoder sequence: G_ prepended global rows (ETC's; 0 otherwise), then the N tokens.
-  int64_t G_ = 0, S_ = 0;
-  int64_t globals_ = -1;  // the global rows' learned embeddings (G_, d), with G_ > 0
+  // Sizes. enc_batch_: sequences through the encoder (2 x batch for a two-tower task); seq_rows_:
+  // rows of one encoder sequence, global_rows_ prepended global rows (ETC's; 0 otherwise) then
+  // the N tokens; enc_rows_ = enc_batch_ x seq_rows_, the rows of every (enc_rows_, d) activation
+  // below; head_dim_ = d / H; rows_: the output layer's rows (a language model's loss rows, or
+  // the batch); out_width_: its width (the vocabulary, or the classes); feat_: the classifier's
+  // input width (d, or 4d for two towers).
+  int64_t enc_batch_ = 0, enc_rows_ = 0, head_dim_ = 0, rows_ = 0, out_width_ = 0, feat_ = 0;
+  int64_t global_rows_ = 0, seq_rows_ = 0;
+  int64_t globals_ = -1;  // the global rows' learned embeddings (global_rows_, d), with global_rows_ > 0
   bool compact_ = false;  // a language model's head on its gathered loss rows (loss_positions > 0)
   // Parameter layout.
   std::vector<Slice> slices_;
   int64_t n_params_ = 0;
   int64_t emb_ = 0, cls_ = -1, positions_ = -1, lnf_g_ = 0, lnf_b_ = 0, wc1_ = 0, bc1_ = 0, wc2_ = 0, bc2_ = 0;
   std::vector<LayerParams> lp_;
-  // Arena layout (float offsets).
+  // Arena layout (float offsets; R = enc_rows_, F = mlp, Fh = the classifier's hidden width).
   int64_t n_act_ = 0;
-  int64_t rope_ = -1;  // the RoPE table (cos then sin, N x Dh/2 each) with --positions rope
-  int64_t pos_ = 0, qkv_ = 0, hf_ = 0, meanf_ = 0, varf_ = 0, feat_buf_ = 0, z_ = 0, gz_ = 0, logits_ = 0;
+  int64_t rope_ = -1;  // the RoPE table (cos then sin, seq_rows_ x head_dim_/2 each) with --positions rope
+  int64_t pos_ = 0;       // (N, d) sinusoidal positions
+  int64_t qkv_ = 0;       // (R, 3d) the q, k, v projection before the head split (backward: its gradient)
+  int64_t hf_ = 0, meanf_ = 0, varf_ = 0;  // the final layer norm: (R, d) output, (R) mean and variance
+  int64_t feat_buf_ = 0, z_ = 0, gz_ = 0;  // classifier: (batch, feat_) pooled features, (batch, Fh) hidden and GELU
+  int64_t logits_ = 0;    // (rows_, out_width_)
   int64_t hg_ = 0, dhg_ = 0;  // compact head: the gathered rows (rows_, d) and their gradient
+  // Backward: (R, d) gradients of the residual stream (dres_), two scratch (dtmp_, dtmp2_), the
+  // attention output and the q, k, v heads (do_, dq_, dk_, dv_); (R, F) the MLP's hidden
+  // (dff_); the classifier's (batch, feat_) features and (batch, Fh) hidden (dfeat_, dz_).
   int64_t dres_ = 0, dtmp_ = 0, dtmp2_ = 0, do_ = 0, dq_ = 0, dk_ = 0, dv_ = 0, dff_ = 0, dfeat_ = 0, dz_ = 0;
-  std::vector<int64_t> x_;  // residual stream, L + 1 slots
+  std::vector<int64_t> x_;  // residual stream, L + 1 slots of (R, d)
   std::vector<LayerActs> la_;
   // Mechanisms, one per layer (each keeps its own forward state for its backward pass).
   std::vector<std::unique_ptr<Attention>> attn_;
@@ -265,7 +277,9 @@ class TransformerModel {
   RowSoftmax softmax_;
   size_t scratch_bytes_ = 0;
   // Tracked storage.
-  Buffer<float> w_, g_, m_, v_, arena_;
+  // The parameters (n_params_ floats each): weights, gradients, AdamW's first and second moments;
+  // the activations (n_act_ floats, the offsets above).
+  Buffer<float> weights_, grads_, adam_m_, adam_v_, arena_;
   Buffer<std::byte> scratch_;
   Buffer<int32_t> tokens_, targets_;
   Buffer<int32_t> gather_;  // compact head: the token row of each loss row (rows_)
