@@ -598,15 +598,15 @@ void QKLogits::backward_begin(const MatmulCache&, int, int64_t b, int64_t h) con
 
 std::pair<int64_t, int64_t> TiledSoftmax::keys_of(int64_t i) const {
   if (ranges_.size()) return {ranges_[static_cast<size_t>(2 * i)], ranges_[static_cast<size_t>(2 * i + 1)]};
-  std::pair<int64_t, int64_t> r = s_.keys ? s_.keys(i) : std::pair<int64_t, int64_t>{0, s_.Nk};
+  std::pair<int64_t, int64_t> r = shape_.keys ? shape_.keys(i) : std::pair<int64_t, int64_t>{0, shape_.Nk};
   r.first = std::max<int64_t>(r.first, 0);
-  r.second = std::min(r.second, s_.Nk);
-  if (s_.causal) r.second = std::min(r.second, i + 1);
+  r.second = std::min(r.second, shape_.Nk);
+  if (shape_.causal) r.second = std::min(r.second, i + 1);
   return r;
 }
 
 void TiledSoftmax::drop_self(float* row, int64_t i, int64_t c0, int64_t a, int64_t e) const {
-  if (s_.exclude_self && a <= i - c0 && i - c0 < e) row[i - c0] = kNegInf;
+  if (shape_.exclude_self && a <= i - c0 && i - c0 < e) row[i - c0] = kNegInf;
 }
 
 std::pair<int64_t, int64_t> TiledSoftmax::admissible(int64_t i, int64_t c0, int64_t cols) const {
@@ -615,13 +615,13 @@ std::pair<int64_t, int64_t> TiledSoftmax::admissible(int64_t i, int64_t c0, int6
 }
 
 double TiledSoftmax::pairs() const {
-  if (!s_.keys && !s_.exclude_self)
-    return s_.causal ? dense_pairs(s_.Nq, true) : static_cast<double>(s_.Nq) * static_cast<double>(s_.Nk);
+  if (!shape_.keys && !shape_.exclude_self)
+    return shape_.causal ? dense_pairs(shape_.Nq, true) : static_cast<double>(shape_.Nq) * static_cast<double>(shape_.Nk);
   double p = 0;
-  for (int64_t i = 0; i < s_.Nq; ++i) {
+  for (int64_t i = 0; i < shape_.Nq; ++i) {
     const auto [lo, hi] = keys_of(i);
     p += static_cast<double>(std::max<int64_t>(hi - lo, 0));
-    if (s_.exclude_self && lo <= i && i < hi) p -= 1;
+    if (shape_.exclude_self && lo <= i && i < hi) p -= 1;
   }
   return p;
 }
@@ -650,12 +650,12 @@ constexpr bool kBf16Build =
 bool TiledSoftmax::diagonal_bf16_kernel(int64_t D) { return kBf16Build && diagonal_kernel(D); }
 
 bool TiledSoftmax::diagonal_block(int64_t r0, int64_t rows) const {
-  if (s_.bf16_tiles && !diagonal_bf16_kernel(s_.D)) return false;
-  if (!s_.diagonal || !s_.tight || !s_.keys || !diagonal_kernel(s_.D)) return false;
+  if (shape_.bf16_tiles && !diagonal_bf16_kernel(shape_.D)) return false;
+  if (!shape_.diagonal || !shape_.tight || !shape_.keys || !diagonal_kernel(shape_.D)) return false;
   for (int64_t s0 = 0; s0 < rows; s0 += kDiagRows) {
     const int64_t last = std::min<int64_t>(s0 + kDiagRows, rows) - 1;
     const int64_t keys = keys_of(r0 + last).second - keys_of(r0 + s0).first;
-    if (!diagonal_fits(s_.D, keys, s_.prefix_keys, s_.fwd_rows * s_.fwd_cols)) return false;
+    if (!diagonal_fits(shape_.D, keys, shape_.prefix_keys, shape_.fwd_rows * shape_.fwd_cols)) return false;
   }
   return true;
 }
@@ -663,45 +663,45 @@ bool TiledSoftmax::diagonal_block(int64_t r0, int64_t rows) const {
 double TiledSoftmax::scored_pairs() const {
   // The tiles forward() visits (its loop bounds, without the products); the diagonal kernel
   // scores each 16 rows over the union of their keys.
-  const bool ranged = s_.causal || s_.keys, tight = s_.tight && ranged;
+  const bool ranged = shape_.causal || shape_.keys, tight = shape_.tight && ranged;
   double p = 0;
-  for (int64_t r0 = 0; r0 < s_.Nq; r0 += s_.fwd_rows) {
-    const int64_t rows = std::min(s_.fwd_rows, s_.Nq - r0);
+  for (int64_t r0 = 0; r0 < shape_.Nq; r0 += shape_.fwd_rows) {
+    const int64_t rows = std::min(shape_.fwd_rows, shape_.Nq - r0);
     if (diagonal_block(r0, rows)) {
       for (int64_t s0 = 0; s0 < rows; s0 += kDiagRows) {
         const int64_t n = std::min<int64_t>(kDiagRows, rows - s0);
         const int64_t keys = keys_of(r0 + s0 + n - 1).second - keys_of(r0 + s0).first;
-        p += static_cast<double>(n * (s_.prefix_keys + std::max<int64_t>(keys, 0)));
+        p += static_cast<double>(n * (shape_.prefix_keys + std::max<int64_t>(keys, 0)));
       }
       continue;
     }
-    const int64_t key_lo = ranged ? keys_of(r0).first : 0, key_hi = ranged ? keys_of(r0 + rows - 1).second : s_.Nk;
-    for (int64_t c0 = tight ? key_lo : key_lo / s_.fwd_cols * s_.fwd_cols; c0 < key_hi; c0 += s_.fwd_cols)
-      p += static_cast<double>(rows * std::min(s_.fwd_cols, (tight ? key_hi : s_.Nk) - c0));
+    const int64_t key_lo = ranged ? keys_of(r0).first : 0, key_hi = ranged ? keys_of(r0 + rows - 1).second : shape_.Nk;
+    for (int64_t c0 = tight ? key_lo : key_lo / shape_.fwd_cols * shape_.fwd_cols; c0 < key_hi; c0 += shape_.fwd_cols)
+      p += static_cast<double>(rows * std::min(shape_.fwd_cols, (tight ? key_hi : shape_.Nk) - c0));
   }
   return p;
 }
 
 // O_i(rows, D) += P V_j (the first tile of a block: O_i = P V_j); bf16_tiles: P and V in bf16.
 MatmulSpec TiledSoftmax::spec_pv(int64_t rows, int64_t cols, bool accumulate) const {
-  const MatmulSpec s = MatmulSpec::tile(rows, s_.D, cols, s_.fwd_cols, false, s_.ld_v, false, s_.ld_o, 1.0f, accumulate);
-  return s_.bf16_tiles ? s.with_bf16_inputs() : s;
+  const MatmulSpec s = MatmulSpec::tile(rows, shape_.D, cols, shape_.fwd_cols, false, shape_.ld_v, false, shape_.ld_o, 1.0f, accumulate);
+  return shape_.bf16_tiles ? s.with_bf16_inputs() : s;
 }
 // dV_j(cols, D) += P^T dO_i
 // (bf16: P and dO in bf16, dV in float.)
 MatmulSpec TiledSoftmax::spec_dv(int64_t rows, int64_t cols) const {
-  const MatmulSpec s = MatmulSpec::tile(cols, s_.D, rows, s_.bwd_cols, true, ld_dout(), false, s_.ld_dv ? s_.ld_dv : s_.ld_v, 1.0f, true);
+  const MatmulSpec s = MatmulSpec::tile(cols, shape_.D, rows, shape_.bwd_cols, true, ld_dout(), false, shape_.ld_dv ? shape_.ld_dv : shape_.ld_v, 1.0f, true);
   return bf16_backward() ? s.with_bf16_inputs() : s;
 }
 // dP(rows, cols) = dO_i V_j^T (bf16: dO and V in bf16)
 MatmulSpec TiledSoftmax::spec_dp(int64_t rows, int64_t cols) const {
-  const MatmulSpec s = MatmulSpec::tile(rows, cols, s_.D, ld_dout(), false, s_.ld_v, true, s_.bwd_cols);
+  const MatmulSpec s = MatmulSpec::tile(rows, cols, shape_.D, ld_dout(), false, shape_.ld_v, true, shape_.bwd_cols);
   return bf16_backward() ? s.with_bf16_inputs() : s;
 }
 
 std::pair<int64_t, int64_t> TiledSoftmax::queries_using(int64_t c0, int64_t c1) const {
-  const int64_t Nq = s_.Nq;
-  if (!s_.causal && !s_.keys) return {0, Nq};
+  const int64_t Nq = shape_.Nq;
+  if (!shape_.causal && !shape_.keys) return {0, Nq};
   // Both ends of the key ranges never decrease, so the rows form one run: from the first row
   // whose range ends after c0 to the first row whose range starts at or after c1.
   int64_t lo = 0, hi = Nq;
@@ -724,48 +724,48 @@ void TiledSoftmax::plan(Mode mode, const LogitsSource& src) {
   mode_ = mode;
   dense_planned_ = dense_source(src);  // dropout may be off at a later call (evaluation)
   key_parts_ = 1;
-  const int64_t BH = s_.B * s_.H;
-  if (mode == Mode::fwdbwd && !s_.static_schedule && src.key_split())
-    key_parts_ = std::min<int64_t>(s_.threads / std::gcd<int64_t>(BH, s_.threads), std::max<int64_t>(bwd_key_tiles(), 1));
+  const int64_t BH = shape_.B * shape_.H;
+  if (mode == Mode::fwdbwd && !shape_.static_schedule && src.key_split())
+    key_parts_ = std::min<int64_t>(shape_.threads / std::gcd<int64_t>(BH, shape_.threads), std::max<int64_t>(bwd_key_tiles(), 1));
   mm_.clear();
   src.plan_begin();
-  if (s_.tight && (s_.causal || s_.keys)) {
+  if (shape_.tight && (shape_.causal || shape_.keys)) {
     // Tiles start where each block's keys (forward) or queries (backward) start: enumerate the
     // shapes that occur.
     std::set<std::pair<int64_t, int64_t>> fwd, bwd;
-    for (int64_t r0 = 0; r0 < s_.Nq; r0 += s_.fwd_rows) {
-      const int64_t rows = std::min(s_.fwd_rows, s_.Nq - r0);
+    for (int64_t r0 = 0; r0 < shape_.Nq; r0 += shape_.fwd_rows) {
+      const int64_t rows = std::min(shape_.fwd_rows, shape_.Nq - r0);
       const int64_t lo = keys_of(r0).first, hi = keys_of(r0 + rows - 1).second;
-      for (int64_t c0 = lo; c0 < hi; c0 += s_.fwd_cols) fwd.insert({rows, std::min(s_.fwd_cols, hi - c0)});
+      for (int64_t c0 = lo; c0 < hi; c0 += shape_.fwd_cols) fwd.insert({rows, std::min(shape_.fwd_cols, hi - c0)});
     }
     if (mode == Mode::fwdbwd)
-      for (int64_t c0 = 0; c0 < s_.Nk; c0 += s_.bwd_cols) {
-        const int64_t cols = std::min(s_.bwd_cols, s_.Nk - c0);
+      for (int64_t c0 = 0; c0 < shape_.Nk; c0 += shape_.bwd_cols) {
+        const int64_t cols = std::min(shape_.bwd_cols, shape_.Nk - c0);
         const auto [qf, qe] = queries_using(c0, c0 + cols);
-        for (int64_t r0 = qf; r0 < qe; r0 += s_.bwd_rows) bwd.insert({std::min(s_.bwd_rows, qe - r0), cols});
+        for (int64_t r0 = qf; r0 < qe; r0 += shape_.bwd_rows) bwd.insert({std::min(shape_.bwd_rows, qe - r0), cols});
       }
     for (auto [rows, cols] : fwd) {
-      src.plan_tile(mm_, rows, cols, s_.fwd_cols, false);
+      src.plan_tile(mm_, rows, cols, shape_.fwd_cols, false);
       mm_.add(spec_pv(rows, cols, false));
       mm_.add(spec_pv(rows, cols, true));
     }
     for (auto [rows, cols] : bwd) {
-      src.plan_tile(mm_, rows, cols, s_.bwd_cols, true);
+      src.plan_tile(mm_, rows, cols, shape_.bwd_cols, true);
       mm_.add(spec_dv(rows, cols));
       mm_.add(spec_dp(rows, cols));
     }
     return;
   }
-  for (int64_t rows : block_sizes(s_.Nq, s_.fwd_rows))
-    for (int64_t cols : block_sizes(s_.Nk, s_.fwd_cols)) {
-      src.plan_tile(mm_, rows, cols, s_.fwd_cols, false);
+  for (int64_t rows : block_sizes(shape_.Nq, shape_.fwd_rows))
+    for (int64_t cols : block_sizes(shape_.Nk, shape_.fwd_cols)) {
+      src.plan_tile(mm_, rows, cols, shape_.fwd_cols, false);
       mm_.add(spec_pv(rows, cols, false));
       mm_.add(spec_pv(rows, cols, true));
     }
   if (mode == Mode::fwdbwd)
-    for (int64_t rows : block_sizes(s_.Nq, s_.bwd_rows))
-      for (int64_t cols : block_sizes(s_.Nk, s_.bwd_cols)) {
-        src.plan_tile(mm_, rows, cols, s_.bwd_cols, true);
+    for (int64_t rows : block_sizes(shape_.Nq, shape_.bwd_rows))
+      for (int64_t cols : block_sizes(shape_.Nk, shape_.bwd_cols)) {
+        src.plan_tile(mm_, rows, cols, shape_.bwd_cols, true);
         mm_.add(spec_dv(rows, cols));
         mm_.add(spec_dp(rows, cols));
       }
@@ -784,8 +784,8 @@ bool TiledSoftmax::dense_bf16_kernel(int64_t D) { return kBf16Build && dense_ker
 
 bool TiledSoftmax::dense_source(const LogitsSource& src) const {
   const auto* qk = dynamic_cast<const QKLogits*>(&src);
-  return qk && !qk->keys_major() && !s_.keys && !s_.exclude_self && s_.prefix_keys == 0 && !s_.bf16_tiles &&
-         (s_.bf16 ? dense_bf16_kernel(s_.D) : dense_kernel(s_.D));
+  return qk && !qk->keys_major() && !shape_.keys && !shape_.exclude_self && shape_.prefix_keys == 0 && !shape_.bf16_tiles &&
+         (shape_.bf16 ? dense_bf16_kernel(shape_.D) : dense_kernel(shape_.D));
 }
 
 bool TiledSoftmax::dense_block_kernel(const LogitsSource& src) const {
@@ -795,62 +795,62 @@ bool TiledSoftmax::dense_block_kernel(const LogitsSource& src) const {
 // Per thread: forward score tile (or the dense kernel's transposed key tile and score strip),
 // running max and sum; backward P and dS tiles.
 int64_t TiledSoftmax::score_area() const {
-  const int64_t dense_strip = (s_.bf16 ? 9 : 6) * dense_ldkt(s_.dense_cols);  // bf16: and P's pairs
-  return std::max(s_.fwd_rows * s_.fwd_cols, dense_kernel(s_.D) ? dense_strip : 0);
+  const int64_t dense_strip = (shape_.bf16 ? 9 : 6) * dense_ldkt(shape_.dense_cols);  // bf16: and P's pairs
+  return std::max(shape_.fwd_rows * shape_.fwd_cols, dense_kernel(shape_.D) ? dense_strip : 0);
 }
 
 int64_t TiledSoftmax::dense_keys_floats() const {
-  const int64_t tiles = (s_.Nk + s_.dense_cols - 1) / s_.dense_cols;
-  return tiles * (s_.bf16 ? s_.D / 2 : s_.D) * dense_ldkt(s_.dense_cols);
+  const int64_t tiles = (shape_.Nk + shape_.dense_cols - 1) / shape_.dense_cols;
+  return tiles * (shape_.bf16 ? shape_.D / 2 : shape_.D) * dense_ldkt(shape_.dense_cols);
 }
 
 size_t TiledSoftmax::tile_floats(Mode mode) const {
-  size_t f = static_cast<size_t>(score_area() + 2 * s_.fwd_rows);
-  if (s_.bf16_tiles) f += static_cast<size_t>((s_.fwd_rows * s_.fwd_cols + 1) / 2);  // P in bf16
+  size_t f = static_cast<size_t>(score_area() + 2 * shape_.fwd_rows);
+  if (shape_.bf16_tiles) f += static_cast<size_t>((shape_.fwd_rows * shape_.fwd_cols + 1) / 2);  // P in bf16
   // Backward: the P and dS tiles (bf16: and their bf16 copies, one tile's floats for both).
-  if (mode == Mode::fwdbwd) f = std::max(f, static_cast<size_t>((bf16_backward() ? 3 : 2) * s_.bwd_rows * s_.bwd_cols));
+  if (mode == Mode::fwdbwd) f = std::max(f, static_cast<size_t>((bf16_backward() ? 3 : 2) * shape_.bwd_rows * shape_.bwd_cols));
   return f;
 }
 
 size_t TiledSoftmax::working_bytes(Mode mode) const {
-  const size_t T = static_cast<size_t>(s_.threads);
+  const size_t T = static_cast<size_t>(shape_.threads);
   size_t b = T * mm_.scratch_per_slot() + T * tile_floats(mode) * sizeof(float);
-  const size_t rows = static_cast<size_t>(s_.B * s_.H * s_.Nq) * sizeof(float);
+  const size_t rows = static_cast<size_t>(shape_.B * shape_.H * shape_.Nq) * sizeof(float);
   if (mode == Mode::fwdbwd) {
     b += 2 * rows + dq_parts_floats() * sizeof(float);
     if (key_parts_ > 1) b += static_cast<size_t>(bwd_key_tiles()) * sizeof(int64_t);  // key_part_of_tile_
-  } else if (s_.keep_lse) {
+  } else if (shape_.keep_lse) {
     b += rows;
   }
-  if (s_.keys) b += 2 * static_cast<size_t>(s_.Nq) * sizeof(int64_t);
-  if (dense_planned_) b += static_cast<size_t>(s_.B * s_.H * dense_keys_floats()) * sizeof(float);
-  if (dense_planned_ && s_.bf16)
-    b += static_cast<size_t>(s_.B * s_.H * (s_.Nq * s_.D / 2 + (s_.Nk + 1) / 2 * s_.D)) * sizeof(float);
+  if (shape_.keys) b += 2 * static_cast<size_t>(shape_.Nq) * sizeof(int64_t);
+  if (dense_planned_) b += static_cast<size_t>(shape_.B * shape_.H * dense_keys_floats()) * sizeof(float);
+  if (dense_planned_ && shape_.bf16)
+    b += static_cast<size_t>(shape_.B * shape_.H * (shape_.Nq * shape_.D / 2 + (shape_.Nk + 1) / 2 * shape_.D)) * sizeof(float);
   return b;
 }
 
 void TiledSoftmax::setup(Mode mode) {
-  const int T = s_.threads;
+  const int T = shape_.threads;
   scratch_ = Buffer<std::byte>(static_cast<size_t>(T) * mm_.scratch_per_slot());
   mm_.bind(T, scratch_.data());
   tiles_ = Buffer<float>(static_cast<size_t>(T) * tile_floats(mode));
-  if (s_.keys) {
+  if (shape_.keys) {
     // The ranges as a table: the timed loops look a row up instead of calling the pattern.
-    Buffer<int64_t> table(static_cast<size_t>(2 * s_.Nq));
-    for (int64_t i = 0; i < s_.Nq; ++i) {
+    Buffer<int64_t> table(static_cast<size_t>(2 * shape_.Nq));
+    for (int64_t i = 0; i < shape_.Nq; ++i) {
       const auto [lo, hi] = keys_of(i);
       table[static_cast<size_t>(2 * i)] = lo;
       table[static_cast<size_t>(2 * i + 1)] = hi;
     }
     ranges_ = std::move(table);
   }
-  if (dense_planned_) keys_t_ = Buffer<float>(static_cast<size_t>(s_.B * s_.H * dense_keys_floats()));
-  if (dense_planned_ && s_.bf16) {
-    q_b_ = Buffer<float>(static_cast<size_t>(s_.B * s_.H * s_.Nq * s_.D / 2));
-    v_b_ = Buffer<float>(static_cast<size_t>(s_.B * s_.H * ((s_.Nk + 1) / 2) * s_.D));
+  if (dense_planned_) keys_t_ = Buffer<float>(static_cast<size_t>(shape_.B * shape_.H * dense_keys_floats()));
+  if (dense_planned_ && shape_.bf16) {
+    q_b_ = Buffer<float>(static_cast<size_t>(shape_.B * shape_.H * shape_.Nq * shape_.D / 2));
+    v_b_ = Buffer<float>(static_cast<size_t>(shape_.B * shape_.H * ((shape_.Nk + 1) / 2) * shape_.D));
   }
-  if (mode == Mode::fwdbwd || s_.keep_lse) lse_ = Buffer<float>(static_cast<size_t>(s_.B * s_.H * s_.Nq));
-  if (mode == Mode::fwdbwd) delta_ = Buffer<float>(static_cast<size_t>(s_.B * s_.H * s_.Nq));
+  if (mode == Mode::fwdbwd || shape_.keep_lse) lse_ = Buffer<float>(static_cast<size_t>(shape_.B * shape_.H * shape_.Nq));
+  if (mode == Mode::fwdbwd) delta_ = Buffer<float>(static_cast<size_t>(shape_.B * shape_.H * shape_.Nq));
   if (mode == Mode::fwdbwd && key_parts_ > 1) {
     dq_parts_ = Buffer<float>(dq_parts_floats());
     // Each key tile to a part: the largest work (query rows times keys) first, each to the
@@ -859,7 +859,7 @@ void TiledSoftmax::setup(Mode mode) {
     const int64_t tiles = bwd_key_tiles();
     std::vector<std::pair<int64_t, int64_t>> by_work;  // (-work, tile)
     for (int64_t t = 0; t < tiles; ++t) {
-      const int64_t c0 = t * s_.bwd_cols, c1 = std::min(s_.Nk, c0 + s_.bwd_cols);
+      const int64_t c0 = t * shape_.bwd_cols, c1 = std::min(shape_.Nk, c0 + shape_.bwd_cols);
       const auto [qf, qe] = queries_using(c0, c1);
       by_work.push_back({-(qe - qf) * (c1 - c0), t});
     }
@@ -890,39 +890,39 @@ void TiledSoftmax::setup(Mode mode) {
 // running m, l and final pass.
 void TiledSoftmax::forward(const LogitsSource& src, const TensorView& v, const TensorView& o,
                            const LseView* lse_out, bool resume, const TensorView* prefix_v) {
-  const int64_t kFwdRows = s_.fwd_rows, kFwdCols = s_.fwd_cols;
-  const int64_t Nq = s_.Nq, Nk = s_.Nk, D = s_.D, nq = (Nq + kFwdRows - 1) / kFwdRows;
-  const int64_t items = s_.B * s_.H * nq;
-  const bool ranged = s_.causal || s_.keys;
-  const bool tight = s_.tight && ranged;
+  const int64_t kFwdRows = shape_.fwd_rows, kFwdCols = shape_.fwd_cols;
+  const int64_t Nq = shape_.Nq, Nk = shape_.Nk, D = shape_.D, nq = (Nq + kFwdRows - 1) / kFwdRows;
+  const int64_t items = shape_.B * shape_.H * nq;
+  const bool ranged = shape_.causal || shape_.keys;
+  const bool tight = shape_.tight && ranged;
   float* lse_all = lse_.data();
   const size_t per_thread = tile_floats(mode_);
   if (resume && !lse_out) throw std::logic_error("TiledSoftmax::forward: resuming needs the earlier log-sum-exp");
   // The diagonal kernel computes the logits itself: plain s Q K^T only.
   const auto* qk = dynamic_cast<const QKLogits*>(&src);
   const bool diagonal = qk && !qk->keys_major() && ranges_.size() > 0;
-  if (diagonal && dropout_.active() && s_.diagonal)
+  if (diagonal && dropout_.active() && shape_.diagonal)
     throw std::logic_error("TiledSoftmax::forward: the diagonal kernel applies no dropout (plan the shape without it)");
   // Dense or causal s Q K^T without dropout: the dense kernel (AVX-512) instead of passes 1-3.
   const bool dense = dense_block_kernel(src) && keys_t_.size() > 0;
-  if (s_.bf16 && !dense)
+  if (shape_.bf16 && !dense)
     throw std::logic_error("TiledSoftmax::forward: bf16 needs the dense kernel (plain s Q K^T, no dropout, a bf16 build)");
 #if defined(__AVX512F__)
-  const int64_t q_pairs = s_.Nq * D / 2, v_pairs = (Nk + 1) / 2 * D;  // bf16: floats of q_b_, v_b_ per (b, h)
+  const int64_t q_pairs = shape_.Nq * D / 2, v_pairs = (Nk + 1) / 2 * D;  // bf16: floats of q_b_, v_b_ per (b, h)
   if (dense) {  // the dense kernel's pass 0: the keys transposed (bf16: Q, K and V in pairs)
     const TensorView& q = qk->q();
     const TensorView& k = qk->k();
 #pragma omp parallel for schedule(static)
-    for (int64_t bh = 0; bh < s_.B * s_.H; ++bh) {
-      const int64_t b = bh / s_.H, h = bh % s_.H;
+    for (int64_t bh = 0; bh < shape_.B * shape_.H; ++bh) {
+      const int64_t b = bh / shape_.H, h = bh % shape_.H;
       float* Kt = keys_t_.data() + bh * dense_keys_floats();
       switch (D) {
 #if defined(__AVX512BF16__)
 #define AB_DENSE_PACK_BF16(d)                                                                                     \
-  if (s_.bf16) {                                                                                                 \
+  if (shape_.bf16) {                                                                                                 \
     alignas(64) float row[d / 2];                                                                                 \
-    dense_pack_bf16<d>(q.head(b, h), q.strides.sn, Nq, k.head(b, h), k.strides.sn, v.head(b, h), s_.ld_v, Nk,    \
-                       s_.dense_cols, q_b_.data() + bh * q_pairs, Kt, v_b_.data() + bh * v_pairs, row);          \
+    dense_pack_bf16<d>(q.head(b, h), q.strides.sn, Nq, k.head(b, h), k.strides.sn, v.head(b, h), shape_.ld_v, Nk,    \
+                       shape_.dense_cols, q_b_.data() + bh * q_pairs, Kt, v_b_.data() + bh * v_pairs, row);          \
     break;                                                                                                        \
   }
 #else
@@ -931,7 +931,7 @@ void TiledSoftmax::forward(const LogitsSource& src, const TensorView& v, const T
 #define AB_DENSE_PACK(d)                                                     \
   case d:                                                                    \
     AB_DENSE_PACK_BF16(d)                                                    \
-    dense_pack_keys<d>(k.head(b, h), k.strides.sn, Nk, s_.dense_cols, Kt);  \
+    dense_pack_keys<d>(k.head(b, h), k.strides.sn, Nk, shape_.dense_cols, Kt);  \
     break;
         AB_DENSE_PACK(16) AB_DENSE_PACK(32) AB_DENSE_PACK(64) AB_DENSE_PACK(128)
 #undef AB_DENSE_PACK
@@ -940,7 +940,7 @@ void TiledSoftmax::forward(const LogitsSource& src, const TensorView& v, const T
     }
   }
 #endif
-  if (s_.prefix_keys > 0) {  // only the diagonal kernel has prefix keys
+  if (shape_.prefix_keys > 0) {  // only the diagonal kernel has prefix keys
     bool ok = diagonal && prefix_v;
     for (int64_t r0 = 0; ok && r0 < Nq; r0 += kFwdRows) ok = diagonal_block(r0, std::min(kFwdRows, Nq - r0));
     if (!ok) throw std::logic_error("TiledSoftmax::forward: prefix keys need the diagonal kernel and their values");
@@ -949,17 +949,17 @@ void TiledSoftmax::forward(const LogitsSource& src, const TensorView& v, const T
   for (int64_t it = 0; it < items; ++it) {
     const int tid = omp_get_thread_num();
     // Work items in (b, h, block) order, or (b, block, h) when the heads are interleaved rows.
-    const int64_t b = it / (s_.H * nq);
-    const int64_t qb = s_.heads_inner ? it / s_.H % nq : it % nq;
-    const int64_t h = s_.heads_inner ? it % s_.H : it / nq % s_.H;
-    const int64_t bh = b * s_.H + h;
+    const int64_t b = it / (shape_.H * nq);
+    const int64_t qb = shape_.heads_inner ? it / shape_.H % nq : it % nq;
+    const int64_t h = shape_.heads_inner ? it % shape_.H : it / nq % shape_.H;
+    const int64_t bh = b * shape_.H + h;
     const int64_t r0 = qb * kFwdRows, rows = std::min(kFwdRows, Nq - r0);
     float* S = tiles_.data() + static_cast<size_t>(tid) * per_thread;
     float* m = S + score_area();
     float* l = m + kFwdRows;
     const float* V = v.head(b, h);
     float* O = o.row(b, h, r0);
-    const int64_t ldo = s_.ld_o;
+    const int64_t ldo = shape_.ld_o;
     for (int64_t r = 0; r < rows; ++r) {
       m[r] = resume ? *lse_out->row(b, h, r0 + r) : kNegInf;
       l[r] = m[r] == kNegInf ? 0.0f : 1.0f;
@@ -971,7 +971,7 @@ void TiledSoftmax::forward(const LogitsSource& src, const TensorView& v, const T
       const TensorView& q = qk->q();
       const TensorView& k = qk->k();
       const float* K0 = k.head(b, h);
-      const int64_t np = s_.prefix_keys;
+      const int64_t np = shape_.prefix_keys;
       const float* KP = np ? qk->prefix_k().head(b, h) : nullptr;
       const float* VP = np ? prefix_v->head(b, h) : nullptr;
       const int64_t ldkp = np ? qk->prefix_k().strides.sn : 0, ldvp = np ? prefix_v->strides.sn : 0;
@@ -982,17 +982,17 @@ void TiledSoftmax::forward(const LogitsSource& src, const TensorView& v, const T
           m16[r] = r < n ? m[s0 + r] : kNegInf;
           l16[r] = r < n ? l[s0 + r] : 0.0f;
         }
-        const int64_t self0 = s_.exclude_self ? r0 + s0 : -1;
+        const int64_t self0 = shape_.exclude_self ? r0 + s0 : -1;
         const int64_t* rr = ranges_.data() + 2 * (r0 + s0);
         float* Os = O + s0 * ldo;
         const float* Qs = q.row(b, h, r0 + s0);
         switch (D) {
 #if defined(__AVX512BF16__)
 #define AB_DIAG_BF16(d)                                                                                          \
-  if (s_.bf16_tiles) {  /* the views hold bf16 pairs: strides in bf16 numbers */                               \
+  if (shape_.bf16_tiles) {  /* the views hold bf16 pairs: strides in bf16 numbers */                               \
     diagonal_rows<d, true>(n, reinterpret_cast<const uint16_t*>(Qs), 2 * q.strides.sn,                          \
                            reinterpret_cast<const uint16_t*>(K0), 2 * k.strides.sn,                             \
-                           reinterpret_cast<const uint16_t*>(V), s_.ld_v, reinterpret_cast<const uint16_t*>(KP),  \
+                           reinterpret_cast<const uint16_t*>(V), shape_.ld_v, reinterpret_cast<const uint16_t*>(KP),  \
                            2 * ldkp, reinterpret_cast<const uint16_t*>(VP), 2 * ldvp, np, rr, self0,             \
                            qk->scale(), Os, ldo, m16, l16, resume, S, l + kFwdRows);                            \
     break;                                                                                                       \
@@ -1003,7 +1003,7 @@ void TiledSoftmax::forward(const LogitsSource& src, const TensorView& v, const T
 #define AB_DIAG_D(d)                                                                                           \
   case d:                                                                                                      \
     AB_DIAG_BF16(d)                                                                                            \
-    diagonal_rows<d>(n, Qs, q.strides.sn, K0, k.strides.sn, V, s_.ld_v, KP, ldkp, VP, ldvp, np, rr, self0,   \
+    diagonal_rows<d>(n, Qs, q.strides.sn, K0, k.strides.sn, V, shape_.ld_v, KP, ldkp, VP, ldvp, np, rr, self0,   \
                      qk->scale(), Os, ldo, m16, l16, resume, S);                                               \
     break;
           AB_DIAG_D(16) AB_DIAG_D(32) AB_DIAG_D(64)
@@ -1022,17 +1022,17 @@ void TiledSoftmax::forward(const LogitsSource& src, const TensorView& v, const T
 #if defined(__AVX512F__)
     if (dense) {
       const TensorView& q = qk->q();
-      const int64_t key_hi = s_.causal ? r0 + rows : Nk;
+      const int64_t key_hi = shape_.causal ? r0 + rows : Nk;
       const float* Kt = keys_t_.data() + bh * dense_keys_floats();
       switch (D) {
 #define AB_DENSE_D(d)                                                                                             \
   case d:                                                                                                         \
-    if (s_.bf16)                                                                                                  \
+    if (shape_.bf16)                                                                                                  \
       dense_block<d, true>(q_b_.data() + bh * q_pairs + r0 * d / 2, d / 2, Kt, v_b_.data() + bh * v_pairs, d, O, \
-                           ldo, rows, r0, key_hi, s_.dense_cols, s_.causal, qk->scale(), m, l, first_tile, S);   \
+                           ldo, rows, r0, key_hi, shape_.dense_cols, shape_.causal, qk->scale(), m, l, first_tile, S);   \
     else                                                                                                          \
-      dense_block<d>(q.row(b, h, r0), q.strides.sn, Kt, V, s_.ld_v, O, ldo, rows, r0, key_hi, s_.dense_cols,     \
-                     s_.causal, qk->scale(), m, l, first_tile, S);                                               \
+      dense_block<d>(q.row(b, h, r0), q.strides.sn, Kt, V, shape_.ld_v, O, ldo, rows, r0, key_hi, shape_.dense_cols,     \
+                     shape_.causal, qk->scale(), m, l, first_tile, S);                                               \
     break;
         AB_DENSE_D(16) AB_DENSE_D(32) AB_DENSE_D(64) AB_DENSE_D(128)
 #undef AB_DENSE_D
@@ -1071,12 +1071,12 @@ void TiledSoftmax::forward(const LogitsSource& src, const TensorView& v, const T
         // whole row's, as softmax-then-dropout defines it.
         if (dropout_.active()) dropout_.apply(Sr, cols, static_cast<uint64_t>(bh * Nq + r0 + r), c0);
       }
-      if (s_.bf16_tiles) {  // P rounded to bf16 (the softmax stays float), V's rows already are
+      if (shape_.bf16_tiles) {  // P rounded to bf16 (the softmax stays float), V's rows already are
         uint16_t* Pb = reinterpret_cast<uint16_t*>(l + kFwdRows);
         for (int64_t r = 0; r < rows; ++r) to_bf16(S + r * kFwdCols, Pb + r * kFwdCols, cols);
-        mm_.run(tid, spec_pv(rows, cols, !first_tile), Pb, reinterpret_cast<const uint16_t*>(V) + c0 * s_.ld_v, O);
+        mm_.run(tid, spec_pv(rows, cols, !first_tile), Pb, reinterpret_cast<const uint16_t*>(V) + c0 * shape_.ld_v, O);
       } else {
-        mm_.run(tid, spec_pv(rows, cols, !first_tile), S, V + c0 * s_.ld_v, O);
+        mm_.run(tid, spec_pv(rows, cols, !first_tile), S, V + c0 * shape_.ld_v, O);
       }
       first_tile = false;
     }
@@ -1107,16 +1107,16 @@ void TiledSoftmax::forward(const LogitsSource& src, const TensorView& v, const T
 void TiledSoftmax::backward(const LogitsSource& src, const TensorView& v, const TensorView& o,
                             const TensorView& dout, const TensorView& dv, bool accumulate,
                             const LseView* external_lse) {
-  const int64_t kBwdRows = s_.bwd_rows, kBwdCols = s_.bwd_cols;
-  const int64_t Nq = s_.Nq, Nk = s_.Nk, D = s_.D, BH = s_.B * s_.H;
-  const bool ranged = s_.causal || s_.keys;
-  const bool tight = s_.tight && ranged;
+  const int64_t kBwdRows = shape_.bwd_rows, kBwdCols = shape_.bwd_cols;
+  const int64_t Nq = shape_.Nq, Nk = shape_.Nk, D = shape_.D, BH = shape_.B * shape_.H;
+  const bool ranged = shape_.causal || shape_.keys;
+  const bool tight = shape_.tight && ranged;
   const size_t per_thread = tile_floats(Mode::fwdbwd);
   const int64_t parts = key_parts_;
   if (parts > 1 && !src.key_split()) throw std::logic_error("TiledSoftmax::backward: planned with a source that splits keys");
   // Pass 0 of (b, h): delta, and dV (unless accumulating) and the source's gradients zeroed.
   auto begin_pair = [&](int tid, int64_t bh) {
-    const int64_t b = bh / s_.H, h = bh % s_.H;
+    const int64_t b = bh / shape_.H, h = bh % shape_.H;
     float* delta = delta_.data() + bh * Nq;
     // bf16: from the rounded dO the products read, so that dP - delta vanishes where it does
     // in exact arithmetic (a row of one key) instead of leaving dO's rounding behind.
@@ -1133,7 +1133,7 @@ void TiledSoftmax::backward(const LogitsSource& src, const TensorView& v, const 
   if (bf16_backward() && (!bf16_v_.data || !bf16_dout_.data || dropout_.active() || parts > 1))
     throw std::logic_error("TiledSoftmax::backward: bf16 needs bind_bf16's copies, no dropout and whole pairs");
   auto backward_keys = [&](int tid, int64_t bh, int64_t part, float* dq_part) {
-    const int64_t b = bh / s_.H, h = bh % s_.H;
+    const int64_t b = bh / shape_.H, h = bh % shape_.H;
     float* P = tiles_.data() + static_cast<size_t>(tid) * per_thread;
     float* dS = P + kBwdRows * kBwdCols;
     // bf16: P and dS rounded for their products, rows of kBwdCols bf16 numbers.
@@ -1212,9 +1212,9 @@ void TiledSoftmax::backward(const LogitsSource& src, const TensorView& v, const 
       const int tid = omp_get_thread_num();
       begin_pair(tid, bh);
       backward_keys(tid, bh, -1, nullptr);
-      src.backward_end(mm_, tid, bh / s_.H, bh % s_.H);
+      src.backward_end(mm_, tid, bh / shape_.H, bh % shape_.H);
     };
-    if (s_.static_schedule) {
+    if (shape_.static_schedule) {
 #pragma omp parallel for schedule(static, 1)
       for (int64_t bh = 0; bh < BH; ++bh) backward_pair(bh);
     } else {
@@ -1239,8 +1239,8 @@ void TiledSoftmax::backward(const LogitsSource& src, const TensorView& v, const 
 #pragma omp parallel for schedule(static)
   for (int64_t bh = 0; bh < BH; ++bh) {
     for (int64_t part = 1; part < parts; ++part)
-      src.reduce_partial(bh / s_.H, bh % s_.H, partial_dq(bh, part));
-    src.backward_end(mm_, omp_get_thread_num(), bh / s_.H, bh % s_.H);
+      src.reduce_partial(bh / shape_.H, bh % shape_.H, partial_dq(bh, part));
+    src.backward_end(mm_, omp_get_thread_num(), bh / shape_.H, bh % shape_.H);
   }
 }
 

@@ -211,7 +211,7 @@ struct LseView {
 class TiledSoftmax {
  public:
   TiledSoftmax() = default;
-  explicit TiledSoftmax(const TiledSoftmaxShape& s) : s_(s) {}
+  explicit TiledSoftmax(const TiledSoftmaxShape& s) : shape_(s) {}
   // Creates the primitives (value products here, logits products through `src`).
   void plan(Mode mode, const LogitsSource& src);
   // Everything setup() will allocate: tiles, scratchpads, the saved log-sum-exp and row sums.
@@ -249,13 +249,13 @@ class TiledSoftmax {
                 const LseView* lse = nullptr);
   // bf16 backward: V and dO rounded to bf16, two to a float (views of D/2 floats a row), which
   // the tile products read; backward's v and dout stay the float tensors (dO·O in float).
-  bool bf16_backward() const { return s_.bf16 || s_.bf16_tiles; }
+  bool bf16_backward() const { return shape_.bf16 || shape_.bf16_tiles; }
   void bind_bf16(const TensorView& v, const TensorView& dout) {
     bf16_v_ = v;
     bf16_dout_ = dout;
   }
   // The forward's row log-sum-exp of (b, h) (needs keep_lse or backward mode).
-  const float* lse(int64_t b, int64_t h) const { return lse_.data() + (b * s_.H + h) * s_.Nq; }
+  const float* lse(int64_t b, int64_t h) const { return lse_.data() + (b * shape_.H + h) * shape_.Nq; }
   // Admissible keys of query row i (pattern and causality).
   std::pair<int64_t, int64_t> keys_of(int64_t i) const;
   // Admissible keys of row i within the tile of keys [c0, c0 + cols), as tile columns [a, e).
@@ -275,7 +275,7 @@ class TiledSoftmax {
   // (query, key) pairs the forward pass scores: the area of every score tile it visits, per
   // (b, h). pairs() over this is the fraction of the logits products that is not wasted.
   double scored_pairs() const;
-  const TiledSoftmaxShape& shape() const { return s_; }
+  const TiledSoftmaxShape& shape() const { return shape_; }
   // Parts of one (b, h)'s key tiles in the backward pass as planned: 1 (whole pairs), or, when
   // B H does not divide over the threads and the source can write a partial dQ
   // (LogitsSource::key_split) and the schedule is not static, threads / gcd(B H, threads) (at
@@ -289,18 +289,18 @@ class TiledSoftmax {
   int64_t dense_keys_floats() const;
   size_t tile_floats(Mode mode) const;
   // The backward pass's key tiles of one (b, h).
-  int64_t bwd_key_tiles() const { return (s_.Nk + s_.bwd_cols - 1) / s_.bwd_cols; }
-  size_t dq_parts_floats() const { return static_cast<size_t>((key_parts_ - 1) * s_.B * s_.H * s_.Nq * s_.D); }
+  int64_t bwd_key_tiles() const { return (shape_.Nk + shape_.bwd_cols - 1) / shape_.bwd_cols; }
+  size_t dq_parts_floats() const { return static_cast<size_t>((key_parts_ - 1) * shape_.B * shape_.H * shape_.Nq * shape_.D); }
   // Whether forward() scores the block of rows [r0, r0 + rows) with the diagonal kernel (see
   // TiledSoftmaxShape::diagonal): an AVX-512 build, a band, D of 16, 32 or 64, and each 16 rows'
   // transposed queries and logits fit in the score tile. (The source must also be s Q K^T.)
   bool diagonal_block(int64_t r0, int64_t rows) const;
   MatmulSpec spec_pv(int64_t rows, int64_t cols, bool accumulate) const;
-  int64_t ld_dout() const { return s_.ld_dout ? s_.ld_dout : s_.ld_o; }
+  int64_t ld_dout() const { return shape_.ld_dout ? shape_.ld_dout : shape_.ld_o; }
   MatmulSpec spec_dv(int64_t rows, int64_t cols) const;
   MatmulSpec spec_dp(int64_t rows, int64_t cols) const;
 
-  TiledSoftmaxShape s_;
+  TiledSoftmaxShape shape_;
   Mode mode_ = Mode::fwd;
   Dropout dropout_;
   TensorView bf16_v_, bf16_dout_;  // bind_bf16
