@@ -13,6 +13,7 @@
 #include <set>
 
 #include "bench/engine/runner.hpp"
+#include "bench/results/result_writer.hpp"
 #include "core/npy.hpp"
 #include "core/sysinfo.hpp"
 
@@ -139,14 +140,6 @@ nlohmann::json dump_config(const PointId& id, uint64_t seed, const PreparedPoint
   return cfg;
 }
 
-void write_text(const fs::path& path, const std::string& text) {
-  FILE* f = std::fopen(path.c_str(), "w");
-  if (!f) throw std::runtime_error("cannot write " + path.string());
-  bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok) throw std::runtime_error("failed writing " + path.string() + " (disk full?)");
-}
-
 // The finished scratch directory into place: a new path by one rename; an existing (empty, or
 // earlier-dump) directory keeps its inode: the earlier dump's files are removed, the new ones
 // moved in, config.json last.
@@ -192,7 +185,7 @@ void dump_point(const PointId& id, uint64_t seed, const std::string& dir) {
   const fs::path tmp = pattern;
   try {
     nlohmann::json files = write_dump_tensors(tmp, id, pp, data, bwd);
-    write_text(tmp / "config.json", dump_config(id, seed, pp, std::move(files)).dump(2) + "\n");
+    write_file_atomic((tmp / "config.json").string(), dump_config(id, seed, pp, std::move(files)).dump(2) + "\n");
     move_dump_into_place(tmp, target, exists, earlier);
   } catch (...) {
     std::error_code ec;
