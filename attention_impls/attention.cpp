@@ -13,4 +13,10 @@ const char* to_string(Mode m) {
   return "?";
 }
 
+DumpTensor dump_tensor(const Attention& impl, const std::string& name) {
+  for (const DumpTensor& t : impl.dump_tensors())
+    if (t.name == name) return t;
+  throw std::logic_error("the mechanism dumps no tensor " + name);
+}
+
 }  // namespace ab

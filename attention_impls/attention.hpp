@@ -225,7 +225,18 @@ struct MechanismInfo {
   // tests hold every mechanism that sets it to that. Empty where the pairs depend on a draw
   // (bigbird: per head, from its dumped random blocks) or the mechanism is not masked softmax.
   std::function<ref::Mask(const ParamValues&, int64_t N, bool causal)> reference_mask;
+  // The plain formula of every other mechanism, beside its kernel (ref:: functions defined in its
+  // file): O (B, H, N, D) in double from the call's inputs and the mechanism's drawn or learned
+  // state as it dumps it (impl.dump_tensors()), for the problem it was made for (without a
+  // position bias). Its kernel must equal it; the tests hold every mechanism that sets it to that.
+  // Every mechanism sets exactly one of reference_mask and reference.
+  std::function<std::vector<double>(const Attention& impl, const AttnArgs& a, const AttnProblem& p,
+                                    const ParamValues& v)>
+      reference;
 };
+
+// The tensor called `name` among impl's dump tensors; std::logic_error when it has none.
+DumpTensor dump_tensor(const Attention& impl, const std::string& name);
 
 // Parses "name=value" assignments against a mechanism's declared parameters; unknown names and
 // out-of-range or ill-typed values throw InvalidInput listing what is valid.

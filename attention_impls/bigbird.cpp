@@ -128,7 +128,36 @@ MechanismInfo bigbird_info() {
   m.caps.additive_bias = true;  // SparseAttention adds it inside every segment's tiles
   m.caps.no_additive_bias = "";
   m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<BigBird>(p, v); };
+  // Masked softmax over the pairs of each head's draw (ref::bigbird_mask below).
+  m.reference = [](const Attention& impl, const AttnArgs& a, const AttnProblem& p, const ParamValues& v) {
+    const Shape4& s = p.shape;
+    const int64_t b = v.get_int("block");
+    const DumpTensor drawn = dump_tensor(impl, "random_blocks");
+    std::vector<double> out(static_cast<size_t>(s.numel()));
+    for (int64_t bi = 0; bi < s.B; ++bi)
+      for (int64_t h = 0; h < s.H; ++h) {
+        auto head = [&](const TensorView& t) { return TensorView{t.head(bi, h), Shape4{1, 1, s.N, s.D}, t.strides}; };
+        const ref::Mask mask = ref::bigbird_mask(drawn.i64, h, s.N / b, b, v.get_int("window_blocks"),
+                                                 v.get_int("global_blocks"), v.get_int("random_blocks"));
+        ref::put_head(out, s, bi, h, ref::forward(head(a.q), head(a.k), head(a.v), mask));
+      }
+    return out;
+  };
   return m;
+}
+
+ref::Mask ref::bigbird_mask(const int64_t* drawn, int64_t h, int64_t nb, int64_t block, int64_t window_blocks,
+                            int64_t global_blocks, int64_t random_blocks) {
+  const int64_t g1 = std::min((global_blocks + 1) / 2, nb), g2 = std::min(global_blocks / 2, nb - g1);
+  const int64_t wl = (window_blocks - 1) / 2, wr = window_blocks / 2;
+  auto global = [=](int64_t blk) { return blk < g1 || blk >= nb - g2; };
+  return [=](int64_t i, int64_t j) {
+    const int64_t q = i / block, k = j / block;
+    if (global(q) || global(k) || (k >= q - wl && k <= q + wr)) return true;
+    for (int64_t t = 0; t < random_blocks; ++t)
+      if (drawn[(h * nb + q) * random_blocks + t] == k) return true;
+    return false;
+  };
 }
 
 }  // namespace ab

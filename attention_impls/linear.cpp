@@ -11,6 +11,8 @@
 //   their positions in the numerator only (the core does it; the model passes AttnProblem::rope).
 // Leaves out: feature maps other than elu + 1; numerator and denominator are not fused into one
 //   product (the normaliser is an O(N D) dot per row).
+#include <cmath>
+
 #include "attention_impls/feature_map_attention.hpp"
 #include "attention_impls/registry.hpp"
 #include "core/vecmath.hpp"
@@ -74,7 +76,35 @@ MechanismInfo linear_info() {
                         "causal chunk length: masked chunk x chunk products inside, running state across"}};
   m.caps.no_additive_bias = "its output is a ratio of feature-map sums and never forms a logit per (query, key) pair to add a bias to";
   m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<Linear>(p, v); };
+  m.reference = [](const Attention&, const AttnArgs& a, const AttnProblem& p, const ParamValues&) {
+    return ref::linear_attention(a.q, a.k, a.v, p.causal, p.rope);
+  };
   return m;
+}
+
+std::vector<double> ref::linear_attention(const TensorView& q, const TensorView& k, const TensorView& v, bool causal,
+                                          bool rope) {
+  const Shape4& s = q.shape;
+  auto phi = [&](const TensorView& x, int64_t b, int64_t h, int64_t n) {  // elu(x) + 1, (D)
+    std::vector<double> f(static_cast<size_t>(s.D));
+    for (int64_t d = 0; d < s.D; ++d) {
+      const double e = x.at(b, h, n, d);
+      f[d] = e > 0 ? e + 1.0 : std::exp(e);
+    }
+    return f;
+  };
+  std::vector<double> out(static_cast<size_t>(s.numel()));
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t h = 0; h < s.H; ++h) {
+      Rows fk;
+      for (int64_t j = 0; j < s.N; ++j) fk.push_back(phi(k, b, h, j));
+      for (int64_t i = 0; i < s.N; ++i) {
+        const Rows seen(fk.begin(), causal ? fk.begin() + i + 1 : fk.end());
+        const auto o = feature_ratio(phi(q, b, h, i), i, seen, v, b, h, rope);
+        for (int64_t d = 0; d < s.D; ++d) out[idx(s, b, h, i, d)] = o[d];
+      }
+    }
+  return out;
 }
 
 }  // namespace ab

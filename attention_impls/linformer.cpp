@@ -102,7 +102,30 @@ MechanismInfo linformer_info() {
               ParamSpec{"share_kv", ParamType::Bool, false, 0, 0, {}, "use F = E"}};
   m.caps.no_additive_bias = "its keys are learned mixtures of all positions (E K), so a logit has no key position to take an offset from";
   m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<Linformer>(p, v); };
+  m.reference = [](const Attention& impl, const AttnArgs& a, const AttnProblem&, const ParamValues&) {
+    const DumpTensor E = dump_tensor(impl, "E"), F = dump_tensor(impl, "F");
+    return ref::linformer(a.q, a.k, a.v, E.f32, F.f32, E.shape[1]);
+  };
   return m;
+}
+
+std::vector<double> ref::linformer(const TensorView& q, const TensorView& k, const TensorView& v, const float* E,
+                                   const float* F, int64_t rank) {
+  const Shape4& s = q.shape;
+  std::vector<double> out(static_cast<size_t>(s.numel()));
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t h = 0; h < s.H; ++h) {
+      // K' = E_h K, V' = F_h V: (rank, D) each
+      Rows kp(static_cast<size_t>(rank), std::vector<double>(static_cast<size_t>(s.D), 0.0)), vp = kp;
+      for (int64_t t = 0; t < rank; ++t)
+        for (int64_t j = 0; j < s.N; ++j)
+          for (int64_t d = 0; d < s.D; ++d) {
+            kp[t][d] += double(E[(h * rank + t) * s.N + j]) * k.at(b, h, j, d);
+            vp[t][d] += double(F[(h * rank + t) * s.N + j]) * v.at(b, h, j, d);
+          }
+      put_head(out, s, b, h, attend(q, b, h, kp, vp));
+    }
+  return out;
 }
 
 }  // namespace ab

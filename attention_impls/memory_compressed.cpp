@@ -123,7 +123,36 @@ MechanismInfo memory_compressed_info() {
   m.params = {ParamSpec{"stride", ParamType::Int, int64_t{3}, 1, 4096, {}, "convolution kernel size and stride"}};
   m.caps.no_additive_bias = "its keys are strided convolutions over several positions, so a logit has no single key position to take an offset from";
   m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<MemoryCompressed>(p, v); };
+  m.reference = [](const Attention& impl, const AttnArgs& a, const AttnProblem&, const ParamValues& v) {
+    return ref::memory_compressed(a.q, a.k, a.v, dump_tensor(impl, "Wk").f32, dump_tensor(impl, "Wv").f32,
+                                  v.get_int("stride"));
+  };
   return m;
+}
+
+std::vector<double> ref::memory_compressed(const TensorView& q, const TensorView& k, const TensorView& v,
+                                           const float* Wk, const float* Wv, int64_t stride) {
+  const Shape4& s = q.shape;
+  const int64_t N = s.N, D = s.D, T = (N + stride - 1) / stride;
+  std::vector<double> out(static_cast<size_t>(s.numel()));
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t h = 0; h < s.H; ++h) {
+      // K'_t = sum_r K_{t stride + r} Wk[h, r], likewise V': (T, D) each
+      Rows kc(static_cast<size_t>(T), std::vector<double>(static_cast<size_t>(D), 0.0)), vc = kc;
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t r = 0; r < stride; ++r) {
+          const int64_t row = t * stride + r;
+          if (row >= N) continue;  // the last window's zero padding
+          for (int64_t i = 0; i < D; ++i)
+            for (int64_t o = 0; o < D; ++o) {
+              const int64_t w = ((h * stride + r) * D + i) * D + o;
+              kc[t][o] += double(k.at(b, h, row, i)) * Wk[w];
+              vc[t][o] += double(v.at(b, h, row, i)) * Wv[w];
+            }
+        }
+      put_head(out, s, b, h, attend(q, b, h, kc, vc));
+    }
+  return out;
 }
 
 }  // namespace ab

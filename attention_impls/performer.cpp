@@ -16,6 +16,7 @@
 // RoPE: in RoFormer's form for kernelised attention (section 3.3), phi(q), phi(k) rotated by
 //   their positions in the numerator only (the core does it; the model passes AttnProblem::rope).
 // Leaves out: the ReLU kernel variant.
+#include <algorithm>
 #include <cmath>
 
 #include "attention_impls/feature_map_attention.hpp"
@@ -189,7 +190,59 @@ MechanismInfo performer_info() {
                         "training: draw a fresh Omega every this many steps (0: never)"}};
   m.caps.no_additive_bias = "its output is a ratio of random-feature sums and never forms a logit per (query, key) pair to add a bias to";
   m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<Performer>(p, v); };
+  m.reference = [](const Attention& impl, const AttnArgs& a, const AttnProblem& p, const ParamValues&) {
+    const DumpTensor omega = dump_tensor(impl, "omega");
+    return ref::performer(a.q, a.k, a.v, p.causal, omega.f32, omega.shape[0], p.rope);
+  };
   return m;
+}
+
+std::vector<double> ref::performer(const TensorView& q, const TensorView& k, const TensorView& v, bool causal,
+                                   const float* omega, int64_t m, bool rope) {
+  const Shape4& s = q.shape;
+  // u = omega x' - |x'|^2 / 2 with x' = x D^-1/4: the exponent of phi(x) before stabilising, (m).
+  auto exponent = [&](const TensorView& x, int64_t b, int64_t h, int64_t n) {
+    const double scale = std::pow(double(s.D), -0.25);
+    double norm2 = 0;
+    for (int64_t d = 0; d < s.D; ++d) norm2 += double(x.at(b, h, n, d)) * x.at(b, h, n, d) * scale * scale;
+    std::vector<double> u(static_cast<size_t>(m));
+    for (int64_t f = 0; f < m; ++f) {
+      double acc = 0;
+      for (int64_t d = 0; d < s.D; ++d) acc += double(omega[f * s.D + d]) * x.at(b, h, n, d) * scale;
+      u[f] = acc - norm2 / 2;
+    }
+    return u;
+  };
+  auto features = [&](const std::vector<double>& u, double stabiliser) {  // m^-1/2 exp(u - c), (m)
+    std::vector<double> f(u.size());
+    for (size_t x = 0; x < u.size(); ++x) f[x] = std::exp(u[x] - stabiliser) / std::sqrt(double(m));
+    return f;
+  };
+  std::vector<double> out(static_cast<size_t>(s.numel()));
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t h = 0; h < s.H; ++h) {
+      // 1. exponents; each key row's maximum, and the maximum over all keys
+      Rows uq, uk;
+      std::vector<double> kmax;
+      for (int64_t n = 0; n < s.N; ++n) {
+        uq.push_back(exponent(q, b, h, n));
+        uk.push_back(exponent(k, b, h, n));
+        kmax.push_back(*std::max_element(uk.back().begin(), uk.back().end()));
+      }
+      const double all_keys = *std::max_element(kmax.begin(), kmax.end());
+      // 2. per query: its own stabiliser, the keys' over what it may see, then the ratio
+      double seen_max = -1e300;
+      for (int64_t i = 0; i < s.N; ++i) {
+        seen_max = std::max(seen_max, kmax[i]);
+        const double ck = causal ? seen_max : all_keys;
+        Rows fk;
+        for (int64_t j = 0; j <= (causal ? i : s.N - 1); ++j) fk.push_back(features(uk[j], ck));
+        const auto fq = features(uq[i], *std::max_element(uq[i].begin(), uq[i].end()));
+        const auto o = feature_ratio(fq, i, fk, v, b, h, rope);
+        for (int64_t d = 0; d < s.D; ++d) out[idx(s, b, h, i, d)] = o[d];
+      }
+    }
+  return out;
 }
 
 }  // namespace ab

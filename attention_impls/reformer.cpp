@@ -46,6 +46,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <set>
 #include <vector>
 
 #include "attention_impls/lsh_hash.hpp"
@@ -610,7 +611,70 @@ MechanismInfo reformer_info() {
   m.caps.additive_bias = true;  // from each key's original position through the sort
   m.caps.no_additive_bias = "";
   m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<Reformer>(p, v); };
+  // From the buckets the forward hashed into (their hash is held to ref::reformer_bucket apart:
+  // near-ties may round differently in float and double).
+  m.reference = [](const Attention& impl, const AttnArgs& a, const AttnProblem& p, const ParamValues& v) {
+    const DumpTensor buckets = dump_tensor(impl, "buckets");
+    return ref::reformer(a.q, a.v, buckets.i64, buckets.shape[2], v.get_int("bucket_size"), p.causal);
+  };
   return m;
+}
+
+int64_t ref::reformer_bucket(const float* x, const float* R, int64_t D, int64_t half) {
+  std::vector<double> p(static_cast<size_t>(2 * half));
+  for (int64_t c = 0; c < half; ++c) {
+    double dot = 0;
+    for (int64_t k = 0; k < D; ++k) dot += double(x[k]) * double(R[k * half + c]);
+    p[c] = dot;
+    p[half + c] = -dot;
+  }
+  return std::max_element(p.begin(), p.end()) - p.begin();
+}
+
+std::vector<double> ref::reformer(const TensorView& q, const TensorView& v, const int64_t* buckets, int64_t rounds,
+                                  int64_t bucket_size, bool causal) {
+  const Shape4& s = q.shape;
+  const int64_t N = s.N, nchunks = N / bucket_size;
+  std::vector<double> out(static_cast<size_t>(s.numel()));
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t h = 0; h < s.H; ++h) {
+      const Rows key = shared_keys(q, b, h);
+      std::vector<LseCombine> acc(static_cast<size_t>(N), LseCombine(s.D));
+      for (int64_t rd = 0; rd < rounds; ++rd) {
+        const int64_t* bucket = buckets + ((b * s.H + h) * rounds + rd) * N;
+        // 1. the sorted order, and each position's rank within its bucket
+        std::vector<int64_t> order(static_cast<size_t>(N)), rank(static_cast<size_t>(N), 0);
+        for (int64_t i = 0; i < N; ++i) order[i] = i;
+        std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return bucket[x] < bucket[y]; });
+        for (int64_t i = 0; i < N; ++i)
+          for (int64_t j = 0; j < i; ++j) rank[i] += bucket[j] == bucket[i];
+        // 2. each query's admissible keys in this round, and its softmax over them
+        for (int64_t p = 0; p < N; ++p) {
+          const int64_t i = order[p], c = p / bucket_size;
+          std::set<int64_t> window;
+          if (causal) {
+            const int64_t ci = rank[i] / bucket_size;
+            for (int64_t j = 0; j <= i; ++j)
+              if (bucket[j] == bucket[i] && (rank[j] / bucket_size == ci || (nchunks > 1 && rank[j] / bucket_size == ci - 1)))
+                window.insert(j);
+          } else {
+            for (int64_t cc : {c, (c + nchunks - 1) % nchunks})
+              for (int64_t t = cc * bucket_size; t < (cc + 1) * bucket_size; ++t) window.insert(order[t]);
+          }
+          std::vector<int64_t> keys;
+          for (int64_t j : window)
+            if (bucket[j] == bucket[i] && j != i && (!causal || j <= i)) keys.push_back(j);
+          if (keys.empty()) keys.push_back(i);
+          attend_positions(q, v, b, h, i, key, keys, acc[i]);
+        }
+      }
+      // 3. the rounds combined by their log-sum-exp
+      for (int64_t i = 0; i < N; ++i) {
+        const auto o = acc[i].result();
+        for (int64_t d = 0; d < s.D; ++d) out[idx(s, b, h, i, d)] = o[d];
+      }
+    }
+  return out;
 }
 
 }  // namespace ab

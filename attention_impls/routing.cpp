@@ -620,7 +620,62 @@ MechanismInfo routing_info() {
                         "tokens per cluster (not causal: each centroid's top-window; causal: the last window of the query's cluster); 0 means ceil(N/clusters)"},
               ParamSpec{"decay", ParamType::Float, 0.999, 0.0, 1.0, {}, "training: the centroids' moving-average decay (1 keeps them fixed)"}};
   m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<Routing>(p, v); };
+  // From the routing the forward made (its nearest-centroid assignment and top-window members are
+  // held to the dumped centroids apart: near-ties may round differently in float and double).
+  m.reference = [](const Attention& impl, const AttnArgs& a, const AttnProblem& p, const ParamValues& v) {
+    const DumpTensor assignment = dump_tensor(impl, "assignment"), centroids = dump_tensor(impl, "centroids");
+    if (p.causal) {
+      const int64_t k = centroids.shape[1];
+      const int64_t window = v.get_int("window") > 0 ? v.get_int("window") : (p.shape.N + k - 1) / k;
+      return ref::routing(a.q, a.v, assignment.i64, nullptr, k, window, true);
+    }
+    const DumpTensor members = dump_tensor(impl, "members");
+    return ref::routing(a.q, a.v, assignment.i64, members.i64, members.shape[2], members.shape[3], false);
+  };
   return m;
+}
+
+std::vector<double> ref::routing(const TensorView& q, const TensorView& v, const int64_t* assignment,
+                                 const int64_t* members, int64_t clusters, int64_t window, bool causal) {
+  const Shape4& s = q.shape;
+  const int64_t N = s.N;
+  std::vector<double> out(static_cast<size_t>(s.numel()));
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t h = 0; h < s.H; ++h) {
+      const Rows key = shared_keys(q, b, h);
+      std::vector<LseCombine> acc(static_cast<size_t>(N), LseCombine(s.D));
+      // A query's keys: those of its tile other than itself, itself when there are none.
+      auto attend_tile = [&](int64_t i, const std::vector<int64_t>& tile) {
+        std::vector<int64_t> keys;
+        for (int64_t j : tile)
+          if (j != i) keys.push_back(j);
+        if (keys.empty()) keys.push_back(i);
+        attend_positions(q, v, b, h, i, key, keys, acc[i]);
+      };
+      if (!causal) {
+        // every member of each cluster's tile attends the whole tile
+        for (int64_t c = 0; c < clusters; ++c) {
+          const int64_t* m = members + ((b * s.H + h) * clusters + c) * window;
+          const std::vector<int64_t> tile(m, m + window);
+          for (int64_t i : tile) attend_tile(i, tile);
+        }
+      } else {
+        // each position: the last `window` positions up to itself of its own cluster
+        const int64_t* assign = assignment + (b * s.H + h) * N;
+        for (int64_t i = 0; i < N; ++i) {
+          std::vector<int64_t> same;
+          for (int64_t j = 0; j <= i; ++j)
+            if (assign[j] == assign[i]) same.push_back(j);
+          const size_t from = same.size() > size_t(window) ? same.size() - window : 0;
+          attend_tile(i, std::vector<int64_t>(same.begin() + from, same.end()));
+        }
+      }
+      for (int64_t i = 0; i < N; ++i) {
+        const auto o = acc[i].result();  // zero for a position in no tile
+        for (int64_t d = 0; d < s.D; ++d) out[idx(s, b, h, i, d)] = o[d];
+      }
+    }
+  return out;
 }
 
 }  // namespace ab

@@ -21,6 +21,7 @@
 //   sums are not counted.
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -493,7 +494,77 @@ MechanismInfo sinkhorn_info() {
               ParamSpec{"temperature", ParamType::Float, 0.75, 1e-3, 1e3, {}, "divides the sorting logits before normalisation"}};
   m.caps.no_additive_bias = "its sorted blocks are soft mixtures of the original blocks (a learned Sinkhorn permutation), so a key has no single position to take an offset from; not implemented";
   m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<Sinkhorn>(p, v); };
+  m.reference = [](const Attention& impl, const AttnArgs& a, const AttnProblem&, const ParamValues& v) {
+    return ref::sinkhorn(a.q, a.k, a.v, dump_tensor(impl, "W1").f32, dump_tensor(impl, "W2").f32, v.get_int("block"),
+                         v.get_int("sinkhorn_iters"), v.get_float("temperature"));
+  };
   return m;
+}
+
+std::vector<double> ref::sinkhorn_sort(const TensorView& q, int64_t b, int64_t h, const float* W1, const float* W2,
+                                       int64_t block, int64_t iters, double temperature) {
+  const int64_t D = q.shape.D, nb = q.shape.N / block;
+  // 1. block summaries x (nb, D) and the network's logits R = relu(x W1) W2 / temperature (nb, nb)
+  std::vector<double> L(static_cast<size_t>(nb * nb), 0.0);
+  for (int64_t c = 0; c < nb; ++c) {
+    std::vector<double> x(static_cast<size_t>(D), 0.0), hid(static_cast<size_t>(D), 0.0);
+    for (int64_t r = 0; r < block; ++r)
+      for (int64_t d = 0; d < D; ++d) x[d] += double(q.at(b, h, c * block + r, d)) / double(block);
+    for (int64_t o = 0; o < D; ++o) {
+      for (int64_t d = 0; d < D; ++d) hid[o] += x[d] * W1[(h * D + d) * D + o];
+      hid[o] = std::max(hid[o], 0.0);
+    }
+    for (int64_t j = 0; j < nb; ++j) {
+      for (int64_t o = 0; o < D; ++o) L[c * nb + j] += hid[o] * W2[(h * D + o) * nb + j];
+      L[c * nb + j] /= temperature;
+    }
+  }
+  // 2. rows, then columns, each minus its log-sum-exp, `iters` times; P = exp(L)
+  auto normalise = [&](bool rows) {
+    for (int64_t u = 0; u < nb; ++u) {
+      auto at = [&](int64_t t) -> double& { return rows ? L[u * nb + t] : L[t * nb + u]; };
+      double mx = -1e300, sum = 0;
+      for (int64_t t = 0; t < nb; ++t) mx = std::max(mx, at(t));
+      for (int64_t t = 0; t < nb; ++t) sum += std::exp(at(t) - mx);
+      for (int64_t t = 0; t < nb; ++t) at(t) -= mx + std::log(sum);
+    }
+  };
+  for (int64_t it = 0; it < iters; ++it) {
+    normalise(true);
+    normalise(false);
+  }
+  for (auto& x : L) x = std::exp(x);
+  return L;
+}
+
+std::vector<double> ref::sinkhorn(const TensorView& q, const TensorView& k, const TensorView& v, const float* W1,
+                                  const float* W2, int64_t block, int64_t iters, double temperature) {
+  const Shape4& s = q.shape;
+  const int64_t nb = s.N / block;
+  std::vector<double> out(static_cast<size_t>(s.numel()));
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t h = 0; h < s.H; ++h) {
+      const auto P = sinkhorn_sort(q, b, h, W1, W2, block, iters, temperature);
+      for (int64_t i = 0; i < nb; ++i) {
+        // keys and values (2 block, D): block i itself, then its sorted block
+        Rows keys(static_cast<size_t>(2 * block), std::vector<double>(static_cast<size_t>(s.D), 0.0)), vals = keys;
+        for (int64_t r = 0; r < block; ++r)
+          for (int64_t d = 0; d < s.D; ++d) {
+            keys[r][d] = k.at(b, h, i * block + r, d);
+            vals[r][d] = v.at(b, h, i * block + r, d);
+            for (int64_t c = 0; c < nb; ++c) {
+              keys[block + r][d] += P[i * nb + c] * k.at(b, h, c * block + r, d);
+              vals[block + r][d] += P[i * nb + c] * v.at(b, h, c * block + r, d);
+            }
+          }
+        // block i's queries alone: a (1, 1, block, D) view
+        const TensorView rows{q.row(b, h, i * block), Shape4{1, 1, block, s.D}, q.strides};
+        const auto o = attend(rows, 0, 0, keys, vals);
+        for (int64_t r = 0; r < block; ++r)
+          for (int64_t d = 0; d < s.D; ++d) out[idx(s, b, h, i * block + r, d)] = o[r * s.D + d];
+      }
+    }
+  return out;
 }
 
 }  // namespace ab

@@ -365,7 +365,64 @@ MechanismInfo softmax_conv_info(const std::string& name, const std::string& summ
                         .no_additive_bias = "it forms no logit per (query, key) pair; its kernel already weights each offset"};
   m.params = {ParamSpec{"kernel", ParamType::Int, int64_t{31}, 1, 4095, {}, "kernel width K (taps)"}};
   m.make = [dynamic](const AttnProblem& p, const ParamValues& v) { return make_softmax_conv(p, v.get_int("kernel"), dynamic); };
+  m.reference = [dynamic](const Attention& impl, const AttnArgs& a, const AttnProblem& p, const ParamValues& v) {
+    const int64_t K = v.get_int("kernel");
+    if (!dynamic) return ref::lightconv(a.v, dump_tensor(impl, "theta").f32, K, p.causal);
+    return ref::dynamicconv(a.q, a.v, dump_tensor(impl, "W").f32, dump_tensor(impl, "b").f32, K, p.causal);
+  };
   return m;
+}
+
+std::vector<double> ref::softmax_conv(const TensorView& v, int64_t K, bool causal,
+                                      const std::function<std::vector<double>(int64_t b, int64_t h)>& kernels) {
+  const Shape4& s = v.shape;
+  const int64_t pad = causal ? K - 1 : (K - 1) / 2;
+  std::vector<double> out(static_cast<size_t>(s.numel()), 0.0);
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t h = 0; h < s.H; ++h) {
+      const auto w = kernels(b, h);  // (N, K)
+      for (int64_t i = 0; i < s.N; ++i)
+        for (int64_t t = 0; t < K; ++t) {
+          const int64_t j = i - pad + t;
+          if (j < 0 || j >= s.N) continue;  // zero padding
+          for (int64_t d = 0; d < s.D; ++d) out[idx(s, b, h, i, d)] += w[i * K + t] * v.at(b, h, j, d);
+        }
+    }
+  return out;
+}
+
+// softmax over each row of (rows, K) logits, in place.
+static std::vector<double> softmax_rows(std::vector<double> w, int64_t K) {
+  for (size_t r = 0; r < w.size(); r += static_cast<size_t>(K)) {
+    double mx = -1e300, sum = 0;
+    for (int64_t t = 0; t < K; ++t) mx = std::max(mx, w[r + t]);
+    for (int64_t t = 0; t < K; ++t) sum += (w[r + t] = std::exp(w[r + t] - mx));
+    for (int64_t t = 0; t < K; ++t) w[r + t] /= sum;
+  }
+  return w;
+}
+
+std::vector<double> ref::lightconv(const TensorView& v, const float* theta, int64_t K, bool causal) {
+  return softmax_conv(v, K, causal, [&](int64_t, int64_t h) {
+    std::vector<double> logits;  // theta_h at every position, (N, K)
+    for (int64_t i = 0; i < v.shape.N; ++i) logits.insert(logits.end(), theta + h * K, theta + (h + 1) * K);
+    return softmax_rows(std::move(logits), K);
+  });
+}
+
+std::vector<double> ref::dynamicconv(const TensorView& q, const TensorView& v, const float* W, const float* bias,
+                                     int64_t K, bool causal) {
+  const int64_t N = q.shape.N, D = q.shape.D;
+  return softmax_conv(v, K, causal, [&](int64_t b, int64_t h) {
+    std::vector<double> logits(static_cast<size_t>(N * K));  // q_i W_h + b_h, (N, K)
+    for (int64_t i = 0; i < N; ++i)
+      for (int64_t t = 0; t < K; ++t) {
+        double x = bias[h * K + t];
+        for (int64_t d = 0; d < D; ++d) x += double(q.at(b, h, i, d)) * W[(h * D + d) * K + t];
+        logits[i * K + t] = x;
+      }
+    return softmax_rows(std::move(logits), K);
+  });
 }
 
 }  // namespace ab

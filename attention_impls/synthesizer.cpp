@@ -433,7 +433,78 @@ MechanismInfo synthesizer_info() {
               ParamSpec{"k", ParamType::Int, int64_t{8}, 1, 4096, {}, "factorized: rank of R1 R2^T"}};
   m.caps.no_additive_bias = "its logits do not come from (query, key) position pairs of the input but from the query alone or a learned table";
   m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<Synthesizer>(p, v); };
+  m.reference = [](const Attention& impl, const AttnArgs& a, const AttnProblem& p, const ParamValues& v) {
+    const std::string& variant = v.get_choice("variant");
+    const int64_t N = p.shape.N;
+    std::function<std::vector<double>(int64_t, int64_t)> logits;
+    if (variant == "dense") {
+      const DumpTensor W1 = dump_tensor(impl, "W1"), b1 = dump_tensor(impl, "b1"), W2 = dump_tensor(impl, "W2"),
+                       b2 = dump_tensor(impl, "b2");
+      logits = [=, q = a.q](int64_t b, int64_t h) {
+        return ref::synthesizer_dense_logits(q, b, h, W1.f32, b1.f32, W2.f32, b2.f32, W2.shape[2]);
+      };
+    } else if (variant == "random") {
+      const DumpTensor R = dump_tensor(impl, "R");
+      logits = [=](int64_t, int64_t h) { return std::vector<double>(R.f32 + h * N * N, R.f32 + (h + 1) * N * N); };
+    } else {
+      const DumpTensor R1 = dump_tensor(impl, "R1"), R2 = dump_tensor(impl, "R2");
+      logits = [=](int64_t, int64_t h) { return ref::synthesizer_factorized_logits(h, N, R1.f32, R2.f32, R1.shape[2]); };
+    }
+    return ref::synthesizer(a.v, p.causal, logits);
+  };
   return m;
+}
+
+std::vector<double> ref::synthesizer_dense_logits(const TensorView& q, int64_t b, int64_t h, const float* W1,
+                                                  const float* b1, const float* W2, const float* b2, int64_t L) {
+  const int64_t N = q.shape.N, D = q.shape.D;
+  std::vector<double> A(static_cast<size_t>(N * N));
+  for (int64_t i = 0; i < N; ++i) {
+    std::vector<double> hid(static_cast<size_t>(D));  // relu(q_i W1 + b1)
+    for (int64_t o = 0; o < D; ++o) {
+      double x = b1[h * D + o];
+      for (int64_t c = 0; c < D; ++c) x += double(q.at(b, h, i, c)) * W1[(h * D + c) * D + o];
+      hid[o] = std::max(x, 0.0);
+    }
+    for (int64_t j = 0; j < N; ++j) {
+      double x = b2[h * L + j];
+      for (int64_t o = 0; o < D; ++o) x += hid[o] * W2[(h * D + o) * L + j];
+      A[i * N + j] = x;
+    }
+  }
+  return A;
+}
+
+std::vector<double> ref::synthesizer_factorized_logits(int64_t h, int64_t N, const float* R1, const float* R2,
+                                                       int64_t rank) {
+  std::vector<double> A(static_cast<size_t>(N * N), 0.0);
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t j = 0; j < N; ++j)
+      for (int64_t t = 0; t < rank; ++t) A[i * N + j] += double(R1[(h * N + i) * rank + t]) * R2[(h * N + j) * rank + t];
+  return A;
+}
+
+std::vector<double> ref::synthesizer(const TensorView& v, bool causal,
+                                     const std::function<std::vector<double>(int64_t b, int64_t h)>& logits) {
+  const Shape4& s = v.shape;
+  const int64_t N = s.N;
+  std::vector<double> out(static_cast<size_t>(s.numel()));
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t h = 0; h < s.H; ++h) {
+      const auto A = logits(b, h);
+      for (int64_t i = 0; i < N; ++i) {
+        const int64_t last = causal ? i : N - 1;
+        double mx = -1e300, sum = 0;
+        for (int64_t j = 0; j <= last; ++j) mx = std::max(mx, A[i * N + j]);
+        for (int64_t j = 0; j <= last; ++j) sum += std::exp(A[i * N + j] - mx);
+        for (int64_t d = 0; d < s.D; ++d) {
+          double o = 0;
+          for (int64_t j = 0; j <= last; ++j) o += std::exp(A[i * N + j] - mx) / sum * v.at(b, h, j, d);
+          out[idx(s, b, h, i, d)] = o;
+        }
+      }
+    }
+  return out;
 }
 
 }  // namespace ab

@@ -126,6 +126,15 @@ inline DumpTensor tensor(const Attention& impl, const std::string& name) {
   return {};
 }
 
+// The mechanism's formula beside its kernel (MechanismInfo::reference) at these --param values,
+// from the call's inputs and the mechanism's dumped state (the problem without a position bias).
+inline std::vector<double> formula(const std::string& mech, const std::vector<std::string>& params,
+                                   const Attention& impl, const AttnArgs& a, bool causal = false) {
+  const MechanismInfo& info = find_mechanism(mech);
+  if (!info.reference) throw std::logic_error(mech + " states no reference formula");
+  return info.reference(impl, a, AttnProblem{a.q.shape, causal, a.q.strides, 1}, resolve_params(info, params));
+}
+
 // Central differences of the loss against the backward pass, on up to `per_slice` elements of
 // every parameter slice (spread over the slice). Returns the number of elements checked.
 // A task's model shrunk to test size: 2 layers, d_model 16, 2 heads, an MLP of 24.

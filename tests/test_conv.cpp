@@ -1,5 +1,5 @@
-// lightconv and dynamicconv against a direct float64 implementation of their formula (the
-// kernel's softmax over the taps, zero padding, causal left padding), their gradients by finite
+// lightconv and dynamicconv against the float64 formula beside their kernels (the kernel's softmax
+// over the taps, zero padding, causal left padding), their gradients by finite
 // differences, kernel 1 as the identity, dynamicconv with a zero predictor as lightconv, FLOPs
 // and tracked memory as declared. The causal-prefix and decode checks of every causal mechanism
 // (tests/test_recall.cpp) and the parameter gradients of every learned tensor
@@ -11,6 +11,7 @@
 
 #include "attention_impls/softmax_conv.hpp"
 #include "tests/helpers.hpp"
+#include "tests/reference.hpp"
 
 namespace ab {
 namespace {
@@ -28,62 +29,35 @@ std::ostream& operator<<(std::ostream& os, const ConvCase& c) {
   return os << c.mech << " kernel=" << c.kernel << (c.causal ? " causal" : "");
 }
 
-// The per-position kernel w (N, K) of (b, h), from the dumped parameters, in double.
-std::vector<double> kernels(const test::Run& r, const std::string& mech, int64_t b, int64_t h, int64_t K) {
-  const auto& q = r.data->q.view();
-  const int64_t N = q.shape.N, D = q.shape.D;
-  std::vector<double> w(static_cast<size_t>(N * K));
-  for (int64_t i = 0; i < N; ++i) {
-    double* wi = w.data() + i * K;
-    if (mech == "lightconv") {
-      const DumpTensor theta = tensor(*r.impl, "theta");
-      for (int64_t t = 0; t < K; ++t) wi[t] = theta.f32[h * K + t];
-    } else {
-      const DumpTensor W = tensor(*r.impl, "W"), bias = tensor(*r.impl, "b");
-      for (int64_t t = 0; t < K; ++t) {
-        double x = bias.f32[h * K + t];
-        for (int64_t d = 0; d < D; ++d) x += double(q.at(b, h, i, d)) * W.f32[(h * D + d) * K + t];
-        wi[t] = x;
-      }
-    }
-    double mx = -1e300, sum = 0;
-    for (int64_t t = 0; t < K; ++t) mx = std::max(mx, wi[t]);
-    for (int64_t t = 0; t < K; ++t) sum += (wi[t] = std::exp(wi[t] - mx));
-    for (int64_t t = 0; t < K; ++t) wi[t] /= sum;
-  }
-  return w;
-}
-
 class SoftmaxConvFormula : public ::testing::TestWithParam<ConvCase> {};
 
-// O_i = sum_t w_{i,t} V_{i-pad+t}, and dV_j = sum of w_{i,t} dO_i over the (i, t) that reach j.
+// O_i = sum_t w_{i,t} V_{i-pad+t}, the formula beside the kernel (ref::lightconv,
+// ref::dynamicconv); and dV = A^T dO, with A (N, N) the formula's mixing matrix of each head, read
+// off by applying the formula to the identity in place of V. Keys are not used: dK = 0.
 TEST_P(SoftmaxConvFormula, OutputAndValueGradientEqualTheFormula) {
   const ConvCase c = GetParam();
   const Shape4 s{2, 3, 23, 8};
-  auto r = run_mechanism(c.mech, s, c.causal, Mode::fwdbwd, {"kernel=" + std::to_string(c.kernel)}, 11);
-  const int64_t K = c.kernel, pad = c.causal ? K - 1 : (K - 1) / 2;
-  const auto &v = r.data->v.view(), &o = r.data->o.view(), &dout = r.data->dout.view(), &dv = r.data->dv.view();
-  const auto &dk = r.data->dk.view();
+  const std::vector<std::string> ps = {"kernel=" + std::to_string(c.kernel)};
+  auto r = run_mechanism(c.mech, s, c.causal, Mode::fwdbwd, ps, 11);
+  const AttnArgs a = r.data->args();
+  const auto want_o = test::formula(c.mech, ps, *r.impl, a, c.causal);
+  Tensor eye(Shape4{s.B, s.H, s.N, s.N});
+  eye.zero();
+  for (int64_t bh = 0; bh < s.B * s.H; ++bh)
+    for (int64_t i = 0; i < s.N; ++i) eye.data()[(bh * s.N + i) * s.N + i] = 1.0f;
+  AttnArgs mixing = a;
+  mixing.v = eye.view();
+  const auto A = test::formula(c.mech, ps, *r.impl, mixing, c.causal);  // (B, H, N, N)
   for (int64_t b = 0; b < s.B; ++b)
-    for (int64_t h = 0; h < s.H; ++h) {
-      const auto w = kernels(r, c.mech, b, h, K);
-      std::vector<double> want_o(static_cast<size_t>(s.N * s.D), 0.0), want_dv(want_o.size(), 0.0);
-      for (int64_t i = 0; i < s.N; ++i)
-        for (int64_t t = 0; t < K; ++t) {
-          const int64_t j = i - pad + t;
-          if (j < 0 || j >= s.N) continue;
-          for (int64_t d = 0; d < s.D; ++d) {
-            want_o[i * s.D + d] += w[i * K + t] * v.at(b, h, j, d);
-            want_dv[j * s.D + d] += w[i * K + t] * dout.at(b, h, i, d);
-          }
-        }
-      for (int64_t i = 0; i < s.N; ++i)
+    for (int64_t h = 0; h < s.H; ++h)
+      for (int64_t j = 0; j < s.N; ++j)
         for (int64_t d = 0; d < s.D; ++d) {
-          ASSERT_NEAR(o.at(b, h, i, d), want_o[i * s.D + d], 1e-5) << "O b=" << b << " h=" << h << " i=" << i;
-          ASSERT_NEAR(dv.at(b, h, i, d), want_dv[i * s.D + d], 1e-5) << "dV b=" << b << " h=" << h << " i=" << i;
-          ASSERT_EQ(dk.at(b, h, i, d), 0.0f) << "keys are not used";
+          double want_dv = 0;
+          for (int64_t i = 0; i < s.N; ++i) want_dv += A[((b * s.H + h) * s.N + i) * s.N + j] * a.dout.at(b, h, i, d);
+          ASSERT_NEAR(a.o.at(b, h, j, d), want_o[ref::idx(s, b, h, j, d)], 1e-5) << "O b=" << b << " h=" << h << " i=" << j;
+          ASSERT_NEAR(a.dv.at(b, h, j, d), want_dv, 1e-5) << "dV b=" << b << " h=" << h << " j=" << j;
+          ASSERT_EQ(a.dk.at(b, h, j, d), 0.0f) << "keys are not used";
         }
-    }
 }
 
 // dQ (dynamicconv's predictor reads the query), dK, dV by central differences of sum(dO * O).

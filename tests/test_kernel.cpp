@@ -1,4 +1,4 @@
-// linear and performer against direct references of their own formulas, the chunked causal form
+// linear and performer against the direct references of their formulas beside their kernels, the chunked causal form
 // against the step-by-step recurrence, decode token by token against the causal forward (for
 // every mechanism with a decode step), finite differences, and memory.
 #include <gtest/gtest.h>
@@ -25,112 +25,6 @@ FeatureFn elu_features(int64_t D) {
   };
 }
 
-// phi(x) = m^-1/2 exp(Omega x' - |x'|^2/2), x' = x D^-1/4 (before the stabiliser, which
-// cancels in the ratio; applied by the caller for keys as a common factor).
-std::vector<double> favor_exponent(const float* x, const float* omega, int64_t m, int64_t D) {
-  const double s = std::pow(double(D), -0.25);
-  double n = 0;
-  for (int64_t d = 0; d < D; ++d) n += double(x[d]) * x[d] * s * s;
-  std::vector<double> u(static_cast<size_t>(m));
-  for (int64_t f = 0; f < m; ++f) {
-    double acc = 0;
-    for (int64_t d = 0; d < D; ++d) acc += double(omega[f * D + d]) * x[d] * s;
-    u[f] = acc - n / 2;
-  }
-  return u;
-}
-
-// RoFormer's rotation of a feature row at position n, in double: pair p turns by
-// n * 10000^(-2p/F).
-std::vector<double> rotated(const std::vector<double>& x, int64_t n) {
-  const auto F = static_cast<int64_t>(x.size());
-  std::vector<double> y(x);
-  for (int64_t p = 0; 2 * p + 1 < F; ++p) {
-    const double angle = double(n) * std::pow(10000.0, -2.0 * double(p) / double(F));
-    y[2 * p] = x[2 * p] * std::cos(angle) - x[2 * p + 1] * std::sin(angle);
-    y[2 * p + 1] = x[2 * p] * std::sin(angle) + x[2 * p + 1] * std::cos(angle);
-  }
-  return y;
-}
-double dot_d(const std::vector<double>& x, const std::vector<double>& y) {
-  double s = 0;
-  for (size_t f = 0; f < x.size(); ++f) s += x[f] * y[f];
-  return s;
-}
-
-// Direct quadratic form: O_i = sum_j (phi_q_i . phi_k_j) v_j / (sum_j phi_q_i . phi_k_j + eps)
-// over admissible j. Feature rows are given per (b, h). rope: RoFormer's eq. 19, the numerator's
-// weight (R_i phi_q_i) . (R_j phi_k_j), the normaliser's unrotated.
-std::vector<double> kernel_reference(const AttnArgs& a, bool causal,
-                                     const std::function<std::vector<std::vector<double>>(const TensorView&, int64_t, int64_t, bool)>& feats,
-                                     bool rope = false) {
-  const auto& s = a.q.shape;
-  std::vector<double> out(static_cast<size_t>(s.numel()), 0.0);
-  for (int64_t b = 0; b < s.B; ++b)
-    for (int64_t h = 0; h < s.H; ++h) {
-      auto fq = feats(a.q, b, h, true), fk = feats(a.k, b, h, false);
-      for (int64_t i = 0; i < s.N; ++i) {
-        double den = 1e-6;
-        std::vector<double> num(static_cast<size_t>(s.D), 0.0);
-        for (int64_t j = 0; j < s.N; ++j) {
-          if (causal && j > i) continue;
-          const double w = dot_d(fq[i], fk[j]);
-          den += w;
-          const double wn = rope ? dot_d(rotated(fq[i], i), rotated(fk[j], j)) : w;
-          for (int64_t d = 0; d < s.D; ++d) num[d] += wn * a.v.at(b, h, j, d);
-        }
-        for (int64_t d = 0; d < s.D; ++d) out[ref::idx(s, b, h, i, d)] = num[d] / den;
-      }
-    }
-  return out;
-}
-
-auto rowwise(const FeatureFn& fn) {
-  return [fn](const TensorView& t, int64_t b, int64_t h, bool q) {
-    std::vector<std::vector<double>> rows;
-    for (int64_t i = 0; i < t.shape.N; ++i) rows.push_back(fn(t.row(b, h, i), q));
-    return rows;
-  };
-}
-
-// FAVOR+ as the spec writes it: queries stabilised per row, keys by the maximum over features
-// and sequence; under causality, by the maximum over the keys query i may see (j <= i).
-std::vector<double> favor_reference(const AttnArgs& a, bool causal, const float* omega, int64_t m, bool rope = false) {
-  const auto& s = a.q.shape;
-  std::vector<double> out(static_cast<size_t>(s.numel()), 0.0);
-  for (int64_t b = 0; b < s.B; ++b)
-    for (int64_t h = 0; h < s.H; ++h) {
-      std::vector<std::vector<double>> uq, uk;
-      std::vector<double> kmax;
-      for (int64_t i = 0; i < s.N; ++i) {
-        uq.push_back(favor_exponent(a.q.row(b, h, i), omega, m, s.D));
-        uk.push_back(favor_exponent(a.k.row(b, h, i), omega, m, s.D));
-        kmax.push_back(*std::max_element(uk.back().begin(), uk.back().end()));
-      }
-      const double global = *std::max_element(kmax.begin(), kmax.end());
-      double prefix = -1e300;
-      for (int64_t i = 0; i < s.N; ++i) {
-        prefix = std::max(prefix, kmax[i]);
-        const double ck = causal ? prefix : global;
-        const double cq = *std::max_element(uq[i].begin(), uq[i].end());
-        double den = 1e-6;
-        std::vector<double> num(static_cast<size_t>(s.D), 0.0);
-        std::vector<double> fq(static_cast<size_t>(m));
-        for (int64_t f = 0; f < m; ++f) fq[f] = std::exp(uq[i][f] - cq) / std::sqrt(double(m));
-        for (int64_t j = 0; j <= (causal ? i : s.N - 1); ++j) {
-          std::vector<double> fk(static_cast<size_t>(m));
-          for (int64_t f = 0; f < m; ++f) fk[f] = std::exp(uk[j][f] - ck) / std::sqrt(double(m));
-          const double w = dot_d(fq, fk);
-          den += w;
-          const double wn = rope ? dot_d(rotated(fq, i), rotated(fk, j)) : w;
-          for (int64_t d = 0; d < s.D; ++d) num[d] += wn * a.v.at(b, h, j, d);
-        }
-        for (int64_t d = 0; d < s.D; ++d) out[ref::idx(s, b, h, i, d)] = num[d] / den;
-      }
-    }
-  return out;
-}
-
 // (N, D, causal, chunk)
 using KCase = std::tuple<int64_t, int64_t, bool, int64_t>;
 class LinearVsQuadraticForm : public ::testing::TestWithParam<KCase> {};
@@ -139,7 +33,8 @@ TEST_P(LinearVsQuadraticForm, Matches) {
   const auto [N, D, causal, chunk] = GetParam();
   const Shape4 s{2, 2, N, D};
   auto r = run_mechanism("linear", s, causal, Mode::fwd, {"chunk=" + std::to_string(chunk)}, 3);
-  const auto want = kernel_reference(r.data->args(), causal, rowwise(elu_features(D)));
+  const AttnArgs a = r.data->args();
+  const auto want = ref::linear_attention(a.q, a.k, a.v, causal, false);
   EXPECT_LT(ref::rel_err(r.data->o.data(), want), 2e-5);
 }
 INSTANTIATE_TEST_SUITE_P(Shapes, LinearVsQuadraticForm,
@@ -188,7 +83,8 @@ TEST_P(PerformerVsDirect, MatchesWithSameOmega) {
   ASSERT_EQ(dumped.size(), 1u);
   ASSERT_EQ(dumped[0].name, "omega");
   ASSERT_EQ(dumped[0].shape, (std::vector<int64_t>{features, D}));
-  const auto want = favor_reference(r.data->args(), causal, dumped[0].f32, features);
+  const AttnArgs a = r.data->args();
+  const auto want = ref::performer(a.q, a.k, a.v, causal, dumped[0].f32, features, false);
   EXPECT_LT(ref::rel_err(r.data->o.data(), want), 1e-4);
 }
 INSTANTIATE_TEST_SUITE_P(Shapes, PerformerVsDirect,
@@ -334,12 +230,14 @@ TEST_P(KernelRopeVsEquation19, MatchesTheDirectForm) {
   if (name == "performer") params.push_back("features=24");
   auto r = test::run_problem(name, rope_problem(s, causal), Mode::fwd, params, 3);
   const AttnArgs a = r.data->args();
-  const auto want = name == "linear" ? kernel_reference(a, causal, rowwise(elu_features(s.D)), true)
-                                     : favor_reference(a, causal, r.impl->dump_tensors()[0].f32, 24, true);
+  auto reference = [&](bool rope) {
+    return name == "linear" ? ref::linear_attention(a.q, a.k, a.v, causal, rope)
+                            : ref::performer(a.q, a.k, a.v, causal, dump_tensor(*r.impl, "omega").f32, 24, rope);
+  };
+  const auto want = reference(true);
   EXPECT_LT(ref::rel_err(r.data->o.data(), want), name == "linear" ? 2e-5 : 1e-4);
   // The rotation reaches the outputs: without it they differ.
-  const auto plain = name == "linear" ? kernel_reference(a, causal, rowwise(elu_features(s.D)), false)
-                                      : favor_reference(a, causal, r.impl->dump_tensors()[0].f32, 24, false);
+  const auto plain = reference(false);
   if (N > 1) {
     EXPECT_GT(ref::rel_err(r.data->o.data(), plain), 1e-3);
   }

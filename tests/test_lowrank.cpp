@@ -1,4 +1,5 @@
-// linformer, memory_compressed and synthesizer against direct references of their formulas,
+// linformer, memory_compressed and synthesizer against the direct references of their formulas
+// beside their kernels,
 // the identity settings that reduce the first two to vanilla, finite differences, memory and
 // FLOPs.
 #include <gtest/gtest.h>
@@ -17,36 +18,13 @@ namespace ab {
 namespace {
 
 using test::run_mechanism;
+using test::formula;
 using test::tensor;
 
 int64_t numel(const DumpTensor& t) {
   int64_t n = 1;
   for (int64_t d : t.shape) n *= d;
   return n;
-}
-
-// softmax(s Q K'^T) V' with explicit per-(b, h) keys and values (rows x D), in double.
-std::vector<double> attend(const TensorView& q, const std::vector<std::vector<double>>& keys,
-                           const std::vector<std::vector<double>>& values, int64_t b, int64_t h,
-                           double scale, bool use_scale_logits = true) {
-  (void)use_scale_logits;
-  const int64_t N = q.shape.N, D = q.shape.D, T = static_cast<int64_t>(keys.size());
-  std::vector<double> out(static_cast<size_t>(N * D), 0.0);
-  for (int64_t i = 0; i < N; ++i) {
-    std::vector<double> s(static_cast<size_t>(T));
-    double mx = -1e300;
-    for (int64_t t = 0; t < T; ++t) {
-      double d = 0;
-      for (int64_t c = 0; c < D; ++c) d += double(q.at(b, h, i, c)) * keys[t][c];
-      s[t] = d * scale;
-      mx = std::max(mx, s[t]);
-    }
-    double sum = 0;
-    for (auto& x : s) sum += (x = std::exp(x - mx));
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t c = 0; c < D; ++c) out[i * D + c] += s[t] / sum * values[t][c];
-  }
-  return out;
 }
 
 // ---- linformer ----
@@ -65,33 +43,13 @@ TEST(Linformer, IdentityProjectionsEqualVanilla) {
   EXPECT_LT(ref::rel_err(a.o.data, ref::forward(a.q, a.k, a.v, ref::dense_mask(false))), 2e-5);
 }
 
-std::vector<double> linformer_reference(const Attention& impl, const AttnArgs& a, int64_t k) {
-  const auto& s = a.q.shape;
-  DumpTensor E = tensor(impl, "E"), F = tensor(impl, "F");
-  std::vector<double> out(static_cast<size_t>(s.numel()));
-  for (int64_t b = 0; b < s.B; ++b)
-    for (int64_t h = 0; h < s.H; ++h) {
-      std::vector<std::vector<double>> kp(k, std::vector<double>(s.D, 0.0)), vp = kp;
-      for (int64_t t = 0; t < k; ++t)
-        for (int64_t j = 0; j < s.N; ++j)
-          for (int64_t d = 0; d < s.D; ++d) {
-            kp[t][d] += double(E.f32[(h * k + t) * s.N + j]) * a.k.at(b, h, j, d);
-            vp[t][d] += double(F.f32[(h * k + t) * s.N + j]) * a.v.at(b, h, j, d);
-          }
-      auto o = attend(a.q, kp, vp, b, h, 1.0 / std::sqrt(double(s.D)));
-      for (int64_t i = 0; i < s.N; ++i)
-        for (int64_t d = 0; d < s.D; ++d) out[ref::idx(s, b, h, i, d)] = o[i * s.D + d];
-    }
-  return out;
-}
-
 TEST(Linformer, MatchesDirectFormula) {
   for (int64_t N : {1, 37, 300})
     for (const char* share : {"false", "true"}) {
       const Shape4 s{2, 2, N, 16};
-      auto r = run_mechanism("linformer", s, false, Mode::fwd, {"k=24", std::string("share_kv=") + share}, 5);
-      const int64_t k = std::min<int64_t>(24, N);
-      EXPECT_LT(ref::rel_err(r.data->o.data(), linformer_reference(*r.impl, r.data->args(), k)), 2e-5)
+      const std::vector<std::string> ps = {"k=24", std::string("share_kv=") + share};
+      auto r = run_mechanism("linformer", s, false, Mode::fwd, ps, 5);
+      EXPECT_LT(ref::rel_err(r.data->o.data(), formula("linformer", ps, *r.impl, r.data->args())), 2e-5)
           << "N=" << N << " share=" << share;
       if (std::string(share) == "true") {
         DumpTensor E = tensor(*r.impl, "E"), F = tensor(*r.impl, "F");
@@ -127,40 +85,13 @@ TEST(MemoryCompressed, StrideOneIdentityKernelsEqualVanilla) {
   EXPECT_LT(ref::rel_err(a.o.data, ref::forward(a.q, a.k, a.v, ref::dense_mask(false))), 2e-5);
 }
 
-// K'_t = sum_r K_{t stride + r} Wk[h, r] (the last window zero-padded), likewise V', then
-// softmax(s Q K'^T) V', from the dumped kernels, in double.
-std::vector<double> memory_compressed_reference(const Attention& impl, const AttnArgs& a, int64_t stride) {
-  const auto& s = a.q.shape;
-  DumpTensor Wk = tensor(impl, "Wk"), Wv = tensor(impl, "Wv");
-  const int64_t N = s.N, T = (N + stride - 1) / stride, D = s.D;
-  std::vector<double> out(static_cast<size_t>(s.numel()));
-  for (int64_t b = 0; b < s.B; ++b)
-    for (int64_t h = 0; h < s.H; ++h) {
-      std::vector<std::vector<double>> kc(T, std::vector<double>(D, 0.0)), vc = kc;
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t rr = 0; rr < stride; ++rr) {
-          const int64_t row = t * stride + rr;
-          if (row >= N) continue;  // zero padding
-          for (int64_t i = 0; i < D; ++i)
-            for (int64_t o = 0; o < D; ++o) {
-              const size_t w = static_cast<size_t>(((h * stride + rr) * D + i) * D + o);
-              kc[t][o] += double(a.k.at(b, h, row, i)) * Wk.f32[w];
-              vc[t][o] += double(a.v.at(b, h, row, i)) * Wv.f32[w];
-            }
-        }
-      auto o = attend(a.q, kc, vc, b, h, 1.0 / std::sqrt(double(D)));
-      for (int64_t i = 0; i < N; ++i)
-        for (int64_t d = 0; d < D; ++d) out[ref::idx(s, b, h, i, d)] = o[i * D + d];
-    }
-  return out;
-}
-
 TEST(MemoryCompressed, MatchesPaddedConvolutionReference) {
   for (int64_t stride : {3, 5})
     for (int64_t N : {100, 101, 2}) {
       const Shape4 s{2, 2, N, 8};
-      auto r = run_mechanism("memory_compressed", s, false, Mode::fwd, {"stride=" + std::to_string(stride)}, 4);
-      const auto want = memory_compressed_reference(*r.impl, r.data->args(), stride);
+      const std::vector<std::string> ps = {"stride=" + std::to_string(stride)};
+      auto r = run_mechanism("memory_compressed", s, false, Mode::fwd, ps, 4);
+      const auto want = formula("memory_compressed", ps, *r.impl, r.data->args());
       double worst = 0;
       for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::abs(r.data->o.data()[i] - want[i]));
       EXPECT_LT(worst, 1e-5) << "stride " << stride << " N " << N;
@@ -168,7 +99,7 @@ TEST(MemoryCompressed, MatchesPaddedConvolutionReference) {
 }
 
 // ---- bf16 (forward) ----
-// linformer and memory_compressed in bf16: against the direct references above (float64 from
+// linformer and memory_compressed in bf16: against the formulas beside their kernels (float64 from
 // the float inputs and maps), within what rounding the maps, K, V, Q, K', V' and P to bf16 costs,
 // and clearly not at float accuracy (the bf16 path ran); bit-identical at one and two threads
 // (each head's products run on one thread); tracked memory as declared.
@@ -180,17 +111,12 @@ TEST(LowRankBf16, ForwardMatchesReferenceWithinBf16Rounding) {
       struct Case {
         std::string name;
         std::vector<std::string> params;
-        std::function<std::vector<double>(const Attention&, const AttnArgs&)> reference;
       };
-      auto linformer = [](const Attention& i, const AttnArgs& a) { return linformer_reference(i, a, 24); };
-      const Case cases[] = {
-          {"linformer", {"k=24"}, linformer},
-          {"linformer", {"k=24", "share_kv=true"}, linformer},
-          {"memory_compressed", {"stride=3"},
-           [](const Attention& i, const AttnArgs& a) { return memory_compressed_reference(i, a, 3); }}};
+      const Case cases[] = {{"linformer", {"k=24"}}, {"linformer", {"k=24", "share_kv=true"}},
+                            {"memory_compressed", {"stride=3"}}};
       for (const auto& c : cases) {
         auto r = run_mechanism(c.name, s, false, Mode::fwd, c.params, 5, 1, Dtype::bf16);
-        const double err = ref::rel_err(r.data->o.data(), c.reference(*r.impl, r.data->args()));
+        const double err = ref::rel_err(r.data->o.data(), formula(c.name, c.params, *r.impl, r.data->args()));
         EXPECT_LT(err, 1.5e-2) << c.name << " D=" << D << " N=" << N;
         EXPECT_GT(err, 1e-4) << c.name << ": float accuracy, the bf16 path did not run, D=" << D << " N=" << N;
         EXPECT_EQ(r.tracked_peak, r.declared) << c.name << " D=" << D << " N=" << N;
@@ -252,58 +178,6 @@ TEST(LowRankBf16, HeadSizesWithoutTheKernelAreRefused) {
 }
 
 // ---- synthesizer ----
-// Direct reference: logits A (N x N) per (b, h) from the dumped parameters, then softmax(A + M) V.
-std::vector<double> synthesizer_reference(const Attention& impl, const AttnArgs& a, const std::string& variant,
-                                          bool causal, int64_t k) {
-  const auto& s = a.q.shape;
-  const int64_t N = s.N, D = s.D;
-  std::vector<double> out(static_cast<size_t>(s.numel()));
-  for (int64_t b = 0; b < s.B; ++b)
-    for (int64_t h = 0; h < s.H; ++h) {
-      std::vector<double> A(static_cast<size_t>(N * N));
-      if (variant == "dense") {
-        DumpTensor W1 = tensor(impl, "W1"), b1 = tensor(impl, "b1"), W2 = tensor(impl, "W2"), b2 = tensor(impl, "b2");
-        const int64_t L = W2.shape[2];
-        for (int64_t i = 0; i < N; ++i) {
-          std::vector<double> hid(static_cast<size_t>(D));
-          for (int64_t o = 0; o < D; ++o) {
-            double x = b1.f32[h * D + o];
-            for (int64_t c = 0; c < D; ++c) x += double(a.q.at(b, h, i, c)) * W1.f32[(h * D + c) * D + o];
-            hid[o] = std::max(x, 0.0);
-          }
-          for (int64_t j = 0; j < N; ++j) {
-            double x = b2.f32[h * L + j];
-            for (int64_t o = 0; o < D; ++o) x += hid[o] * W2.f32[(h * D + o) * L + j];
-            A[i * N + j] = x;
-          }
-        }
-      } else if (variant == "random") {
-        DumpTensor R = tensor(impl, "R");
-        for (int64_t i = 0; i < N * N; ++i) A[i] = R.f32[h * N * N + i];
-      } else {
-        DumpTensor R1 = tensor(impl, "R1"), R2 = tensor(impl, "R2");
-        for (int64_t i = 0; i < N; ++i)
-          for (int64_t j = 0; j < N; ++j) {
-            double x = 0;
-            for (int64_t t = 0; t < k; ++t) x += double(R1.f32[(h * N + i) * k + t]) * R2.f32[(h * N + j) * k + t];
-            A[i * N + j] = x;
-          }
-      }
-      for (int64_t i = 0; i < N; ++i) {
-        const int64_t jmax = causal ? i : N - 1;
-        double mx = -1e300, sum = 0;
-        for (int64_t j = 0; j <= jmax; ++j) mx = std::max(mx, A[i * N + j]);
-        for (int64_t j = 0; j <= jmax; ++j) sum += std::exp(A[i * N + j] - mx);
-        for (int64_t d = 0; d < D; ++d) {
-          double o = 0;
-          for (int64_t j = 0; j <= jmax; ++j) o += std::exp(A[i * N + j] - mx) / sum * a.v.at(b, h, j, d);
-          out[ref::idx(s, b, h, i, d)] = o;
-        }
-      }
-    }
-  return out;
-}
-
 class SynthesizerVsDirect : public ::testing::TestWithParam<std::tuple<std::string, bool, int64_t>> {};
 
 TEST_P(SynthesizerVsDirect, Matches) {
@@ -312,7 +186,7 @@ TEST_P(SynthesizerVsDirect, Matches) {
   std::vector<std::string> params = {"variant=" + variant, "k=5"};
   if (variant == "dense") params.push_back("max_len=" + std::to_string(N + 9));
   auto r = run_mechanism("synthesizer", s, causal, Mode::fwd, params, 6);
-  EXPECT_LT(ref::rel_err(r.data->o.data(), synthesizer_reference(*r.impl, r.data->args(), variant, causal, 5)), 2e-5);
+  EXPECT_LT(ref::rel_err(r.data->o.data(), formula("synthesizer", params, *r.impl, r.data->args(), causal)), 2e-5);
 }
 INSTANTIATE_TEST_SUITE_P(All, SynthesizerVsDirect,
                          ::testing::Combine(::testing::Values("dense", "random", "factorized"), ::testing::Bool(),

@@ -240,7 +240,7 @@ TEST(BiasInsideKernels, BigBirdGatheredKeysUseTheirPositions) {
       for (const auto& t : impl.dump_tensors())
         if (t.name == "random_blocks") drawn = t.i64;
       EXPECT_NE(drawn, nullptr);
-      return [=](int64_t h, int64_t i, int64_t j) { return test::bigbird_mask(drawn, h, s.N / 8, 8, 2, 2)(i, j); };
+      return [=](int64_t h, int64_t i, int64_t j) { return ref::bigbird_mask(drawn, h, s.N / 8, 8, 3, 2, 2)(i, j); };
     });
 }
 

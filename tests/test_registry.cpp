@@ -10,6 +10,8 @@
 #include <sstream>
 
 #include "attention_impls/registry.hpp"
+#include "tests/helpers.hpp"
+#include "tests/reference.hpp"
 
 namespace ab {
 namespace {
@@ -85,6 +87,34 @@ TEST(Registry, EveryExactMechanismStatesItsPairsBesideItsKernel) {
     }
   }
   EXPECT_EQ(stated, 8u);
+}
+
+// Every other mechanism states its formula beside its kernel (reference), and every mechanism
+// states exactly one of the two. At a small problem where each is defined (bigbird, sinkhorn and
+// reformer need N a multiple of their block), causal where it can be, its kernel equals that
+// formula from its own dumped state; approximate mechanisms compute in float what the formula
+// computes in double, so within float rounding (performer's exponentials: 1e-4).
+TEST(Registry, EveryOtherMechanismStatesItsFormulaBesideItsKernel) {
+  size_t stated = 0;
+  for (const auto& m : mechanism_names()) {
+    const MechanismInfo& info = find_mechanism(m);
+    EXPECT_NE(bool(info.reference_mask), bool(info.reference)) << m << " must state exactly one formula";
+    if (!info.reference) continue;
+    ++stated;
+    std::vector<std::string> params;
+    for (const char* p : {"block=16", "bucket_size=16", "features=32", "k=24", "kernel=7"}) {
+      for (const auto& spec : info.params) {
+        if (std::string(p).rfind(spec.name + "=", 0) == 0) params.push_back(p);
+      }
+    }
+    for (bool causal : {false, true}) {
+      if (causal && !info.caps.causal) continue;
+      auto r = test::run_mechanism(m, Shape4{2, 2, 64, 16}, causal, Mode::fwd, params, 5);
+      const double err = ref::rel_err(r.data->o.data(), test::formula(m, params, *r.impl, r.data->args(), causal));
+      EXPECT_LT(err, m == "performer" ? 1e-4 : 2e-5) << m << (causal ? " causal" : "");
+    }
+  }
+  EXPECT_EQ(stated, 11u);
 }
 
 TEST(Registry, EveryMechanismHasASectionInTheDocs) {

@@ -1,10 +1,10 @@
 // Routing attention.
-// sinkhorn: one block reduces to vanilla; P doubly stochastic; the output equals a direct
-// reference built from the dumped P; gradients (through the attention, the sort, the Sinkhorn
+// sinkhorn: one block reduces to vanilla; P doubly stochastic; P and the output equal the formula
+// beside the kernel (ref::sinkhorn_sort, ref::sinkhorn); gradients (through the attention, the sort, the Sinkhorn
 // iterations and the sorting network) against finite differences; memory, FLOPs, bad input.
 // reformer: one bucket and one chunk is dense shared-QK attention with the self-exclusion rule;
-// otherwise it equals a reference that builds each query's admissible set from the dumped
-// buckets; the buckets are the argmax of the dumped rotations; causal ignores later positions;
+// otherwise it equals its formula beside the kernel (ref::reformer), which builds each query's
+// admissible set from the dumped buckets; the buckets are the argmax of the dumped rotations; causal ignores later positions;
 // gradients against finite differences; memory, FLOPs, bad input. The exact hash on its own:
 // random, planted near-tie, exactly tied and degenerate rows against a double argmax, with the
 // AVX2 and portable paths giving the same buckets.
@@ -31,6 +31,12 @@ using test::tensor;
 double max_diff(const Tensor& a, const Tensor& b) {
   double w = 0;
   for (size_t i = 0; i < a.size(); ++i) w = std::max(w, double(std::abs(a.data()[i] - b.data()[i])));
+  return w;
+}
+
+double max_diff(const Tensor& a, const std::vector<double>& want) {
+  double w = 0;
+  for (size_t i = 0; i < a.size(); ++i) w = std::max(w, std::abs(double(a.data()[i]) - want[i]));
   return w;
 }
 
@@ -72,54 +78,25 @@ TEST(Sinkhorn, PIsDoublyStochastic) {
   }
 }
 
-// O from the dumped P: K~ and V~ block by block, then each query block's softmax over
-// [K_b ; K~_b], all in double.
-TEST(Sinkhorn, MatchesDirectReferenceFromDumpedP) {
+// The sorting matrix from the block means, the sorting network and the Sinkhorn iterations, and
+// the output over [K_b ; K~_b], as the formula beside the kernel computes them in double.
+TEST(Sinkhorn, MatchesItsFormula) {
   for (const char* t : {"temperature=0.75", "temperature=0.05"}) {
     const Shape4 s{2, 2, 96, 16};
-    const int64_t blk = 16, nb = 6, D = s.D;
-    auto r = run_mechanism("sinkhorn", s, false, Mode::fwd, {"block=16", t}, 9);
-    const DumpTensor P = tensor(*r.impl, "P");
-    const TensorView q = r.data->q.view(), k = r.data->k.view(), v = r.data->v.view(), o = r.data->o.view();
-    double worst = 0;
+    const int64_t nb = 6;
+    const std::vector<std::string> ps = {"block=16", t};
+    auto r = run_mechanism("sinkhorn", s, false, Mode::fwd, ps, 9);
+    const DumpTensor P = tensor(*r.impl, "P"), W1 = tensor(*r.impl, "W1"), W2 = tensor(*r.impl, "W2");
+    const double temperature = std::stod(std::string(t).substr(12));
+    double worst_p = 0;
     for (int64_t b = 0; b < s.B; ++b)
       for (int64_t h = 0; h < s.H; ++h) {
-        const float* Pm = P.f32 + (b * s.H + h) * nb * nb;
-        for (int64_t i = 0; i < nb; ++i) {
-          // keys[j], values[j] for j < 2·blk: the block itself, then its sorted block.
-          std::vector<std::vector<double>> keys(2 * blk, std::vector<double>(D)), vals = keys;
-          for (int64_t j = 0; j < blk; ++j)
-            for (int64_t d = 0; d < D; ++d) {
-              keys[j][d] = k.at(b, h, i * blk + j, d);
-              vals[j][d] = v.at(b, h, i * blk + j, d);
-              double ks = 0, vs = 0;
-              for (int64_t c = 0; c < nb; ++c) {
-                ks += double(Pm[i * nb + c]) * k.at(b, h, c * blk + j, d);
-                vs += double(Pm[i * nb + c]) * v.at(b, h, c * blk + j, d);
-              }
-              keys[blk + j][d] = ks;
-              vals[blk + j][d] = vs;
-            }
-          for (int64_t rr = 0; rr < blk; ++rr) {
-            const int64_t row = i * blk + rr;
-            std::vector<double> sc(2 * blk);
-            double mx = -1e300, sum = 0;
-            for (int64_t j = 0; j < 2 * blk; ++j) {
-              double d = 0;
-              for (int64_t c = 0; c < D; ++c) d += double(q.at(b, h, row, c)) * keys[j][c];
-              sc[j] = d / std::sqrt(double(D));
-              mx = std::max(mx, sc[j]);
-            }
-            for (auto& x : sc) sum += (x = std::exp(x - mx));
-            for (int64_t c = 0; c < D; ++c) {
-              double want = 0;
-              for (int64_t j = 0; j < 2 * blk; ++j) want += sc[j] / sum * vals[j][c];
-              worst = std::max(worst, std::abs(want - o.at(b, h, row, c)));
-            }
-          }
-        }
+        const auto want = ref::sinkhorn_sort(r.data->q.view(), b, h, W1.f32, W2.f32, 16, 8, temperature);
+        for (int64_t x = 0; x < nb * nb; ++x)
+          worst_p = std::max(worst_p, std::abs(want[x] - P.f32[(b * s.H + h) * nb * nb + x]));
       }
-    EXPECT_LT(worst, 2e-5) << t;
+    EXPECT_LT(worst_p, 1e-5) << t;
+    EXPECT_LT(max_diff(r.data->o, test::formula("sinkhorn", ps, *r.impl, r.data->args())), 2e-5) << t;
   }
 }
 
@@ -183,86 +160,6 @@ TEST(Sinkhorn, BadInputAndCausal) {
 
 // ---- reformer ----
 
-// The reference of mechanisms.md, in double, from the dumped bucket assignments: per round, sort
-// by (bucket, position), cut into chunks, let each query attend the set of keys of its chunk and
-// the previous one (wrapping) in its bucket, itself only when nothing else is admissible; combine
-// rounds by their log-sum-exp. Keys are Q_j / ||Q_j||. Causal: j <= i, and the chunks are cut
-// within each bucket (a position's chunk is its rank among its bucket's positions / bucket_size),
-// with no wrap: a query's keys depend on earlier positions alone.
-std::vector<double> reformer_reference(const Run& r, int64_t bucket_size, bool causal) {
-  const DumpTensor bk = tensor(*r.impl, "buckets");
-  const Shape4 s = r.data->q.view().shape;
-  const int64_t N = s.N, D = s.D, nh = bk.shape[2], nchunks = N / bucket_size;
-  const TensorView q = r.data->q.view(), v = r.data->v.view();
-  std::vector<double> out(static_cast<size_t>(s.numel()));
-  for (int64_t b = 0; b < s.B; ++b)
-    for (int64_t h = 0; h < s.H; ++h) {
-      std::vector<std::vector<double>> key(N, std::vector<double>(D));
-      for (int64_t j = 0; j < N; ++j) {
-        double n2 = 0;
-        for (int64_t d = 0; d < D; ++d) n2 += double(q.at(b, h, j, d)) * q.at(b, h, j, d);
-        for (int64_t d = 0; d < D; ++d) key[j][d] = q.at(b, h, j, d) / std::sqrt(n2);
-      }
-      std::vector<std::vector<double>> o_round(nh, std::vector<double>(N * D)), lse(nh, std::vector<double>(N));
-      for (int64_t rd = 0; rd < nh; ++rd) {
-        const int64_t* bucket = bk.i64 + ((b * s.H + h) * nh + rd) * N;
-        std::vector<int64_t> order(N);
-        for (int64_t i = 0; i < N; ++i) order[i] = i;
-        std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return bucket[x] < bucket[y]; });
-        std::vector<int64_t> rank(N);  // a position's rank among the positions of its bucket
-        for (int64_t i = 0; i < N; ++i) {
-          rank[i] = 0;
-          for (int64_t j = 0; j < i; ++j) rank[i] += bucket[j] == bucket[i];
-        }
-        for (int64_t p = 0; p < N; ++p) {
-          const int64_t i = order[p], c = p / bucket_size;
-          std::set<int64_t> window;
-          if (causal) {
-            const int64_t ci = rank[i] / bucket_size;
-            for (int64_t j = 0; j <= i; ++j)
-              if (bucket[j] == bucket[i] && (rank[j] / bucket_size == ci || (nchunks > 1 && rank[j] / bucket_size == ci - 1)))
-                window.insert(j);
-          } else {
-            for (int64_t cc : {c, (c + nchunks - 1) % nchunks})
-              for (int64_t t = cc * bucket_size; t < (cc + 1) * bucket_size; ++t) window.insert(order[t]);
-          }
-          std::vector<int64_t> keys;
-          for (int64_t j : window)
-            if (bucket[j] == bucket[i] && j != i && (!causal || j <= i)) keys.push_back(j);
-          if (keys.empty()) keys.push_back(i);
-          std::vector<double> sc;
-          double mx = -1e300;
-          for (int64_t j : keys) {
-            double d = 0;
-            for (int64_t c2 = 0; c2 < D; ++c2) d += double(q.at(b, h, i, c2)) * key[j][c2];
-            sc.push_back(d / std::sqrt(double(D)));
-            mx = std::max(mx, sc.back());
-          }
-          double sum = 0;
-          for (double x : sc) sum += std::exp(x - mx);
-          lse[rd][i] = mx + std::log(sum);
-          for (size_t t = 0; t < keys.size(); ++t)
-            for (int64_t d = 0; d < D; ++d) o_round[rd][i * D + d] += std::exp(sc[t] - mx) / sum * v.at(b, h, keys[t], d);
-        }
-      }
-      for (int64_t i = 0; i < N; ++i) {
-        double m = -1e300, z = 0;
-        for (int64_t rd = 0; rd < nh; ++rd) m = std::max(m, lse[rd][i]);
-        for (int64_t rd = 0; rd < nh; ++rd) z += std::exp(lse[rd][i] - m);
-        for (int64_t rd = 0; rd < nh; ++rd)
-          for (int64_t d = 0; d < D; ++d)
-            out[((b * s.H + h) * N + i) * D + d] += std::exp(lse[rd][i] - m) / z * o_round[rd][i * D + d];
-      }
-    }
-  return out;
-}
-
-double max_diff(const Tensor& a, const std::vector<double>& want) {
-  double w = 0;
-  for (size_t i = 0; i < a.size(); ++i) w = std::max(w, std::abs(double(a.data()[i]) - want[i]));
-  return w;
-}
-
 // With one bucket and one chunk, reformer is dense attention of Q against the normalised Q,
 // each query excluded from its own keys. Q's rows are flipped to the positive side of the single
 // rotation column (n_buckets = 2), which puts every position in bucket 0.
@@ -319,19 +216,6 @@ TEST(Reformer, OneBucketOneChunkEqualsDenseSharedQKWithoutSelf) {
 
 // ---- the exact hash on its own (attention_impls/lsh_hash.hpp) ----
 
-// argmax over [x·R ; -x·R] in double, the first index on ties (std::max_element's rule); R is
-// (D, half) row-major.
-int64_t reference_bucket(const float* x, const float* R, int64_t D, int64_t half) {
-  std::vector<double> p(static_cast<size_t>(2 * half));
-  for (int64_t c = 0; c < half; ++c) {
-    double v = 0;
-    for (int64_t k = 0; k < D; ++k) v += double(x[k]) * double(R[k * half + c]);
-    p[c] = v;
-    p[half + c] = -v;
-  }
-  return std::max_element(p.begin(), p.end()) - p.begin();
-}
-
 struct HashRun {
   std::vector<int64_t> fast, portable;  // (rounds, rows) from assign and assign_portable
   int64_t exact_fast = 0, exact_portable = 0;
@@ -354,7 +238,7 @@ HashRun check_hash(const std::vector<float>& R, int64_t rounds, int64_t D, int64
   int mismatches = 0;
   for (int64_t r = 0; r < rounds; ++r)
     for (int64_t i = 0; i < rows; ++i) {
-      const int64_t want = reference_bucket(x.data() + i * D, R.data() + r * D * half, D, half);
+      const int64_t want = ref::reformer_bucket(x.data() + i * D, R.data() + r * D * half, D, half);
       if (run.fast[r * rows + i] != want && ++mismatches <= 5)
         ADD_FAILURE() << "D=" << D << " half=" << half << " round " << r << " row " << i << ": "
                       << run.fast[r * rows + i] << ", want " << want;
@@ -525,7 +409,7 @@ class ReformerReference : public ::testing::TestWithParam<ReformerCase> {};
 TEST_P(ReformerReference, MatchesAdmissibleSetsFromDumpedBuckets) {
   const auto& c = GetParam();
   auto r = run_mechanism("reformer", c.shape, c.causal, Mode::fwd, c.params, 11);
-  EXPECT_LT(max_diff(r.data->o, reformer_reference(r, c.bucket_size, c.causal)), 2e-6);
+  EXPECT_LT(max_diff(r.data->o, test::formula("reformer", c.params, *r.impl, r.data->args(), c.causal)), 2e-6);
 }
 INSTANTIATE_TEST_SUITE_P(
     All, ReformerReference,
@@ -642,77 +526,6 @@ TEST(Reformer, BadInputExitsTwo) {
 
 // ---- routing (the Routing Transformer) ----
 
-// The reference of docs/mechanisms.md, in double, from the dumped routing: not causal, the
-// dumped members of each cluster (checked against the centroids below) attend each other; causal,
-// each position attends the last `window` positions up to itself of its dumped nearest
-// centroid's cluster. Keys are Q_j/||Q_j||; a query skips itself unless it has no other key;
-// a position's tiles combine by their log-sum-exp; a position in no tile has a zero output.
-std::vector<double> routing_reference(const Run& r, int64_t window, bool causal) {
-  const DumpTensor as = tensor(*r.impl, "assignment");
-  const Shape4 s = r.data->q.view().shape;
-  const int64_t N = s.N, D = s.D;
-  const TensorView q = r.data->q.view(), v = r.data->v.view();
-  std::vector<double> out(static_cast<size_t>(s.numel()));
-  for (int64_t b = 0; b < s.B; ++b)
-    for (int64_t h = 0; h < s.H; ++h) {
-      // The tiles as (queries, each query's keys).
-      std::vector<std::vector<std::pair<int64_t, std::vector<int64_t>>>> tiles;
-      const int64_t* assign = as.i64 + (b * s.H + h) * N;
-      if (!causal) {
-        const DumpTensor mem = tensor(*r.impl, "members");
-        const int64_t k = mem.shape[2];
-        for (int64_t c = 0; c < k; ++c) {
-          const int64_t* m = mem.i64 + ((b * s.H + h) * k + c) * window;
-          std::vector<std::pair<int64_t, std::vector<int64_t>>> t;
-          for (int64_t x = 0; x < window; ++x) t.push_back({m[x], std::vector<int64_t>(m, m + window)});
-          tiles.push_back(t);
-        }
-      } else {
-        std::vector<std::pair<int64_t, std::vector<int64_t>>> t;
-        for (int64_t i = 0; i < N; ++i) {
-          std::vector<int64_t> same;
-          for (int64_t j = 0; j <= i; ++j)
-            if (assign[j] == assign[i]) same.push_back(j);
-          const size_t from = same.size() > size_t(window) ? same.size() - window : 0;
-          t.push_back({i, std::vector<int64_t>(same.begin() + from, same.end())});
-        }
-        tiles.push_back(t);  // one query each: the combination of a single softmax is itself
-      }
-      std::vector<double> M(N, -1e300), Z(N, 0), O(N * D, 0);
-      for (const auto& t : tiles)
-        for (const auto& [i, all] : t) {
-          std::vector<int64_t> keys;
-          for (int64_t j : all)
-            if (j != i) keys.push_back(j);
-          if (keys.empty()) keys.push_back(i);
-          std::vector<double> sc;
-          double mx = -1e300;
-          for (int64_t j : keys) {
-            double n2 = 0, d = 0;
-            for (int64_t c = 0; c < D; ++c) n2 += double(q.at(b, h, j, c)) * q.at(b, h, j, c);
-            for (int64_t c = 0; c < D; ++c) d += double(q.at(b, h, i, c)) * q.at(b, h, j, c) / std::sqrt(n2);
-            sc.push_back(d / std::sqrt(double(D)));
-            mx = std::max(mx, sc.back());
-          }
-          double sum = 0;
-          for (double x : sc) sum += std::exp(x - mx);
-          const double lse = mx + std::log(sum), m = std::max(M[i], lse);
-          const double keep = std::exp(M[i] - m), add = std::exp(lse - m);
-          for (int64_t c = 0; c < D; ++c) {
-            double oc = 0;
-            for (size_t x = 0; x < keys.size(); ++x) oc += std::exp(sc[x] - mx) / sum * v.at(b, h, keys[x], c);
-            O[i * D + c] = keep * O[i * D + c] + add * oc;
-          }
-          Z[i] = keep * Z[i] + add;
-          M[i] = m;
-        }
-      for (int64_t i = 0; i < N; ++i)
-        for (int64_t c = 0; c < D; ++c)
-          out[((b * s.H + h) * N + i) * D + c] = Z[i] > 0 ? O[i * D + c] / Z[i] : 0.0;
-    }
-  return out;
-}
-
 // dist(i, c) = x_i . mu_c in double from the dumped centroids.
 double routing_score(const Run& r, int64_t b, int64_t h, int64_t i, int64_t c) {
   const DumpTensor mu = tensor(*r.impl, "centroids");
@@ -737,7 +550,7 @@ class RoutingEqualsReference : public ::testing::TestWithParam<RoutingCase> {};
 TEST_P(RoutingEqualsReference, OutputAndRouting) {
   const RoutingCase& c = GetParam();
   auto r = run_mechanism("routing", c.shape, c.causal, Mode::fwd, c.params, 11);
-  EXPECT_LT(max_diff(r.data->o, routing_reference(r, c.window, c.causal)), 2e-6);
+  EXPECT_LT(max_diff(r.data->o, test::formula("routing", c.params, *r.impl, r.data->args(), c.causal)), 2e-6);
   // The routing itself: every position's nearest centroid, and each centroid's members its
   // top-window positions (within float rounding of the double scores), in position order.
   const DumpTensor as = tensor(*r.impl, "assignment"), mu = tensor(*r.impl, "centroids");

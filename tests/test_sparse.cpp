@@ -25,7 +25,6 @@ namespace {
 using test::run_mechanism;
 using test::param;
 using test::pattern_mask;
-using test::bigbird_mask;
 
 struct SparseCase {
   std::string mech;
@@ -409,7 +408,7 @@ TEST(BigBird, EqualsMaskedVanillaPerHead) {
         auto head = [&](const TensorView& t) {
           return TensorView{t.head(b, h), Shape4{1, 1, s.N, s.D}, t.strides};
         };
-        const auto mask = bigbird_mask(d.i64, h, c.N / c.b, c.b, c.g, c.r);
+        const auto mask = ref::bigbird_mask(d.i64, h, c.N / c.b, c.b, 3, c.g, c.r);
         const auto o = ref::forward(head(a.q), head(a.k), head(a.v), mask);
         const auto g = ref::backward(head(a.q), head(a.k), head(a.v), head(a.dout), mask);
         double eo = 0, eg = 0, so = 1e-2, sg = 1e-2;
