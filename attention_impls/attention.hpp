@@ -124,6 +124,9 @@ struct Bf16Support {
   // Its backward pass runs in bf16 too. Without it a bf16 training step runs this mechanism in
   // float32 (the model's linear layers stay bf16) and the result says so.
   bool backward = false;
+  // Its bf16 path applies attention dropout too (forward and backward). Without it a bf16
+  // training step under attention dropout runs this mechanism in float32, and says so.
+  bool attn_dropout = false;
 };
 
 // A tensor the model's optimiser trains: the mechanism's own parameter and its gradient, which a

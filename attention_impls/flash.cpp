@@ -18,14 +18,16 @@
 //   when B*H does not divide over them, parts of each head's key tiles with a partial dQ each
 //   (TiledSoftmax::key_parts). Decode: the new token against a key-value cache, tile by tile
 //   with the same online softmax.
-// Leaves out: a fused backward kernel (the backward is still oneDNN tiles, in bf16 too); attention
-//   dropout in bf16.
+// Leaves out: a fused backward kernel (the backward is still oneDNN tiles, in bf16 too).
 // bf16 (--dtype bf16, AVX512-BF16): the dense kernel with Q, K, V rounded to bf16 once per call,
 //   both products by vdpbf16ps (two bf16 products added into each float lane), the softmax and
 //   its statistics in float, the probabilities rounded to bf16 for their product with V.
 //   Backward: Q, K, V and dO rounded once per call into contiguous copies (4 B H N D bf16
 //   numbers), the engine's tiles as oneDNN bf16 products (P and dS rounded per tile), every
-//   gradient and row statistic in float; no attention dropout in bf16.
+//   gradient and row statistic in float. Planned for attention dropout (training), the forward
+//   runs the engine's bf16 tiles instead of the dense kernel, which has no dropout mask: Q, K, V
+//   rounded once per call into the copies, oneDNN bf16 products, the mask on the float
+//   probabilities, P·M rounded for its product with V; the backward reads the forward's copies.
 #include <omp.h>
 
 #include <cmath>
@@ -47,7 +49,16 @@ constexpr int64_t kDecodeTile = 256;
 TiledSoftmaxShape shape_of(const AttnProblem& p) {
   TiledSoftmaxShape s = TiledSoftmaxShape::dense(p.shape.B, p.shape.H, p.shape.N, p.shape.N, p.shape.D, p.causal,
                                                  p.strides.sn, p.strides.sn, p.threads);
-  s.bf16 = p.dtype == Dtype::bf16;
+  // bf16: the dense kernel, or under attention dropout the engine's bf16 tiles over contiguous
+  // copies (rows of D bf16 numbers; dV and O float at the caller's stride).
+  const bool tiles16 = p.dtype == Dtype::bf16 && p.attn_dropout;
+  s.bf16 = p.dtype == Dtype::bf16 && !tiles16;
+  s.bf16_tiles = tiles16;
+  if (tiles16) {
+    s.ld_v = p.shape.D;
+    s.ld_dv = p.strides.sn;
+    s.ld_dout = p.shape.D;
+  }
   // Backward tiles of 128 queries x 256 keys (the engine's default is 64 x 128): each key tile
   // streams Q, dO and dQ once, so twice the keys per tile halves that traffic, which two threads
   // share (Zen 5, N = 1024 ... 4096: 5-6% faster on one thread and 4-10% on two, docs/measurements).
@@ -73,7 +84,6 @@ class Flash final : public Attention {
       throw InvalidInput(fmt::format("flash --dtype bf16 needs D of 16, 32, 64 or 128 and a build for AVX512-BF16; got D={}",
                                      problem_.shape.D));
     if (problem_.bias.active() && problem_.dtype == Dtype::bf16) throw InvalidInput("flash adds a position encoding in float32 only (no --dtype bf16)");
-    if (problem_.attn_dropout && problem_.dtype == Dtype::bf16) throw InvalidInput("flash in bf16 applies no attention dropout (float32 does)");
   }
 
   double flops(Mode mode) const override {
@@ -107,13 +117,14 @@ class Flash final : public Attention {
       q16_ = Buffer<uint16_t>(n);
       k16_ = Buffer<uint16_t>(n);
       v16_ = Buffer<uint16_t>(n);
-      dout16_ = Buffer<uint16_t>(n);
+      if (mode == Mode::fwdbwd) dout16_ = Buffer<uint16_t>(n);
     }
   }
 
   // With a position encoding, the engine's tiled path with the encoding added to each tile
   // (the dense kernel takes plain s Q K^T only).
   void forward(const AttnArgs& a) override {
+    if (tiles16()) return forward_tiles16(a);
     qk_.bind(a.q, a.k);
     bias_.prepare(a.q);
     core_.forward(source(), a.v, a.o);
@@ -136,32 +147,55 @@ class Flash final : public Attention {
  private:
   // bf16 backward: Q, K, V and dO rounded once per call into contiguous copies; the engine's
   // tiles multiply them (the source qk16_ reads Q and K), dQ, dK, dV come out in float.
+  // Under attention dropout in bf16 (tiles16) the forward rounded Q, K, V already.
   void backward_bf16(const AttnArgs& a) {
-    const Shape4& s = problem_.shape;
-    for (const TensorView* t : {&a.q, &a.k, &a.v, &a.dout, &a.dq, &a.dk, &a.dv})
-      if (!(t->strides == Strides3::contiguous(s)))
-        throw InvalidInput("flash's bf16 backward pass takes contiguous (B, H, N, D) tensors");
-    const int64_t n = s.numel();
+    require_contiguous(a, "backward");
+    const int64_t n = problem_.shape.numel();
+    if (!tiles16()) round_inputs(a);
+    to_bf16_parallel(a.dout.data, dout16_.data(), n);
+    qk16_.bind(pairs_view(q16_), pairs_view(k16_));
+    qk16_.bind_grads(a.dq, a.dk);
+    core_.bind_bf16(pairs_view(v16_), pairs_view(dout16_));
+    core_.backward(qk16_, a.v, a.o, a.dout, a.dv);
+  }
+  // bf16 under attention dropout: the engine's bf16 tiles over the rounded copies.
+  void forward_tiles16(const AttnArgs& a) {
+    require_contiguous(a, "forward");
+    round_inputs(a);
+    qk16_.bind(pairs_view(q16_), pairs_view(k16_));
+    core_.forward(qk16_, pairs_view(v16_), a.o);
+  }
+  void require_contiguous(const AttnArgs& a, const char* pass) const {
+    const Strides3 c = Strides3::contiguous(problem_.shape);
+    for (const TensorView* t : {&a.q, &a.k, &a.v, &a.o, &a.dout, &a.dq, &a.dk, &a.dv})
+      if (t->data && !(t->strides == c))
+        throw InvalidInput(fmt::format("flash's bf16 {} pass takes contiguous (B, H, N, D) tensors", pass));
+  }
+  void round_inputs(const AttnArgs& a) {
+    const int64_t n = problem_.shape.numel();
     to_bf16_parallel(a.q.data, q16_.data(), n);
     to_bf16_parallel(a.k.data, k16_.data(), n);
     to_bf16_parallel(a.v.data, v16_.data(), n);
-    to_bf16_parallel(a.dout.data, dout16_.data(), n);
-    const Shape4 pairs{s.B, s.H, s.N, s.D / 2};  // two bf16 numbers to a float
-    auto view = [&](Buffer<uint16_t>& b) { return TensorView{reinterpret_cast<float*>(b.data()), pairs, Strides3::contiguous(pairs)}; };
-    qk16_.bind(view(q16_), view(k16_));
-    qk16_.bind_grads(a.dq, a.dk);
-    core_.bind_bf16(view(v16_), view(dout16_));
-    core_.backward(qk16_, a.v, a.o, a.dout, a.dv);
   }
+  // A (B, H, N, D) bf16 copy as the engine's views take it: two bf16 numbers to a float.
+  TensorView pairs_view(const Buffer<uint16_t>& b) const {
+    const Shape4& s = problem_.shape;
+    const Shape4 pairs{s.B, s.H, s.N, s.D / 2};
+    return TensorView{reinterpret_cast<float*>(b.data()), pairs, Strides3::contiguous(pairs)};
+  }
+  bool tiles16() const { return problem_.dtype == Dtype::bf16 && problem_.attn_dropout; }
+  // Q, K, V (and dO with a backward pass) rounded: with a backward pass, or (tiles16) every call.
   size_t bf16_copies_bytes(Mode mode) const {
-    return problem_.dtype == Dtype::bf16 && mode == Mode::fwdbwd ? 4 * static_cast<size_t>(problem_.shape.numel()) * sizeof(uint16_t) : 0;
+    if (problem_.dtype != Dtype::bf16 || mode == Mode::decode) return 0;
+    const int64_t copies = mode == Mode::fwdbwd ? 4 : tiles16() ? 3 : 0;
+    return static_cast<size_t>(copies * problem_.shape.numel()) * sizeof(uint16_t);
   }
 
   void plan(Mode mode) const {
     if (planned_ && planned_mode_ == mode) return;
     // bf16 with a backward pass: the tiles are planned for the bf16 source (the forward's dense
     // kernel packs the float Q, K, V itself and plans no tile).
-    if (problem_.dtype == Dtype::bf16 && mode == Mode::fwdbwd) core_.plan(mode, qk16_);
+    if (problem_.dtype == Dtype::bf16 && (mode == Mode::fwdbwd || tiles16())) core_.plan(mode, qk16_);
     else core_.plan(mode, source());
     planned_ = true;
     planned_mode_ = mode;
@@ -231,8 +265,10 @@ MechanismInfo flash_info() {
   m.caps.additive_bias = true;
   m.caps.no_additive_bias = "";
   m.bf16 = Bf16Support{.available = true,
-                       .constraints = "forward and backward; D of 16, 32, 64 or 128; backward: contiguous tensors, no attention dropout",
-                       .backward = true};
+                       .constraints = "forward and backward, with attention dropout (then in bf16 tiles, not the dense kernel); "
+                                      "D of 16, 32, 64 or 128; backward and dropout: contiguous tensors",
+                       .backward = true,
+                       .attn_dropout = true};
   m.make = [](const AttnProblem& p, const ParamValues&) { return std::make_unique<Flash>(p); };
   // Every pair (with causal, every earlier key and itself): exact attention, tiled.
   m.reference_mask = [](const ParamValues&, int64_t, bool causal) { return ref::dense_mask(causal); };

@@ -40,8 +40,6 @@ SparseAttention::SparseAttention(const AttnProblem& p)
     : problem_(p), bias_(std::make_unique<PositionBias>(p.bias, p.shape, p.causal, 1.0f / std::sqrt(static_cast<float>(p.shape.D)), p.threads)) {
   if (p.bias.active() && p.dtype == Dtype::bf16)
     throw InvalidInput("the sparse patterns add a position encoding in float32 only (no --dtype bf16)");
-  if (p.attn_dropout && p.dtype == Dtype::bf16)
-    throw InvalidInput("the sparse patterns in bf16 apply no attention dropout (float32 does)");
 }
 
 const LogitsSource& SparseAttention::source(const Part& part) const {

@@ -13,7 +13,9 @@
 // tiles (TiledSoftmaxShape::bf16_tiles): bf16 products, the softmax in float. The diagonal
 // kernel runs in its bf16 variant, Longformer's global keys inside it as in float32. Backward:
 // the forward's copies and dO rounded into a fourth, every segment's tiles as bf16 products,
-// dQ, dK, dV (and a gathered part's gradient buffers) in float; no attention dropout in bf16.
+// dQ, dK, dV (and a gathered part's gradient buffers) in float. Attention dropout in bf16 as in
+// float32 (the tiles' mask on the float probabilities, then P * M rounded for its product; the
+// diagonal kernel is not planned with dropout).
 //
 // Rows are selected by views, never copied, except for scattered key sets (BigBird's random
 // blocks, the fixed pattern's summary columns), which are gathered into a buffer per call.
@@ -63,7 +65,8 @@ struct Segment {
 
 // The sparse patterns' bf16 path (SparseAttention's bf16 copies and TiledSoftmax's bf16 tiles).
 inline Bf16Support sparse_bf16_support() {
-  return Bf16Support{.available = true, .constraints = "forward and backward; backward: no attention dropout", .backward = true};
+  return Bf16Support{.available = true, .constraints = "forward and backward, with attention dropout", .backward = true,
+                     .attn_dropout = true};
 }
 
 class SparseAttention : public Attention {

@@ -1130,8 +1130,8 @@ void TiledSoftmax::backward(const LogitsSource& src, const TensorView& v, const 
   };
   // Passes 1-4 of (b, h) over its key tiles (all, or those of one part); dQ into dq_part when
   // given (a later part of a split pair), else through the source.
-  if (bf16_backward() && (!bf16_v_.data || !bf16_dout_.data || dropout_.active() || parts > 1))
-    throw std::logic_error("TiledSoftmax::backward: bf16 needs bind_bf16's copies, no dropout and whole pairs");
+  if (bf16_backward() && (!bf16_v_.data || !bf16_dout_.data || parts > 1))
+    throw std::logic_error("TiledSoftmax::backward: bf16 needs bind_bf16's copies and whole pairs");
   auto backward_keys = [&](int tid, int64_t bh, int64_t part, float* dq_part) {
     const int64_t b = bh / shape_.H, h = bh % shape_.H;
     float* P = tiles_.data() + static_cast<size_t>(tid) * per_thread;
@@ -1188,7 +1188,9 @@ void TiledSoftmax::backward(const LogitsSource& src, const TensorView& v, const 
         } else {
           // With dropout M: O = (P * M) V. dP~ = dO V^T; dP = dP~ * M; dS = P * (dP - delta)
           // (delta = rowsum(dO * O) is rowsum(P * dP) still); then P becomes P * M for dV.
-          mm_.run(tid, spec_dp(rows, cols), dOi, Vj, dS);
+          // bf16: dO and V as their copies, P * M and dS rounded for their products.
+          const float* dO_p = b16 ? bf16_dout_.row(b, h, r0) : dOi;
+          mm_.run(tid, spec_dp(rows, cols), dO_p, b16 ? bf16_v_.row(b, h, c0) : Vj, dS);
           for (int64_t r = 0; r < rows; ++r) {
             float* Pr = P + r * kBwdCols;
             float* dSr = dS + r * kBwdCols;
@@ -1198,8 +1200,12 @@ void TiledSoftmax::backward(const LogitsSource& src, const TensorView& v, const 
 #pragma omp simd
             for (int64_t c = 0; c < cols; ++c) dSr[c] = Pr[c] * (dSr[c] - dr);
             dropout_.apply(Pr, cols, row, c0);
+            if (b16) {
+              to_bf16(dSr, dSb + r * kBwdCols, cols);
+              to_bf16(Pr, Pb + r * kBwdCols, cols);
+            }
           }
-          mm_.run(tid, spec_dv(rows, cols), P, dOi, dVj);
+          mm_.run(tid, spec_dv(rows, cols), b16 ? static_cast<const void*>(Pb) : P, dO_p, dVj);
         }
         const float* dS_p = b16 ? reinterpret_cast<const float*>(dSb) : dS;  // bf16: two to a float
         if (dq_part) src.logits_backward_partial(mm_, tid, b, h, r0, rows, c0, cols, dS_p, kBwdCols, dq_part + r0 * D);

@@ -150,7 +150,8 @@ std::string attention_in_f32_because(const ModelConfig& c, const MechanismInfo& 
     return "a position encoding inside the kernel is float32";
   if (mode == ModelMode::fwd) return "";
   if (!info.bf16.backward) return "its bf16 path is forward only";
-  if (mode == ModelMode::train && c.attn_dropout > 0 && info.caps.attn_dropout) return "attention dropout is float32";
+  if (mode == ModelMode::train && c.attn_dropout > 0 && info.caps.attn_dropout && !info.bf16.attn_dropout)
+    return "attention dropout is float32";
   return "";
 }
 }  // namespace
