@@ -95,9 +95,10 @@ MechanismInfo linformer_info() {
   m.caps = Capabilities{.exact = false, .causal = false, .backward = true, .decode = false,
                         .constraints = "k clipped to N", .attn_dropout = true, .no_attn_dropout = ""};
   m.bf16 = Bf16Support{.available = true,
-                       .constraints = "forward and backward (the maps' own backward products in float32); D of 16, 32, 64 or 128; "
-                                      "backward: no attention dropout",
-                       .backward = true};
+                       .constraints = "forward and backward (the maps' own backward products in float32), with attention "
+                                      "dropout (then in bf16 tiles, not the dense kernel); D of 16, 32, 64 or 128",
+                       .backward = true,
+                       .attn_dropout = true};
   m.params = {ParamSpec{"k", ParamType::Int, int64_t{256}, 1, 1 << 20, {}, "projected length (clipped to N)"},
               ParamSpec{"share_kv", ParamType::Bool, false, 0, 0, {}, "use F = E"}};
   m.caps.no_additive_bias = "its keys are learned mixtures of all positions (E K), so a logit has no key position to take an offset from";

@@ -117,9 +117,10 @@ MechanismInfo memory_compressed_info() {
   m.caps = Capabilities{.exact = false, .causal = false, .backward = true, .decode = false,
                         .constraints = "", .attn_dropout = true, .no_attn_dropout = ""};
   m.bf16 = Bf16Support{.available = true,
-                       .constraints = "forward and backward (the maps' own backward products in float32); D of 16, 32, 64 or 128; "
-                                      "backward: no attention dropout",
-                       .backward = true};
+                       .constraints = "forward and backward (the maps' own backward products in float32), with attention "
+                                      "dropout (then in bf16 tiles, not the dense kernel); D of 16, 32, 64 or 128",
+                       .backward = true,
+                       .attn_dropout = true};
   m.params = {ParamSpec{"stride", ParamType::Int, int64_t{3}, 1, 4096, {}, "convolution kernel size and stride"}};
   m.caps.no_additive_bias = "its keys are strided convolutions over several positions, so a logit has no single key position to take an offset from";
   m.make = [](const AttnProblem& p, const ParamValues& v) { return std::make_unique<MemoryCompressed>(p, v); };

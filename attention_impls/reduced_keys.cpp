@@ -12,8 +12,12 @@ namespace {
 TiledSoftmaxShape engine_shape(const AttnProblem& p, int64_t reduced) {
   TiledSoftmaxShape s = TiledSoftmaxShape::dense(p.shape.B, p.shape.H, p.shape.N, reduced, p.shape.D, false, p.shape.D,
                                                  p.strides.sn, p.threads);
-  s.bf16 = p.dtype == Dtype::bf16;
-  if (s.bf16) s.ld_dout = p.shape.D;  // backward: dO's contiguous bf16 copy
+  // bf16: the dense kernel, or under attention dropout the bf16 tiles (K', V' as bf16 copies).
+  const bool bf16 = p.dtype == Dtype::bf16, tiles16 = bf16 && p.attn_dropout;
+  s.bf16 = bf16 && !tiles16;
+  s.bf16_tiles = tiles16;
+  if (bf16) s.ld_dout = p.shape.D;  // backward: dO's contiguous bf16 copy
+  if (tiles16) s.ld_dv = p.shape.D;  // dV' float, contiguous like the V' copy
   return s;
 }
 
@@ -64,15 +68,15 @@ void ReducedKeysAttention::validate() const {
   if (bf16() && !TiledSoftmax::dense_bf16_kernel(problem_.shape.D))
     throw InvalidInput(fmt::format("{} --dtype bf16 needs D of 16, 32, 64 or 128 and a build for AVX512-BF16; got D={}",
                                    mechanism(), problem_.shape.D));
-  if (bf16() && problem_.attn_dropout) throw InvalidInput(fmt::format("{} in bf16 applies no attention dropout (float32 does)", mechanism()));
 }
 
 size_t ReducedKeysAttention::bf16_bytes(Mode mode) const {
   if (!bf16()) return 0;
   const size_t maps = (shared_ ? 1 : 2) * static_cast<size_t>(problem_.shape.H * map_floats_);
   const size_t rows = static_cast<size_t>(problem_.threads * problem_.shape.N * problem_.shape.D);
-  // Backward: Q and dO (B H N D), K' and V' (B H Nk D) rounded for the engine's bf16 tiles.
-  const size_t copies = mode == Mode::fwdbwd ? static_cast<size_t>(problem_.shape.B * problem_.shape.H * (2 * problem_.shape.N + 2 * Nk_) * problem_.shape.D) : 0;
+  // Backward (and every call under attention dropout): Q and dO (B H N D), K' and V' (B H Nk D)
+  // rounded for the engine's bf16 tiles.
+  const size_t copies = mode == Mode::fwdbwd || tiles16() ? static_cast<size_t>(problem_.shape.B * problem_.shape.H * (2 * problem_.shape.N + 2 * Nk_) * problem_.shape.D) : 0;
   return (maps + rows + copies) * sizeof(uint16_t);
 }
 
@@ -90,7 +94,7 @@ void ReducedKeysAttention::plan(Mode mode) const {
   plan_maps(maps_, mode);
   // bf16 with a backward pass: the engine's tiles for the bf16 source (its forward runs the dense
   // kernel, which packs the float inputs itself).
-  if (bf16() && mode == Mode::fwdbwd) core_.plan(mode, qk16_);
+  if (bf16() && (mode == Mode::fwdbwd || tiles16())) core_.plan(mode, qk16_);
   else core_.plan(mode, qk_);
   planned_ = true;
   planned_mode_ = mode;
@@ -138,7 +142,7 @@ void ReducedKeysAttention::setup(Mode mode, Rng& rng) {
     maps_bf16_ = Buffer<uint16_t>((shared_ ? 1 : 2) * n_map);
     round_maps();
     rows_bf16_ = Buffer<uint16_t>(static_cast<size_t>(problem_.threads * problem_.shape.N * problem_.shape.D));
-    if (mode == Mode::fwdbwd) {
+    if (mode == Mode::fwdbwd || tiles16()) {
       const size_t q = static_cast<size_t>(problem_.shape.numel()), r = static_cast<size_t>(problem_.shape.B * problem_.shape.H * Nk_ * problem_.shape.D);
       bwd_bf16_ = Buffer<uint16_t>(2 * q + 2 * r);
     }
@@ -171,33 +175,51 @@ void ReducedKeysAttention::forward(const AttnArgs& a) {
     reduce(maps_, tid, h, kKeys, input(tid, a.k.head(b, h)), view(Kr_).head(b, h));
     reduce(maps_, tid, h, kValues, input(tid, a.v.head(b, h)), view(Vr_).head(b, h));
   }
+  if (tiles16()) {
+    round_reduced(a, false);
+    const int64_t nq = s.numel(), nr = s.B * s.H * Nk_ * s.D;
+    qk16_.bind(bf16_pairs(0, s.N), bf16_pairs(2 * nq, Nk_));
+    core_.forward(qk16_, bf16_pairs(2 * nq + nr, Nk_), a.o);
+    return;
+  }
   qk_.bind(a.q, view(Kr_));
   core_.forward(qk_, view(Vr_), a.o);
+}
+
+// bwd_bf16_ holds Q (B H N D), dO (B H N D), K' and V' (B H Nk D), in that order.
+void ReducedKeysAttention::round_reduced(const AttnArgs& a, bool with_dout) {
+  const auto& s = problem_.shape;
+  const int64_t nq = s.numel(), nr = s.B * s.H * Nk_ * s.D;
+  uint16_t *q16 = bwd_bf16_.data(), *do16 = q16 + nq, *kr16 = do16 + nq, *vr16 = kr16 + nr;
+  const bool rounding = with_dout ? !tiles16() : true;  // Q, K', V': the forward's own under dropout
+#pragma omp parallel for schedule(static)
+  for (int64_t bh = 0; bh < s.B * s.H; ++bh)
+    for (int64_t i = 0; i < s.N; ++i) {
+      const int64_t b = bh / s.H, h = bh % s.H, at = (bh * s.N + i) * s.D;
+      if (rounding) to_bf16(a.q.row(b, h, i), q16 + at, s.D);
+      if (with_dout) to_bf16(a.dout.row(b, h, i), do16 + at, s.D);
+    }
+  if (!rounding) return;
+  to_bf16_parallel(Kr_.data(), kr16, nr);
+  to_bf16_parallel(Vr_.data(), vr16, nr);
+}
+
+TensorView ReducedKeysAttention::bf16_pairs(int64_t offset, int64_t rows) const {
+  const auto& s = problem_.shape;
+  const Shape4 sh{s.B, s.H, rows, s.D / 2};
+  return TensorView{reinterpret_cast<float*>(bwd_bf16_.data() + offset), sh, Strides3::contiguous(sh)};
 }
 
 void ReducedKeysAttention::backward(const AttnArgs& a) {
   const auto& s = problem_.shape;
   if (bf16()) {
     // The engine over the reduced keys in bf16: Q, dO, K', V' rounded into contiguous copies
-    // (two bf16 numbers to a float in the views), dQ, dK', dV' in float.
+    // (under dropout Q, K', V' are the forward's), dQ, dK', dV' in float.
     const int64_t nq = s.numel(), nr = s.B * s.H * Nk_ * s.D;
-    uint16_t *q16 = bwd_bf16_.data(), *do16 = q16 + nq, *kr16 = do16 + nq, *vr16 = kr16 + nr;
-#pragma omp parallel for schedule(static)
-    for (int64_t bh = 0; bh < s.B * s.H; ++bh)
-      for (int64_t i = 0; i < s.N; ++i) {
-        const int64_t b = bh / s.H, h = bh % s.H, at = (bh * s.N + i) * s.D;
-        to_bf16(a.q.row(b, h, i), q16 + at, s.D);
-        to_bf16(a.dout.row(b, h, i), do16 + at, s.D);
-      }
-    to_bf16_parallel(Kr_.data(), kr16, nr);
-    to_bf16_parallel(Vr_.data(), vr16, nr);
-    auto pairs = [&](uint16_t* x, int64_t rows) {
-      const Shape4 sh{s.B, s.H, rows, s.D / 2};
-      return TensorView{reinterpret_cast<float*>(x), sh, Strides3::contiguous(sh)};
-    };
-    qk16_.bind(pairs(q16, s.N), pairs(kr16, Nk_));
+    round_reduced(a, true);
+    qk16_.bind(bf16_pairs(0, s.N), bf16_pairs(2 * nq, Nk_));
     qk16_.bind_grads(a.dq, view(dKr_));
-    core_.bind_bf16(pairs(vr16, Nk_), pairs(do16, s.N));
+    core_.bind_bf16(bf16_pairs(2 * nq + nr, Nk_), bf16_pairs(nq, s.N));
     core_.backward(qk16_, view(Vr_), a.o, a.dout, view(dVr_));
   } else {
     qk_.bind(a.q, view(Kr_));

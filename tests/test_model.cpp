@@ -173,8 +173,8 @@ TEST(ModelBf16, ForwardLossNearFloatAndMemoryAsDeclared) {
 // kBf16GradTolerance of the float32 one in relative Frobenius norm, ||g16 - g32|| / ||g32|| (one
 // step's rounding of each product's inputs to 8 significant bits; measured at most 1.3% over
 // these cases), and not equal to it (the bf16 products ran); the tracked peak as declared. Under
-// attention dropout (a training step, the same masks in both precisions) flash's and the sparse
-// patterns' attention runs in bf16 too, and the result's precision note says so.
+// attention dropout (a training step, the same masks in both precisions) the attention of flash,
+// the sparse patterns and linformer runs in bf16 too, and the result's precision note says so.
 TEST(ModelBf16, TrainingGradientsNearFloatPerTensor) {
   if (!cpu_has_bf16()) GTEST_SKIP() << "no AVX512-BF16 CPU";
   constexpr double kBf16GradTolerance = 3e-2;
@@ -185,7 +185,7 @@ TEST(ModelBf16, TrainingGradientsNearFloatPerTensor) {
   };
   for (const Case& k : {Case{"listops", "flash"}, Case{"copy", "flash"}, Case{"copy", "linear"}, Case{"retrieval", "flash"},
                         Case{"image", "local"}, Case{"listops", "linformer"}, Case{"listops", "flash", 0.1f},
-                        Case{"image", "local", 0.1f}}) {
+                        Case{"image", "local", 0.1f}, Case{"listops", "linformer", 0.1f}}) {
     ModelConfig c = tiny(k.task, k.mech, {}, std::string(k.task) == "image" ? 1024 : 64);
     c.dmodel = 32;
     c.attn_dropout = k.attn_dropout;
