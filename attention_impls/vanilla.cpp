@@ -16,7 +16,8 @@
 // bf16 (--dtype bf16): Q, K, V rounded to bf16 (pass 0), both products oneDNN bf16 matmuls with
 //   float output, the softmax in float, P rounded to bf16 for its product with V (pass 3b): what
 //   a framework's bf16 autocast does. Backward: dO and dS rounded, the four products in bf16, the
-//   softmax backward and every gradient in float; no attention dropout in bf16.
+//   softmax backward and every gradient in float. Attention dropout as in float32: the mask on the
+//   float probabilities, P·M rounded for its product with V, dP~ masked in float.
 #include <omp.h>
 
 #include <algorithm>
@@ -132,7 +133,6 @@ class Vanilla final : public Attention {
     if (bf16() && !(problem_.strides == Strides3::contiguous(problem_.shape)))
       throw InvalidInput("vanilla --dtype bf16 needs contiguous (B, H, N, D) inputs");
     if (bf16() && problem_.bias.active()) throw InvalidInput("vanilla adds a position encoding in float32 only (no --dtype bf16)");
-    if (bf16() && problem_.attn_dropout) throw InvalidInput("vanilla in bf16 applies no attention dropout (float32 does)");
   }
 
   void decode_prefill(const AttnArgs& a, int64_t n) override { cache_.prefill(a, n); }
@@ -212,8 +212,10 @@ class Vanilla final : public Attention {
     const int64_t n = problem_.shape.numel(), nn = problem_.shape.B * problem_.shape.H * problem_.shape.N * problem_.shape.N;
     uint16_t *q = bf16_.data(), *k = q + n, *v = k + n, *probs = v + n, *dout = probs + nn;
     to_bf16_parallel(a.dout.data, dout, n);
-    pl.dv.run(0, probs, dout, a.dv.data);
+    pl.dv.run(0, probs, dout, a.dv.data);  // with dropout the forward rounded P * M
     pl.dp.run(0, dout, v, dscores_.data());
+    if (dropout_.active())
+      for_each_score_row(dscores_.data(), dscores_.data(), [&](float* row, int64_t r) { dropout_.apply(row, problem_.shape.N, r, 0); });
     pl.softmax.backward(scores_.data(), dscores_.data());
     uint16_t* ds = probs;
     to_bf16_parallel(dscores_.data(), ds, nn);
@@ -222,8 +224,9 @@ class Vanilla final : public Attention {
   }
 
   // Pass 0: Q, K, V to bf16. Pass 1: S = s Q K^T (bf16 product, float S). Pass 2: causal mask.
-  // Pass 3: P = softmax(S) in float, in place. Pass 3b: P to bf16. Pass 4: O = P V (bf16
-  // product, float O).
+  // Pass 3: P = softmax(S) in float, in place. Pass 3' with dropout, P~ = P * M into the
+  // backward's buffer (fwd mode: in place), as the float path. Pass 3b: P (or P~) to bf16.
+  // Pass 4: O = P V (bf16 product, float O).
   void forward_bf16(const AttnArgs& a) {
     const Plan& pl = *plan_;
     const int64_t n = problem_.shape.numel(), nn = problem_.shape.B * problem_.shape.H * problem_.shape.N * problem_.shape.N;
@@ -234,7 +237,13 @@ class Vanilla final : public Attention {
     pl.qk.run(0, q, k, scores_.data());
     if (problem_.causal) mask_upper(scores_.data());
     pl.softmax.forward(scores_.data());
-    to_bf16_parallel(scores_.data(), probs, nn);
+    const float* P = scores_.data();
+    if (dropout_.active()) {
+      float* dropped = dscores_.data() ? dscores_.data() : scores_.data();
+      for_each_score_row(scores_.data(), dropped, [&](float* row, int64_t r) { dropout_.apply(row, problem_.shape.N, r, 0); });
+      P = dropped;
+    }
+    to_bf16_parallel(P, probs, nn);
     pl.pv.run(0, probs, v, a.o.data);
   }
 
@@ -352,8 +361,8 @@ MechanismInfo vanilla_info() {
                         .constraints = "", .attn_dropout = true, .no_attn_dropout = ""};
   m.caps.additive_bias = true;
   m.caps.no_additive_bias = "";
-  m.bf16 = Bf16Support{.available = true, .constraints = "forward and backward; contiguous inputs; backward: no attention dropout",
-                       .backward = true};
+  m.bf16 = Bf16Support{.available = true, .constraints = "forward and backward, with attention dropout; contiguous inputs",
+                       .backward = true, .attn_dropout = true};
   m.make = [](const AttnProblem& p, const ParamValues&) { return std::make_unique<Vanilla>(p); };
   // Every pair (with causal, every earlier key and itself).
   m.reference_mask = [](const ParamValues&, int64_t, bool causal) { return ref::dense_mask(causal); };

@@ -217,14 +217,15 @@ TEST(SparseBf16, BackwardNearItsFloat32Backward) {
 }
 
 // Attention dropout in bf16 (every mechanism whose bf16 path applies it: the sparse patterns in
-// their tiles, flash, linformer and memory_compressed in bf16 tiles instead of the dense kernel):
+// their tiles, flash, linformer and memory_compressed in bf16 tiles instead of the dense kernel,
+// vanilla on its materialised probabilities):
 // under one mask key the bf16 forward and backward are within 2% of float32's with the same mask
 // in relative Frobenius norm, and not within 1e-4 (the bf16 tiles ran); the mask acted (the
 // output differs from the undropped one); two threads give the bits of one.
 TEST(Bf16Dropout, NearFloat32UnderTheSameMask) {
   if (!cpu_has_bf16()) GTEST_SKIP() << "no AVX512-BF16 CPU";
   const std::map<std::string, std::vector<std::string>> params = {
-      {"flash", {}}, {"local", {"block=16"}}, {"sliding", {"window=9"}}, {"dilated", {"window=5", "dilation=2"}},
+      {"vanilla", {}}, {"flash", {}}, {"local", {"block=16"}}, {"sliding", {"window=9"}}, {"dilated", {"window=5", "dilation=2"}},
       {"strided", {"stride=8"}}, {"longformer", {"window=6", "global=4"}}, {"etc", {"radius=6", "global=4"}},
       {"bigbird", {"block=8", "random_blocks=1"}}, {"linformer", {"k=16"}}, {"memory_compressed", {"stride=3"}}};
   const Dropout mask{0.2f, 42};
@@ -264,7 +265,7 @@ TEST(Bf16Dropout, NearFloat32UnderTheSameMask) {
       ++checked;
     }
   }
-  EXPECT_GE(checked, 14);
+  EXPECT_GE(checked, 16);
 }
 
 // ---- The engine itself: the output is written, never read first ----
