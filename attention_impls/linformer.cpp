@@ -8,8 +8,9 @@
 //   projected keys runs on the tiled online-softmax engine (reduced_keys.cpp, tiled_softmax.cpp).
 // bf16 (--dtype bf16): E, F (once at setup; training: every forward call), K and V rounded to bf16,
 //   the projections oneDNN bf16 matmuls with float output, the attention in the engine's bf16
-//   dense kernel. Backward: the attention over the projected keys in the engine's bf16 tiles;
-//   E^T dK', F^T dV' and the gradients of E and F in float32.
+//   dense kernel (under attention dropout its bf16 tiles). Backward: the attention over the
+//   projected keys in the engine's bf16 tiles; E^T dK', F^T dV' and the gradients of E and F
+//   (dK' K^T, dV' V^T) bf16 products too, dK', dV', K and V rounded per head, float output.
 // Training: E and F are learned (their gradients with param_grads, summed over the batch).
 // Leaves out: causality (a projection along the sequence mixes future tokens; refused as
 //   SKIPPED), layer-wise or head-wise sharing of E beyond share_kv.
@@ -50,8 +51,9 @@ class Linformer final : public ReducedKeysAttention {
   }
   const char* mechanism() const override { return "linformer"; }
   std::pair<const char*, const char*> map_names() const override { return {"E", "F"}; }
-  // dE_h (+)= dK' K^T: (k, D) x (D, N)
-  void map_backward(const MatmulCache& mm, int tid, const float* X, const float* dXr, float* dMap,
+  // dE_h (+)= dK' K^T: (k, D) x (D, N); in a bf16 call bf16 products (the base rounds K and dK').
+  bool bf16_map_backward() const override { return bf16(); }
+  void map_backward(const MatmulCache& mm, int tid, const void* X, const void* dXr, float* dMap,
                     bool accumulate) const override {
     mm.run(tid, spec_map_grad(accumulate), dXr, X, dMap);
   }
@@ -63,14 +65,15 @@ class Linformer final : public ReducedKeysAttention {
     mm.run(tid, spec_project(), input_map(h, which), X, Xr);
   }
   // dK = E_h^T dK', dV = F_h^T dV'
-  void expand(const MatmulCache& mm, int tid, int64_t h, Which which, const float* dXr, float* dX) const override {
-    mm.run(tid, spec_unproject(), map(h, which), dXr, dX);
+  void expand(const MatmulCache& mm, int tid, int64_t h, Which which, const void* dXr, float* dX) const override {
+    mm.run(tid, spec_unproject(), input_map(h, which), dXr, dX);
   }
 
  private:
   // dMap(k, N) (+)= dXr(k, D) X(N, D)^T
   MatmulSpec spec_map_grad(bool acc) const {
-    return MatmulSpec::tile(Nk_, problem_.shape.N, problem_.shape.D, problem_.shape.D, false, problem_.strides.sn, true, problem_.shape.N, 1.0f, acc);
+    return with_input_type(
+        MatmulSpec::tile(Nk_, problem_.shape.N, problem_.shape.D, problem_.shape.D, false, ld_input(), true, problem_.shape.N, 1.0f, acc));
   }
   // k, clipped to N.
   static int64_t projected(const AttnProblem& p, const ParamValues& v) { return std::min<int64_t>(v.get_int("k"), p.shape.N); }
@@ -80,7 +83,7 @@ class Linformer final : public ReducedKeysAttention {
   }
   // (N, k) = E^T x (k, D) -> (N, D)
   MatmulSpec spec_unproject() const {
-    return MatmulSpec::tile(problem_.shape.N, problem_.shape.D, Nk_, problem_.shape.N, true, problem_.shape.D, false, problem_.strides.sn);
+    return with_input_type(MatmulSpec::tile(problem_.shape.N, problem_.shape.D, Nk_, problem_.shape.N, true, problem_.shape.D, false, problem_.strides.sn));
   }
 };
 
@@ -95,7 +98,7 @@ MechanismInfo linformer_info() {
   m.caps = Capabilities{.exact = false, .causal = false, .backward = true, .decode = false,
                         .constraints = "k clipped to N", .attn_dropout = true, .no_attn_dropout = ""};
   m.bf16 = Bf16Support{.available = true,
-                       .constraints = "forward and backward (the maps' own backward products in float32), with attention "
+                       .constraints = "forward and backward (the maps' backward products too), with attention "
                                       "dropout (then in bf16 tiles, not the dense kernel); D of 16, 32, 64 or 128",
                        .backward = true,
                        .attn_dropout = true};

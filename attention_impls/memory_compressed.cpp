@@ -60,8 +60,10 @@ class MemoryCompressed final : public ReducedKeysAttention {
   const char* mechanism() const override { return "memory_compressed"; }
   std::pair<const char*, const char*> map_names() const override { return {"Wk", "Wv"}; }
   // dW[r] (+)= X[r::stride]^T dX': (D, rows) x (rows, D), per window offset r.
-  void map_backward(const MatmulCache& mm, int tid, const float* X, const float* dXr, float* dMap,
+  // Float products (bf16_map_backward() is off): X and dXr are floats.
+  void map_backward(const MatmulCache& mm, int tid, const void* X_in, const void* dXr, float* dMap,
                     bool accumulate) const override {
+    const float* X = static_cast<const float*>(X_in);
     for (int64_t r = 0; r < offsets(); ++r)
       mm.run(tid, spec_kernel_grad(rows_at(r), accumulate), X + r * problem_.strides.sn, dXr, dMap + r * problem_.shape.D * problem_.shape.D);
   }
@@ -77,7 +79,7 @@ class MemoryCompressed final : public ReducedKeysAttention {
       mm.run(tid, spec_conv(rows_at(r), r > 0), input_row(X, r), input_at(W, r * problem_.shape.D * problem_.shape.D), Xr);
   }
   // dX(t stride + r) = dX'(t) W[h, r]^T
-  void expand(const MatmulCache& mm, int tid, int64_t h, Which which, const float* dXr, float* dX) const override {
+  void expand(const MatmulCache& mm, int tid, int64_t h, Which which, const void* dXr, float* dX) const override {
     const float* W = map(h, which);
     for (int64_t r = 0; r < offsets(); ++r)
       mm.run(tid, spec_deconv(rows_at(r)), dXr, W + r * problem_.shape.D * problem_.shape.D, dX + r * problem_.strides.sn);

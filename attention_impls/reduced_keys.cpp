@@ -77,7 +77,9 @@ size_t ReducedKeysAttention::bf16_bytes(Mode mode) const {
   // Backward (and every call under attention dropout): Q and dO (B H N D), K' and V' (B H Nk D)
   // rounded for the engine's bf16 tiles.
   const size_t copies = mode == Mode::fwdbwd || tiles16() ? static_cast<size_t>(problem_.shape.B * problem_.shape.H * (2 * problem_.shape.N + 2 * Nk_) * problem_.shape.D) : 0;
-  return (maps + rows + copies) * sizeof(uint16_t);
+  // The maps' bf16 backward: each thread's rounded dK' or dV' (Nk x D).
+  const size_t grad_rows = mode == Mode::fwdbwd && bf16_map_backward() ? static_cast<size_t>(problem_.threads * Nk_ * problem_.shape.D) : 0;
+  return (maps + rows + copies + grad_rows) * sizeof(uint16_t);
 }
 
 std::vector<DumpTensor> ReducedKeysAttention::map_tensors(const char* key_name, const char* value_name,
@@ -146,6 +148,8 @@ void ReducedKeysAttention::setup(Mode mode, Rng& rng) {
       const size_t q = static_cast<size_t>(problem_.shape.numel()), r = static_cast<size_t>(problem_.shape.B * problem_.shape.H * Nk_ * problem_.shape.D);
       bwd_bf16_ = Buffer<uint16_t>(2 * q + 2 * r);
     }
+    if (mode == Mode::fwdbwd && bf16_map_backward())
+      grad_rows_bf16_ = Buffer<uint16_t>(static_cast<size_t>(problem_.threads * Nk_ * problem_.shape.D));
   }
   scratch_ = Buffer<std::byte>(static_cast<size_t>(problem_.threads) * maps_.scratch_per_slot());
   maps_.bind(problem_.threads, scratch_.data());
@@ -226,12 +230,27 @@ void ReducedKeysAttention::backward(const AttnArgs& a) {
     qk_.bind_grads(a.dq, view(dKr_));
     core_.backward(qk_, view(Vr_), a.o, a.dout, view(dVr_));
   }
+  // The maps' products read dK', dV' (and K, V) as floats, or (bf16_map_backward) rounded into
+  // this thread's rows.
+  const bool b16 = bf16() && bf16_map_backward();
+  auto grad_rows = [&](int tid, const float* dXr) -> const void* {
+    if (!b16) return dXr;
+    uint16_t* rows = grad_rows_bf16_.data() + tid * Nk_ * s.D;
+    to_bf16(dXr, rows, Nk_ * s.D);
+    return rows;
+  };
+  auto input_rows = [&](int tid, const float* X) -> const void* {
+    if (!b16) return X;
+    uint16_t* rows = rows_bf16_.data() + tid * s.N * s.D;
+    for (int64_t t = 0; t < s.N; ++t) to_bf16(X + t * problem_.strides.sn, rows + t * s.D, s.D);
+    return rows;
+  };
 #pragma omp parallel for schedule(static)
   for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
     const int tid = omp_get_thread_num();
     const int64_t b = bh / s.H, h = bh % s.H;
-    expand(maps_, tid, h, kKeys, view(dKr_).head(b, h), a.dk.head(b, h));
-    expand(maps_, tid, h, kValues, view(dVr_).head(b, h), a.dv.head(b, h));
+    expand(maps_, tid, h, kKeys, grad_rows(tid, view(dKr_).head(b, h)), a.dk.head(b, h));
+    expand(maps_, tid, h, kValues, grad_rows(tid, view(dVr_).head(b, h)), a.dv.head(b, h));
   }
   if (!problem_.param_grads) return;
   // The maps' gradients, summed over the batch: one thread per head, the batch in order, so the
@@ -241,9 +260,11 @@ void ReducedKeysAttention::backward(const AttnArgs& a) {
     const int tid = omp_get_thread_num();
     const int64_t n = map_floats_;
     for (int64_t b = 0; b < s.B; ++b) {
-      map_backward(maps_, tid, a.k.head(b, h), view(dKr_).head(b, h), key_map_grad_.data() + h * n, b > 0);
+      map_backward(maps_, tid, input_rows(tid, a.k.head(b, h)), grad_rows(tid, view(dKr_).head(b, h)),
+                   key_map_grad_.data() + h * n, b > 0);
       float* dv_map = (shared_ ? key_map_grad_ : value_map_grad_).data() + h * n;
-      map_backward(maps_, tid, a.v.head(b, h), view(dVr_).head(b, h), dv_map, shared_ || b > 0);
+      map_backward(maps_, tid, input_rows(tid, a.v.head(b, h)), grad_rows(tid, view(dVr_).head(b, h)), dv_map,
+                   shared_ || b > 0);
     }
   }
 }

@@ -39,12 +39,16 @@ class ReducedKeysAttention : public Attention {
   // Xr (Nk x D, row stride D, float) = the map of X (N x D, row stride ld_input()) for head h;
   // X and the map (input_map) hold bf16 numbers in a bf16 call, else floats.
   virtual void reduce(const MatmulCache& mm, int tid, int64_t h, Which which, const void* X, float* Xr) const = 0;
-  // dX (N x D, row stride sn, overwritten) = the transposed map of dXr.
-  virtual void expand(const MatmulCache& mm, int tid, int64_t h, Which which, const float* dXr, float* dX) const = 0;
+  // dX (N x D, row stride sn, overwritten) = the transposed map of dXr (Nk x D, row stride D).
+  // With bf16_map_backward(), dXr and the map (input_map) hold bf16 numbers, else floats.
+  virtual void expand(const MatmulCache& mm, int tid, int64_t h, Which which, const void* dXr, float* dX) const = 0;
   // With param_grads: dMap (map_floats, overwritten or accumulated into) = the gradient of the map
-  // given its input X (N x D, row stride sn) and the reduced rows' gradient dXr.
-  virtual void map_backward(const MatmulCache& mm, int tid, const float* X, const float* dXr, float* dMap,
+  // given its input X (N x D, row stride sn; with bf16_map_backward() bf16 numbers, row stride D)
+  // and the reduced rows' gradient dXr (as expand's).
+  virtual void map_backward(const MatmulCache& mm, int tid, const void* X, const void* dXr, float* dMap,
                             bool accumulate) const = 0;
+  // The maps' own backward products in bf16 too (a bf16 call): their inputs rounded per head.
+  virtual bool bf16_map_backward() const { return false; }
   // FLOPs of one map_backward.
   virtual double map_backward_flops() const = 0;
   // Training: the maps, with their gradients.
@@ -103,7 +107,7 @@ class ReducedKeysAttention : public Attention {
   bool shared_;
   Buffer<float> key_map_, value_map_, key_map_grad_, value_map_grad_;
   Buffer<float> Kr_, Vr_, dKr_, dVr_;
-  Buffer<uint16_t> maps_bf16_, rows_bf16_, bwd_bf16_;
+  Buffer<uint16_t> maps_bf16_, rows_bf16_, bwd_bf16_, grad_rows_bf16_;
   Buffer<std::byte> scratch_;
 };
 
