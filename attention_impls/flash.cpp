@@ -51,7 +51,7 @@ TiledSoftmaxShape shape_of(const AttnProblem& p) {
                                                  p.strides.sn, p.strides.sn, p.threads);
   // bf16: the dense kernel, or under attention dropout the engine's bf16 tiles over contiguous
   // copies (rows of D bf16 numbers; dV and O float at the caller's stride).
-  const bool tiles16 = p.dtype == Dtype::bf16 && p.attn_dropout;
+  const bool tiles16 = bf16_tiles_for_dropout(p);
   s.bf16 = p.dtype == Dtype::bf16 && !tiles16;
   s.bf16_tiles = tiles16;
   if (tiles16) {
@@ -183,7 +183,7 @@ class Flash final : public Attention {
     const Shape4 pairs{s.B, s.H, s.N, s.D / 2};
     return TensorView{reinterpret_cast<float*>(b.data()), pairs, Strides3::contiguous(pairs)};
   }
-  bool tiles16() const { return problem_.dtype == Dtype::bf16 && problem_.attn_dropout; }
+  bool tiles16() const { return bf16_tiles_for_dropout(problem_); }
   // Q, K, V (and dO with a backward pass) rounded: with a backward pass, or (tiles16) every call.
   size_t bf16_copies_bytes(Mode mode) const {
     if (problem_.dtype != Dtype::bf16 || mode == Mode::decode) return 0;

@@ -13,7 +13,7 @@ TiledSoftmaxShape engine_shape(const AttnProblem& p, int64_t reduced) {
   TiledSoftmaxShape s = TiledSoftmaxShape::dense(p.shape.B, p.shape.H, p.shape.N, reduced, p.shape.D, false, p.shape.D,
                                                  p.strides.sn, p.threads);
   // bf16: the dense kernel, or under attention dropout the bf16 tiles (K', V' as bf16 copies).
-  const bool bf16 = p.dtype == Dtype::bf16, tiles16 = bf16 && p.attn_dropout;
+  const bool bf16 = p.dtype == Dtype::bf16, tiles16 = bf16_tiles_for_dropout(p);
   s.bf16 = bf16 && !tiles16;
   s.bf16_tiles = tiles16;
   if (bf16) s.ld_dout = p.shape.D;  // backward: dO's contiguous bf16 copy
@@ -180,7 +180,7 @@ void ReducedKeysAttention::forward(const AttnArgs& a) {
     reduce(maps_, tid, h, kValues, input(tid, a.v.head(b, h)), view(Vr_).head(b, h));
   }
   if (tiles16()) {
-    round_reduced(a, false);
+    round_reduced(a, true, false);
     const int64_t nq = s.numel(), nr = s.B * s.H * Nk_ * s.D;
     qk16_.bind(bf16_pairs(0, s.N), bf16_pairs(2 * nq, Nk_));
     core_.forward(qk16_, bf16_pairs(2 * nq + nr, Nk_), a.o);
@@ -191,19 +191,18 @@ void ReducedKeysAttention::forward(const AttnArgs& a) {
 }
 
 // bwd_bf16_ holds Q (B H N D), dO (B H N D), K' and V' (B H Nk D), in that order.
-void ReducedKeysAttention::round_reduced(const AttnArgs& a, bool with_dout) {
+void ReducedKeysAttention::round_reduced(const AttnArgs& a, bool inputs, bool dout) {
   const auto& s = problem_.shape;
   const int64_t nq = s.numel(), nr = s.B * s.H * Nk_ * s.D;
   uint16_t *q16 = bwd_bf16_.data(), *do16 = q16 + nq, *kr16 = do16 + nq, *vr16 = kr16 + nr;
-  const bool rounding = with_dout ? !tiles16() : true;  // Q, K', V': the forward's own under dropout
 #pragma omp parallel for schedule(static)
   for (int64_t bh = 0; bh < s.B * s.H; ++bh)
     for (int64_t i = 0; i < s.N; ++i) {
       const int64_t b = bh / s.H, h = bh % s.H, at = (bh * s.N + i) * s.D;
-      if (rounding) to_bf16(a.q.row(b, h, i), q16 + at, s.D);
-      if (with_dout) to_bf16(a.dout.row(b, h, i), do16 + at, s.D);
+      if (inputs) to_bf16(a.q.row(b, h, i), q16 + at, s.D);
+      if (dout) to_bf16(a.dout.row(b, h, i), do16 + at, s.D);
     }
-  if (!rounding) return;
+  if (!inputs) return;
   to_bf16_parallel(Kr_.data(), kr16, nr);
   to_bf16_parallel(Vr_.data(), vr16, nr);
 }
@@ -220,7 +219,7 @@ void ReducedKeysAttention::backward(const AttnArgs& a) {
     // The engine over the reduced keys in bf16: Q, dO, K', V' rounded into contiguous copies
     // (under dropout Q, K', V' are the forward's), dQ, dK', dV' in float.
     const int64_t nq = s.numel(), nr = s.B * s.H * Nk_ * s.D;
-    round_reduced(a, true);
+    round_reduced(a, !tiles16(), true);  // under dropout Q, K', V' are the forward's
     qk16_.bind(bf16_pairs(0, s.N), bf16_pairs(2 * nq, Nk_));
     qk16_.bind_grads(a.dq, view(dKr_));
     core_.bind_bf16(bf16_pairs(2 * nq + nr, Nk_), bf16_pairs(nq, s.N));

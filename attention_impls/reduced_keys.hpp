@@ -62,11 +62,10 @@ class ReducedKeysAttention : public Attention {
   bool bf16() const { return problem_.dtype == Dtype::bf16; }
   // bf16 under attention dropout: the engine's bf16 tiles over rounded copies of Q, K', V' (the
   // dense kernel has no dropout mask); the backward pass reads the forward's copies.
-  bool tiles16() const { return bf16() && problem_.attn_dropout; }
-  // Q, K', V' (the forward under dropout, or the backward otherwise) and with_dout dO rounded into
-  // bwd_bf16_ for the engine's bf16 tiles; bf16_pairs views a part of it as the engine takes it
-  // (two bf16 numbers to a float).
-  void round_reduced(const AttnArgs& a, bool with_dout);
+  bool tiles16() const { return bf16_tiles_for_dropout(problem_); }
+  // Q, K', V' (inputs) and dO (dout) rounded into bwd_bf16_ for the engine's bf16 tiles;
+  // bf16_pairs views a part of it as the engine takes it (two bf16 numbers to a float).
+  void round_reduced(const AttnArgs& a, bool inputs, bool dout);
   TensorView bf16_pairs(int64_t offset, int64_t rows) const;
   int64_t ld_input() const { return bf16() ? problem_.shape.D : problem_.strides.sn; }
   // Head h's map as reduce() multiplies it; element i of such an input, and row r of X.

@@ -1170,9 +1170,9 @@ void TiledSoftmax::backward(const LogitsSource& src, const TensorView& v, const 
           if (e < cols) fill(Pr + e, cols - e, 0.0f);
         }
         const bool b16 = bf16_backward();
+        const float* dO_p = b16 ? bf16_dout_.row(b, h, r0) : dOi;  // bf16: dO's copy
         if (!dropout_.active()) {
           // bf16: the products read P, dO, V and then dS rounded; dV, dP and dS stay float.
-          const float* dO_p = b16 ? bf16_dout_.row(b, h, r0) : dOi;
           if (b16)
             for (int64_t r = 0; r < rows; ++r) to_bf16(P + r * kBwdCols, Pb + r * kBwdCols, cols);
           mm_.run(tid, spec_dv(rows, cols), b16 ? static_cast<const void*>(Pb) : P, dO_p, dVj);
@@ -1189,7 +1189,6 @@ void TiledSoftmax::backward(const LogitsSource& src, const TensorView& v, const 
           // With dropout M: O = (P * M) V. dP~ = dO V^T; dP = dP~ * M; dS = P * (dP - delta)
           // (delta = rowsum(dO * O) is rowsum(P * dP) still); then P becomes P * M for dV.
           // bf16: dO and V as their copies, P * M and dS rounded for their products.
-          const float* dO_p = b16 ? bf16_dout_.row(b, h, r0) : dOi;
           mm_.run(tid, spec_dp(rows, cols), dO_p, b16 ? bf16_v_.row(b, h, c0) : Vj, dS);
           for (int64_t r = 0; r < rows; ++r) {
             float* Pr = P + r * kBwdCols;

@@ -119,6 +119,11 @@ class QKLogits final : public LogitsSource {
 // The keys query row i may use: [first, second), never decreasing with i (both ends).
 using KeyRangeFn = std::function<std::pair<int64_t, int64_t>(int64_t)>;
 
+// A mechanism whose bf16 forward is the engine's dense kernel (flash, linformer,
+// memory_compressed) takes the engine's bf16 tiles instead when planned for attention dropout:
+// the dense kernel applies no dropout mask.
+inline bool bf16_tiles_for_dropout(const AttnProblem& p) { return p.dtype == Dtype::bf16 && p.attn_dropout; }
+
 struct TiledSoftmaxShape {
   int64_t B = 1, H = 1, Nq = 1, Nk = 1, D = 1;
   bool causal = false;  // only with Nq == Nk: query i sees keys j <= i
