@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <memory>
 #include <stdexcept>
 
@@ -26,6 +27,11 @@ bool ensure_alternate_signal_stack() {
   return sigaltstack(&s, nullptr) == 0;
 }
 
+std::atomic<uint64_t> g_continued{0};
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "a signal handler may only touch lock-free atomics");
+
+void on_continue(int) { g_continued.fetch_add(1, std::memory_order_relaxed); }
+
 }  // namespace
 
 StopSignalHandler::StopSignalHandler(void (*on_signal)(int)) {
@@ -39,11 +45,19 @@ StopSignalHandler::StopSignalHandler(void (*on_signal)(int)) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, &old_int_);
   sigaction(SIGTERM, &sa, &old_term_);
+  struct sigaction cont {};
+  cont.sa_handler = on_continue;
+  cont.sa_flags = SA_ONSTACK | SA_RESTART;  // a continued read or write goes on
+  sigemptyset(&cont.sa_mask);
+  sigaction(SIGCONT, &cont, &old_cont_);
 }
 
 StopSignalHandler::~StopSignalHandler() {
   sigaction(SIGINT, &old_int_, nullptr);
   sigaction(SIGTERM, &old_term_, nullptr);
+  sigaction(SIGCONT, &old_cont_, nullptr);
 }
+
+uint64_t continued_count() { return g_continued.load(std::memory_order_relaxed); }
 
 }  // namespace ab

@@ -12,13 +12,20 @@
 // So the handlers are installed with SA_ONSTACK, and the calling thread and every thread of the
 // current OpenMP team get an alternate signal stack: the kernel writes the frame there, never at
 // rsp. (A process-directed signal goes to the main thread unless it blocks it.)
+//
+// The same handler counts SIGCONT: a process stopped (SIGSTOP, Ctrl-Z, a job paused so another
+// can be timed) and continued sees wall time pass that it did not run. A timer that sees
+// `continued_count()` change across its interval knows it was paused and drops the interval.
 #pragma once
 #include <signal.h>
+
+#include <cstdint>
 
 namespace ab {
 
 // While alive: SIGINT and SIGTERM call `on_signal` (which should only set a flag) on an
-// alternate stack. Destruction restores the handlers that were there before.
+// alternate stack, and SIGCONT increments continued_count(). Destruction restores the handlers
+// that were there before.
 class StopSignalHandler {
  public:
   explicit StopSignalHandler(void (*on_signal)(int));
@@ -27,7 +34,10 @@ class StopSignalHandler {
   StopSignalHandler& operator=(const StopSignalHandler&) = delete;
 
  private:
-  struct sigaction old_int_ {}, old_term_ {};
+  struct sigaction old_int_ {}, old_term_ {}, old_cont_ {};
 };
+
+// How many times this process was continued after a stop while a StopSignalHandler was alive.
+uint64_t continued_count();
 
 }  // namespace ab

@@ -22,6 +22,7 @@
 #include "core/files.hpp"
 #include "core/memory.hpp"
 #include "core/rng.hpp"
+#include "core/stop_signals.hpp"  // continued_count: a paused step is not timed
 
 namespace ab {
 
@@ -144,6 +145,9 @@ struct Trainer::State {
   double best_val_loss = std::numeric_limits<double>::infinity();
   int64_t best_step = 0;
   double elapsed = 0, train_seconds = 0;  // totals over every process of the run
+  // Steps during which the process was stopped and continued (SIGSTOP, Ctrl-Z): their wall time
+  // holds the pause, so train_seconds leaves them out and the step time is the others' mean.
+  int64_t paused_steps = 0;
   EvalResult last_val;
   Buffer<float> best;  // the trained tensors at the best validation accuracy
   bool has_best = false;
@@ -302,6 +306,7 @@ void Trainer::save_checkpoint(const State& st, TrainOutcome& out) {
                            {"stopped_early", st.stopped_early},
                            {"elapsed_seconds", st.elapsed},
                            {"train_seconds", st.train_seconds},
+                           {"paused_steps", st.paused_steps},
                            {"last_val", eval_json(st.last_val)},
                            {"tensors", tensors},
                            {"best_floats", best_floats},
@@ -453,6 +458,9 @@ void Trainer::load_checkpoint(State& st) {
   if (has_best != (best_val >= 0)) throw corrupt("'has_best' and 'best_val_accuracy' disagree");
   const double elapsed = in_range("elapsed_seconds", 0, inf, field("elapsed_seconds", vt::number_float).get<double>());
   const double train_seconds = in_range("train_seconds", 0, elapsed, field("train_seconds", vt::number_float).get<double>());
+  // Absent in files of binaries before pauses were detected: every step counted as timed.
+  const int64_t paused_steps = h.contains("paused_steps") ? field("paused_steps", vt::number_integer).get<int64_t>() : 0;
+  if (paused_steps < 0 || paused_steps > step) throw corrupt(fmt::format("its 'paused_steps' is {}, outside 0 .. {}", paused_steps, step));
   const auto& lv = field("last_val", vt::object);
   EvalResult last_val;
   for (const char* key : {"loss", "accuracy", "token_accuracy", "examples"})
@@ -483,6 +491,7 @@ void Trainer::load_checkpoint(State& st) {
   st.best_step = best_step;
   st.elapsed = elapsed;
   st.train_seconds = train_seconds;
+  st.paused_steps = paused_steps;
   st.last_val = last_val;
   // Absent in files of binaries before early stopping: a run that did not stop early.
   st.stopped_early = h.contains("stopped_early") ? field("stopped_early", vt::boolean).get<bool>() : false;
@@ -505,6 +514,7 @@ TrainOutcome Trainer::run(bool resume, const std::function<void(const CurvePoint
   const int64_t tokens_per_step = config_.model.batch * config_.model.seq * (config_.model.two_tower ? 2 : 1);
   const double t_run = now() - st.elapsed;  // elapsed counts across resumes
   double window_loss = 0, window_train = 0;
+  int64_t window_paused = 0;
   int64_t window_steps = 0;
   auto evaluate_val = [&](int64_t step) {
     const double t0 = now();
@@ -530,11 +540,17 @@ TrainOutcome Trainer::run(bool resume, const std::function<void(const CurvePoint
     const Batch batch = training_batch(step);
     const double t1 = now();
     const double lr = config_.schedule.at(step);
+    const uint64_t continued_before = continued_count();
     const auto r = model_->train_step(batch, step, static_cast<float>(lr));
     const double t2 = now();
     out.data_seconds += t1 - t0;
-    st.train_seconds += t2 - t1;
-    window_train += t2 - t1;
+    if (continued_count() != continued_before) {
+      ++st.paused_steps;
+      ++window_paused;
+    } else {
+      st.train_seconds += t2 - t1;
+      window_train += t2 - t1;
+    }
     if (!std::isfinite(r.loss)) throw std::runtime_error(fmt::format("the training loss is not finite at step {}", step));
     window_loss += r.loss;
     ++window_steps;
@@ -546,11 +562,11 @@ TrainOutcome Trainer::run(bool resume, const std::function<void(const CurvePoint
       p.loss = window_loss / static_cast<double>(window_steps);
       p.lr = lr;
       p.grad_norm = r.grad_norm;
-      p.tokens_per_s = window_train > 0 ? static_cast<double>(tokens_per_step * window_steps) / window_train : 0;
+      p.tokens_per_s = window_train > 0 ? static_cast<double>(tokens_per_step * (window_steps - window_paused)) / window_train : 0;
       p.elapsed_s = now() - t_run;
       if (curve) curve(p);
       window_loss = window_train = 0;
-      window_steps = 0;
+      window_steps = window_paused = 0;
     }
     if ((config_.eval_every > 0 && step % config_.eval_every == 0) || step == config_.steps) {
       evaluate_val(step);
@@ -569,6 +585,7 @@ TrainOutcome Trainer::run(bool resume, const std::function<void(const CurvePoint
   out.stopped_early = st.stopped_early;
   out.steps_done = st.step;
   out.train_seconds = st.train_seconds;
+  out.paused_steps = st.paused_steps;
   out.best_val_accuracy = std::max(st.best_val, 0.0);
   out.best_step = st.best_step;
   out.last_val = st.last_val;

@@ -112,7 +112,8 @@ struct TrainOutcome {
   int64_t best_step = 0;
   EvalResult last_val;
   int64_t steps_done = 0;
-  double train_seconds = 0;  // train steps only (batch ready to update done), this process
+  double train_seconds = 0;  // train steps only (batch ready to update done), not paused ones
+  int64_t paused_steps = 0;  // steps the process was stopped and continued in (not in train_seconds)
   double data_seconds = 0, eval_seconds = 0, checkpoint_seconds = 0;
   int64_t checkpoints = 0, checkpoint_bytes = 0;
   size_t peak_bytes = 0;  // tracked: the training arena, the best copy, the evaluation sets

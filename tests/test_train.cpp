@@ -14,12 +14,16 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
+#include <signal.h>
+#include <thread>
+#include <unistd.h>
 
 #include "attention_impls/registry.hpp"
 #include "bench/results/result_reader.hpp"
 #include "bench/results/table.hpp"
 #include "bench/engine/train.hpp"
 #include "bench/points/train_presets.hpp"
+#include "core/stop_signals.hpp"
 #include "core/sysinfo.hpp"
 #include "model/trainer.hpp"
 #include "tasks/task.hpp"
@@ -334,6 +338,52 @@ TEST(Trainer, TiedValidationAccuracyKeepsTheLowerLoss) {
     if (sv.second.loss < lowest.second.loss) lowest = sv;
   ASSERT_NE(lowest.first, vals.front().first) << "the loss must fall for the test to tell the rules apart";
   EXPECT_EQ(out.best_step, lowest.first);
+}
+
+// A step the process was stopped and continued in (a job paused so that another can be timed)
+// holds the pause in its wall time: it is counted as paused and not timed, and a checkpoint
+// carries the count. Here SIGCONT arrives throughout the first part of a run (a thread sends it
+// every 20 us; a step takes milliseconds), so every step of that part is paused; the resumed part
+// runs undisturbed.
+TEST(Trainer, StepsAcrossAStopAreNotTimed) {
+  omp_set_num_threads(1);
+  StopSignalHandler handlers([](int) {});
+  TrainConfig c = copy_run(8);
+  c.eval_every = 4;
+  c.eval_examples = 16;
+  c.test_examples = 16;
+  const std::string dir = test::temp_path("ckpt_paused");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  c.checkpoint_dir = dir;
+  std::atomic<bool> stop{false};
+  TrainOutcome first;
+  {
+    std::atomic<bool> sending{true};
+    std::thread sender([&] {
+      while (sending) {
+        kill(getpid(), SIGCONT);
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+      }
+    });
+    Trainer t(c);
+    first = t.run(false, [&](const CurvePoint& p) {
+      if (p.step == 4) stop = true;
+    }, &stop);
+    sending = false;
+    sender.join();
+  }
+  ASSERT_TRUE(first.interrupted);
+  EXPECT_EQ(first.steps_done, 4);
+  EXPECT_EQ(first.paused_steps, 4);
+  EXPECT_EQ(first.train_seconds, 0.0);
+  stop = false;
+  Trainer t(c);
+  const TrainOutcome rest = t.run(true, nullptr, &stop);
+  EXPECT_EQ(rest.steps_done, 8);
+  EXPECT_EQ(rest.paused_steps, 4);  // the checkpoint's four, none of this part's
+  EXPECT_GT(rest.train_seconds, 0.0);
+  fs::remove_all(dir);
 }
 
 // Train 2k steps straight, or k, stop, and resume to 2k: the same parameters, bit for bit, and

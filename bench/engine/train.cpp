@@ -211,9 +211,18 @@ std::optional<PointResult> train_point(const PointId& id, const TrainCliOptions&
     return std::nullopt;
   }
   const double cpu = process_cpu_seconds() - cpu0;
-  const double step_s = out.steps_done ? out.train_seconds / static_cast<double>(out.steps_done) : 0;
+  // A step the process was stopped in (SIGSTOP, a job paused for a timed run) is not timed: the
+  // step time is the mean of the others, and train_seconds that mean times every step.
+  // (Every step paused: this process's CPU time per step stands in.)
+  const int64_t timed_steps = out.steps_done - out.paused_steps;
   const int64_t steps_here = out.steps_done - out.resumed_at;
-  res.reps.push_back({step_s, steps_here > 0 ? cpu / static_cast<double>(steps_here) : step_s, out.steps_done, std::nullopt});
+  const double cpu_step_s = steps_here > 0 ? cpu / static_cast<double>(steps_here) : 0;
+  const double step_s = timed_steps > 0 ? out.train_seconds / static_cast<double>(timed_steps) : cpu_step_s;
+  if (out.paused_steps > 0)
+    res.message += fmt::format("{}{} of {} steps ran across a stop (SIGSTOP/SIGCONT) and are not timed{}",
+                               res.message.empty() ? "" : "; ", out.paused_steps, out.steps_done,
+                               timed_steps > 0 ? "" : ": the step time is CPU time");
+  res.reps.push_back({step_s, steps_here > 0 ? cpu_step_s : step_s, out.steps_done, std::nullopt});
   res.flops = trainer.model().flops();
   res.peak_bytes = out.peak_bytes;
   res.peak_rss_bytes = peak_rss_bytes();
@@ -225,7 +234,7 @@ std::optional<PointResult> train_point(const PointId& id, const TrainCliOptions&
   t.eval_loss = out.test_best.loss;
   t.train_steps = static_cast<double>(out.steps_done);
   t.best_step = static_cast<double>(out.best_step);
-  t.train_seconds = out.train_seconds;
+  t.train_seconds = step_s * static_cast<double>(out.steps_done);
   t.data_seconds = out.data_seconds;
   t.eval_seconds = out.eval_seconds;
   t.checkpoint_seconds = out.checkpoint_seconds;
