@@ -11,7 +11,8 @@
 // bf16 (--dtype bf16): the kernels (once at setup; training: every forward call), K and V rounded to
 //   bf16, the convolutions oneDNN bf16 matmuls with float output, the attention in the engine's
 //   bf16 dense kernel. Backward: the attention over the compressed keys in the engine's bf16
-//   tiles; the convolutions' backward (dK, dV and the kernels' gradients) in float32.
+//   tiles; the convolutions' backward products (dK, dV and the kernels' gradients) bf16 too, over
+//   dK', dV' and (for the kernels) K, V rounded per head, with float output.
 // Training: the kernels are learned (their gradients with param_grads, summed over the batch).
 // Leaves out: causality (a window mixes later tokens; refused as SKIPPED), the local-attention
 //   half of the paper's model.
@@ -59,13 +60,13 @@ class MemoryCompressed final : public ReducedKeysAttention {
   }
   const char* mechanism() const override { return "memory_compressed"; }
   std::pair<const char*, const char*> map_names() const override { return {"Wk", "Wv"}; }
-  // dW[r] (+)= X[r::stride]^T dX': (D, rows) x (rows, D), per window offset r.
-  // Float products (bf16_map_backward() is off): X and dXr are floats.
-  void map_backward(const MatmulCache& mm, int tid, const void* X_in, const void* dXr, float* dMap,
+  // dW[r] (+)= X[r::stride]^T dX': (D, rows) x (rows, D), per window offset r; in a bf16 call
+  // bf16 products (the base rounds X, rows contiguous, and dX').
+  bool bf16_map_backward() const override { return bf16(); }
+  void map_backward(const MatmulCache& mm, int tid, const void* X, const void* dXr, float* dMap,
                     bool accumulate) const override {
-    const float* X = static_cast<const float*>(X_in);
     for (int64_t r = 0; r < offsets(); ++r)
-      mm.run(tid, spec_kernel_grad(rows_at(r), accumulate), X + r * problem_.strides.sn, dXr, dMap + r * problem_.shape.D * problem_.shape.D);
+      mm.run(tid, spec_kernel_grad(rows_at(r), accumulate), input_row(X, r), dXr, dMap + r * problem_.shape.D * problem_.shape.D);
   }
   double map_backward_flops() const override {
     const double D = static_cast<double>(problem_.shape.D);
@@ -78,11 +79,11 @@ class MemoryCompressed final : public ReducedKeysAttention {
     for (int64_t r = 0; r < offsets(); ++r)
       mm.run(tid, spec_conv(rows_at(r), r > 0), input_row(X, r), input_at(W, r * problem_.shape.D * problem_.shape.D), Xr);
   }
-  // dX(t stride + r) = dX'(t) W[h, r]^T
+  // dX(t stride + r) = dX'(t) W[h, r]^T (bf16 call: dX' and W as bf16 numbers)
   void expand(const MatmulCache& mm, int tid, int64_t h, Which which, const void* dXr, float* dX) const override {
-    const float* W = map(h, which);
+    const void* W = input_map(h, which);
     for (int64_t r = 0; r < offsets(); ++r)
-      mm.run(tid, spec_deconv(rows_at(r)), dXr, W + r * problem_.shape.D * problem_.shape.D, dX + r * problem_.strides.sn);
+      mm.run(tid, spec_deconv(rows_at(r)), dXr, input_at(W, r * problem_.shape.D * problem_.shape.D), dX + r * problem_.strides.sn);
   }
 
  private:
@@ -97,13 +98,13 @@ class MemoryCompressed final : public ReducedKeysAttention {
   }
   // dW[r](D, D) (+)= X[r::stride](rows, D)^T dX'(rows, D)
   MatmulSpec spec_kernel_grad(int64_t rows, bool acc) const {
-    return MatmulSpec::tile(problem_.shape.D, problem_.shape.D, rows, stride_ * problem_.strides.sn, true, problem_.shape.D, false, problem_.shape.D,
-                            1.0f, acc);
+    return with_input_type(MatmulSpec::tile(problem_.shape.D, problem_.shape.D, rows, stride_ * ld_input(), true, problem_.shape.D, false,
+                                            problem_.shape.D, 1.0f, acc));
   }
   // dX[r::stride](rows, D) = dX'(rows, D) W[r]^T
   MatmulSpec spec_deconv(int64_t rows) const {
-    return MatmulSpec::tile(rows, problem_.shape.D, problem_.shape.D, problem_.shape.D, false, problem_.shape.D, true,
-                            stride_ * problem_.strides.sn);
+    return with_input_type(MatmulSpec::tile(rows, problem_.shape.D, problem_.shape.D, problem_.shape.D, false, problem_.shape.D, true,
+                                            stride_ * problem_.strides.sn));
   }
   int64_t stride_;
 };
@@ -119,7 +120,7 @@ MechanismInfo memory_compressed_info() {
   m.caps = Capabilities{.exact = false, .causal = false, .backward = true, .decode = false,
                         .constraints = "", .attn_dropout = true, .no_attn_dropout = ""};
   m.bf16 = Bf16Support{.available = true,
-                       .constraints = "forward and backward (the maps' own backward products in float32), with attention "
+                       .constraints = "forward and backward (the kernels' backward products too), with attention "
                                       "dropout (then in bf16 tiles, not the dense kernel); D of 16, 32, 64 or 128",
                        .backward = true,
                        .attn_dropout = true};
