@@ -18,7 +18,8 @@
 //   row: O(K D) time and K D floats of state per head, whatever the context.
 // Leaves out: DropConnect on the predicted kernels, fairseq's GLU and output projections, its
 //   "unfold" and band-matrix variants (same function, other memory layouts). Not attention: no
-//   pairwise logits, so no attention dropout, RoPE or additive position encodings.
+//   pairwise logits, so no attention dropout, RoPE or additive position encodings. No bf16 path
+//   (as lightconv's: its own float loop), so a bf16 training step runs it in float32.
 #include "attention_impls/softmax_conv.hpp"
 
 namespace ab {

@@ -21,7 +21,9 @@
 //   output projection (the model's own projections stand in), the CUDA kernels' band layouts.
 //   It is a mixer, not attention: no logits per (query, key) pair, so no attention dropout, RoPE
 //   or additive position encodings, and on associative recall it is the negative control (it
-//   sees K positions back and cannot look anything up by content).
+//   sees K positions back and cannot look anything up by content). No bf16 path: the convolution is
+//   its own float FMA loop (K rows weighted per output row), not a product the engine has a bf16
+//   form of, so a bf16 training step runs it in float32.
 #include "attention_impls/softmax_conv.hpp"
 
 namespace ab {

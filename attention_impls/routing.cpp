@@ -40,7 +40,9 @@
 //   `sliding` beside it), the commitment loss of lucidrains' implementation (the paper trains
 //   the centroids by the moving average alone), k-means initialisation of the centroids from
 //   the first batch (lucidrains; here seeded random unit vectors), separate query and key
-//   clustering, attention dropout, additive position encodings and a decode step.
+//   clustering, attention dropout, additive position encodings, a decode step, and a bf16 path:
+//   its tiles are its own gathered products, not the engine's, so a bf16 training step runs it
+//   in float32 (the result's note says so).
 #include <omp.h>
 
 #include <algorithm>
