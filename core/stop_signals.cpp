@@ -32,30 +32,36 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free, "a signal handler may 
 
 void on_continue(int) { g_continued.fetch_add(1, std::memory_order_relaxed); }
 
-}  // namespace
-
-StopSignalHandler::StopSignalHandler(void (*on_signal)(int)) {
+// Every thread that may take the signal (the caller and the current OpenMP team) gets an
+// alternate stack, then `sig` calls `handler` on it.
+void install_on_alternate_stack(int sig, void (*handler)(int), int flags, struct sigaction* old) {
   bool ok = ensure_alternate_signal_stack();
 #pragma omp parallel reduction(&& : ok)
   ok = ensure_alternate_signal_stack();
-  if (!ok) throw std::runtime_error("sigaltstack failed: a stop signal could corrupt the heap");
+  if (!ok) throw std::runtime_error("sigaltstack failed: a signal could corrupt the heap");
   struct sigaction sa {};
-  sa.sa_handler = on_signal;
-  sa.sa_flags = SA_ONSTACK;
+  sa.sa_handler = handler;
+  sa.sa_flags = SA_ONSTACK | flags;
   sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, &old_int_);
-  sigaction(SIGTERM, &sa, &old_term_);
-  struct sigaction cont {};
-  cont.sa_handler = on_continue;
-  cont.sa_flags = SA_ONSTACK | SA_RESTART;  // a continued read or write goes on
-  sigemptyset(&cont.sa_mask);
-  sigaction(SIGCONT, &cont, &old_cont_);
+  sigaction(sig, &sa, old);
+}
+
+}  // namespace
+
+ContinueCounter::ContinueCounter() {
+  install_on_alternate_stack(SIGCONT, on_continue, SA_RESTART, &old_cont_);  // a continued read or write goes on
+}
+
+ContinueCounter::~ContinueCounter() { sigaction(SIGCONT, &old_cont_, nullptr); }
+
+StopSignalHandler::StopSignalHandler(void (*on_signal)(int)) {
+  install_on_alternate_stack(SIGINT, on_signal, 0, &old_int_);
+  install_on_alternate_stack(SIGTERM, on_signal, 0, &old_term_);
 }
 
 StopSignalHandler::~StopSignalHandler() {
   sigaction(SIGINT, &old_int_, nullptr);
   sigaction(SIGTERM, &old_term_, nullptr);
-  sigaction(SIGCONT, &old_cont_, nullptr);
 }
 
 uint64_t continued_count() { return g_continued.load(std::memory_order_relaxed); }

@@ -23,8 +23,21 @@
 
 namespace ab {
 
+// While alive: SIGCONT increments continued_count(), on an alternate stack. Destruction restores
+// the handler that was there before. Timers hold one around what they time.
+class ContinueCounter {
+ public:
+  ContinueCounter();
+  ~ContinueCounter();
+  ContinueCounter(const ContinueCounter&) = delete;
+  ContinueCounter& operator=(const ContinueCounter&) = delete;
+
+ private:
+  struct sigaction old_cont_ {};
+};
+
 // While alive: SIGINT and SIGTERM call `on_signal` (which should only set a flag) on an
-// alternate stack, and SIGCONT increments continued_count(). Destruction restores the handlers
+// alternate stack, and SIGCONT is counted (a ContinueCounter). Destruction restores the handlers
 // that were there before.
 class StopSignalHandler {
  public:
@@ -34,10 +47,11 @@ class StopSignalHandler {
   StopSignalHandler& operator=(const StopSignalHandler&) = delete;
 
  private:
-  struct sigaction old_int_ {}, old_term_ {}, old_cont_ {};
+  ContinueCounter continued_;
+  struct sigaction old_int_ {}, old_term_ {};
 };
 
-// How many times this process was continued after a stop while a StopSignalHandler was alive.
+// How many times this process was continued after a stop while a ContinueCounter was alive.
 uint64_t continued_count();
 
 }  // namespace ab

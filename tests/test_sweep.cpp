@@ -954,5 +954,30 @@ TEST(Sweep, ErrorsWithTheSharedReferenceEqualRunsOwn) {
     EXPECT_GT(*p.nmse, 0) << p.id.name();
   }
 }
+
+// A timed repetition the process was stopped and continued in holds the pause: the repetitions
+// start over (at most twice), and one kept with a pause in it is named in the message. Here
+// SIGCONT arrives every 2 ms for the whole run, so every repetition (0.2 s each) sees one.
+TEST(Run, RepetitionsAcrossAStopStartOver) {
+  const std::string out = test::temp_path("run_paused.json"), log = test::temp_path("run_paused.log");
+  std::filesystem::remove(out);
+  const pid_t pid = start_attnbench("run --attn flash --seq 64 --batch 1 --heads 1 --dhead 16 --reps 2 --min-time 0.2 "
+                                    "--warmup 1 --out " + out, log);
+  ASSERT_GT(pid, 0);
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    kill(pid, SIGCONT);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << slurp(log);
+  const ResultFile f = read_result_file(out);
+  ASSERT_EQ(f.points.size(), 1u);
+  EXPECT_EQ(f.points[0].reps.size(), 2u);
+  EXPECT_NE(f.points[0].message.find("the repetitions started over 2 times, and a repetition kept holds a pause"),
+            std::string::npos) << f.points[0].message;
+  std::filesystem::remove(out);
+  std::filesystem::remove(log);
+}
+
 }  // namespace
 }  // namespace ab

@@ -23,6 +23,7 @@
 #include "attention_impls/position_bias.hpp"
 #include "core/matmul.hpp"
 #include "core/rope.hpp"
+#include "core/stop_signals.hpp"  // ContinueCounter: a repetition across a stop is measured again
 #include "bench/points/configs.hpp"
 #include "bench/points/grid.hpp"
 #include "bench/results/warnings.hpp"
@@ -293,18 +294,42 @@ bool measure_calls(Call&& call, Check&& check, const RunOptions& opts, size_t rs
     iterations = static_cast<int64_t>(std::ceil(static_cast<double>(iterations) * std::max(grow, 1.1)));
   }
   const bool rss_reset = reset_peak_rss();
+  // A repetition the process was stopped and continued in (SIGSTOP, Ctrl-Z) holds the pause in
+  // its wall time: the timed repetitions start over (the model's layer timers with them), at most
+  // twice; a pause after that is kept and the message says so.
+  constexpr int kMaxRestarts = 2;
+  const ContinueCounter counting_stops;
+  int restarts = 0;
+  bool paused_rep_kept = false;
   if (before_timed_reps) before_timed_reps();
   for (int r = 0; r < opts.reps; ++r) {
+    const uint64_t stops = continued_count();
     const double w0 = wall_seconds(), c0 = process_cpu_seconds();
     const double loss_sum = run_calls(call, iterations);
     const double w1 = wall_seconds(), c1 = process_cpu_seconds();
+    if (continued_count() != stops) {
+      if (restarts < kMaxRestarts) {
+        ++restarts;
+        res.reps.clear();
+        if (before_timed_reps) before_timed_reps();
+        r = -1;
+        continue;
+      }
+      paused_rep_kept = true;
+    }
     const double n = static_cast<double>(iterations);
     res.reps.push_back({(w1 - w0) / n, (c1 - c0) / n, iterations,
                         std::isnan(loss_sum) ? std::nullopt : std::optional<double>(loss_sum / n)});
   }
+  if (restarts > 0)
+    res.message += fmt::format("{}the process was stopped and continued (SIGSTOP/SIGCONT) during a timed repetition; "
+                               "the repetitions started over {} time{}{}",
+                               res.message.empty() ? "" : "; ", restarts, restarts == 1 ? "" : "s",
+                               paused_rep_kept ? ", and a repetition kept holds a pause" : "");
   res.peak_rss_bytes = peak_rss_bytes();
   res.rss_delta_bytes = static_cast<int64_t>(res.peak_rss_bytes) - static_cast<int64_t>(rss_before);
-  if (!rss_reset) res.message = "peak RSS covers the process lifetime (clear_refs not permitted)";
+  if (!rss_reset)
+    res.message += fmt::format("{}peak RSS covers the process lifetime (clear_refs not permitted)", res.message.empty() ? "" : "; ");
   return true;
 }
 
