@@ -15,8 +15,7 @@
 #include <regex>
 #include <set>
 #include <signal.h>
-#include <thread>
-#include <unistd.h>
+#include <time.h>
 
 #include "attention_impls/registry.hpp"
 #include "bench/results/result_reader.hpp"
@@ -342,13 +341,17 @@ TEST(Trainer, TiedValidationAccuracyKeepsTheLowerLoss) {
 
 // A step the process was stopped and continued in (a job paused so that another can be timed)
 // holds the pause in its wall time: it is counted as paused and not timed, and a checkpoint
-// carries the count. Here SIGCONT arrives throughout the first part of a run (a thread sends it
-// every 20 us; a step takes milliseconds), so every step of that part is paused; the resumed part
-// runs undisturbed.
+// carries the count. Here SIGCONT comes from a timer on the process's CPU time (every 1 ms of it),
+// so it fires inside every step of the first part of a run, whatever else the machine runs (a
+// step of this model takes tens of ms of CPU, several scheduler ticks); the resumed part runs
+// undisturbed.
 TEST(Trainer, StepsAcrossAStopAreNotTimed) {
   omp_set_num_threads(1);
   StopSignalHandler handlers([](int) {});
   TrainConfig c = copy_run(8);
+  c.model.dmodel = 128;
+  c.model.mlp = 512;
+  c.model.batch = 64;
   c.eval_every = 4;
   c.eval_examples = 16;
   c.test_examples = 16;
@@ -359,19 +362,19 @@ TEST(Trainer, StepsAcrossAStopAreNotTimed) {
   std::atomic<bool> stop{false};
   TrainOutcome first;
   {
-    std::atomic<bool> sending{true};
-    std::thread sender([&] {
-      while (sending) {
-        kill(getpid(), SIGCONT);
-        std::this_thread::sleep_for(std::chrono::microseconds(20));
-      }
-    });
+    timer_t timer;
+    sigevent ev{};
+    ev.sigev_notify = SIGEV_SIGNAL;
+    ev.sigev_signo = SIGCONT;
+    ASSERT_EQ(timer_create(CLOCK_PROCESS_CPUTIME_ID, &ev, &timer), 0);
+    itimerspec every_ms{};
+    every_ms.it_value.tv_nsec = every_ms.it_interval.tv_nsec = 1000000;
+    ASSERT_EQ(timer_settime(timer, 0, &every_ms, nullptr), 0);
     Trainer t(c);
     first = t.run(false, [&](const CurvePoint& p) {
       if (p.step == 4) stop = true;
     }, &stop);
-    sending = false;
-    sender.join();
+    timer_delete(timer);
   }
   ASSERT_TRUE(first.interrupted);
   EXPECT_EQ(first.steps_done, 4);
