@@ -52,7 +52,6 @@ class Linformer final : public ReducedKeysAttention {
   const char* mechanism() const override { return "linformer"; }
   std::pair<const char*, const char*> map_names() const override { return {"E", "F"}; }
   // dE_h (+)= dK' K^T: (k, D) x (D, N); in a bf16 call bf16 products (the base rounds K and dK').
-  bool bf16_map_backward() const override { return bf16(); }
   void map_backward(const MatmulCache& mm, int tid, const void* X, const void* dXr, float* dMap,
                     bool accumulate) const override {
     mm.run(tid, spec_map_grad(accumulate), dXr, X, dMap);

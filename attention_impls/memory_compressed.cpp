@@ -62,7 +62,6 @@ class MemoryCompressed final : public ReducedKeysAttention {
   std::pair<const char*, const char*> map_names() const override { return {"Wk", "Wv"}; }
   // dW[r] (+)= X[r::stride]^T dX': (D, rows) x (rows, D), per window offset r; in a bf16 call
   // bf16 products (the base rounds X, rows contiguous, and dX').
-  bool bf16_map_backward() const override { return bf16(); }
   void map_backward(const MatmulCache& mm, int tid, const void* X, const void* dXr, float* dMap,
                     bool accumulate) const override {
     for (int64_t r = 0; r < offsets(); ++r)

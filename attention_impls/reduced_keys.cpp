@@ -78,7 +78,7 @@ size_t ReducedKeysAttention::bf16_bytes(Mode mode) const {
   // rounded for the engine's bf16 tiles.
   const size_t copies = mode == Mode::fwdbwd || tiles16() ? static_cast<size_t>(problem_.shape.B * problem_.shape.H * (2 * problem_.shape.N + 2 * Nk_) * problem_.shape.D) : 0;
   // The maps' bf16 backward: each thread's rounded dK' or dV' (Nk x D).
-  const size_t grad_rows = mode == Mode::fwdbwd && bf16_map_backward() ? static_cast<size_t>(problem_.threads * Nk_ * problem_.shape.D) : 0;
+  const size_t grad_rows = mode == Mode::fwdbwd ? static_cast<size_t>(problem_.threads * Nk_ * problem_.shape.D) : 0;
   return (maps + rows + copies + grad_rows) * sizeof(uint16_t);
 }
 
@@ -148,7 +148,7 @@ void ReducedKeysAttention::setup(Mode mode, Rng& rng) {
       const size_t q = static_cast<size_t>(problem_.shape.numel()), r = static_cast<size_t>(problem_.shape.B * problem_.shape.H * Nk_ * problem_.shape.D);
       bwd_bf16_ = Buffer<uint16_t>(2 * q + 2 * r);
     }
-    if (mode == Mode::fwdbwd && bf16_map_backward())
+    if (mode == Mode::fwdbwd)
       grad_rows_bf16_ = Buffer<uint16_t>(static_cast<size_t>(problem_.threads * Nk_ * problem_.shape.D));
   }
   scratch_ = Buffer<std::byte>(static_cast<size_t>(problem_.threads) * maps_.scratch_per_slot());
@@ -166,18 +166,12 @@ void ReducedKeysAttention::forward(const AttnArgs& a) {
   const auto& s = problem_.shape;
   if (bf16() && bwd_bf16_.size()) round_maps();  // training: this step's maps
   // One head's K or V as reduce() reads it: itself, or (bf16) rounded into this thread's rows.
-  auto input = [&](int tid, const float* X) -> const void* {
-    if (!bf16()) return X;
-    uint16_t* rows = rows_bf16_.data() + tid * s.N * s.D;
-    for (int64_t t = 0; t < s.N; ++t) to_bf16(X + t * problem_.strides.sn, rows + t * s.D, s.D);
-    return rows;
-  };
 #pragma omp parallel for schedule(static)
   for (int64_t bh = 0; bh < s.B * s.H; ++bh) {
     const int tid = omp_get_thread_num();
     const int64_t b = bh / s.H, h = bh % s.H;
-    reduce(maps_, tid, h, kKeys, input(tid, a.k.head(b, h)), view(Kr_).head(b, h));
-    reduce(maps_, tid, h, kValues, input(tid, a.v.head(b, h)), view(Vr_).head(b, h));
+    reduce(maps_, tid, h, kKeys, input_rows(tid, a.k.head(b, h)), view(Kr_).head(b, h));
+    reduce(maps_, tid, h, kValues, input_rows(tid, a.v.head(b, h)), view(Vr_).head(b, h));
   }
   if (tiles16()) {
     round_reduced(a, true, false);
@@ -207,6 +201,14 @@ void ReducedKeysAttention::round_reduced(const AttnArgs& a, bool inputs, bool do
   to_bf16_parallel(Vr_.data(), vr16, nr);
 }
 
+const void* ReducedKeysAttention::input_rows(int tid, const float* X) {
+  if (!bf16()) return X;
+  const auto& s = problem_.shape;
+  uint16_t* rows = rows_bf16_.data() + tid * s.N * s.D;
+  for (int64_t t = 0; t < s.N; ++t) to_bf16(X + t * problem_.strides.sn, rows + t * s.D, s.D);
+  return rows;
+}
+
 TensorView ReducedKeysAttention::bf16_pairs(int64_t offset, int64_t rows) const {
   const auto& s = problem_.shape;
   const Shape4 sh{s.B, s.H, rows, s.D / 2};
@@ -229,19 +231,12 @@ void ReducedKeysAttention::backward(const AttnArgs& a) {
     qk_.bind_grads(a.dq, view(dKr_));
     core_.backward(qk_, view(Vr_), a.o, a.dout, view(dVr_));
   }
-  // The maps' products read dK', dV' (and K, V) as floats, or (bf16_map_backward) rounded into
-  // this thread's rows.
-  const bool b16 = bf16() && bf16_map_backward();
+  // The maps' products read dK', dV' (and K, V) as floats, or (bf16) rounded into this thread's
+  // rows.
   auto grad_rows = [&](int tid, const float* dXr) -> const void* {
-    if (!b16) return dXr;
+    if (!bf16()) return dXr;
     uint16_t* rows = grad_rows_bf16_.data() + tid * Nk_ * s.D;
     to_bf16(dXr, rows, Nk_ * s.D);
-    return rows;
-  };
-  auto input_rows = [&](int tid, const float* X) -> const void* {
-    if (!b16) return X;
-    uint16_t* rows = rows_bf16_.data() + tid * s.N * s.D;
-    for (int64_t t = 0; t < s.N; ++t) to_bf16(X + t * problem_.strides.sn, rows + t * s.D, s.D);
     return rows;
   };
 #pragma omp parallel for schedule(static)

@@ -40,15 +40,13 @@ class ReducedKeysAttention : public Attention {
   // X and the map (input_map) hold bf16 numbers in a bf16 call, else floats.
   virtual void reduce(const MatmulCache& mm, int tid, int64_t h, Which which, const void* X, float* Xr) const = 0;
   // dX (N x D, row stride sn, overwritten) = the transposed map of dXr (Nk x D, row stride D).
-  // With bf16_map_backward(), dXr and the map (input_map) hold bf16 numbers, else floats.
+  // In a bf16 call dXr and the map (input_map) hold bf16 numbers, else floats.
   virtual void expand(const MatmulCache& mm, int tid, int64_t h, Which which, const void* dXr, float* dX) const = 0;
   // With param_grads: dMap (map_floats, overwritten or accumulated into) = the gradient of the map
-  // given its input X (N x D, row stride sn; with bf16_map_backward() bf16 numbers, row stride D)
+  // given its input X (N x D, row stride ld_input(): bf16 numbers in a bf16 call)
   // and the reduced rows' gradient dXr (as expand's).
   virtual void map_backward(const MatmulCache& mm, int tid, const void* X, const void* dXr, float* dMap,
                             bool accumulate) const = 0;
-  // The maps' own backward products in bf16 too (a bf16 call): their inputs rounded per head.
-  virtual bool bf16_map_backward() const { return false; }
   // FLOPs of one map_backward.
   virtual double map_backward_flops() const = 0;
   // Training: the maps, with their gradients.
@@ -67,6 +65,9 @@ class ReducedKeysAttention : public Attention {
   // bf16_pairs views a part of it as the engine takes it (two bf16 numbers to a float).
   void round_reduced(const AttnArgs& a, bool inputs, bool dout);
   TensorView bf16_pairs(int64_t offset, int64_t rows) const;
+  // X (N x D, row stride sn) as reduce() and map_backward() read it: itself, or (bf16) rounded
+  // into thread tid's rows (row stride D).
+  const void* input_rows(int tid, const float* X);
   int64_t ld_input() const { return bf16() ? problem_.shape.D : problem_.strides.sn; }
   // Head h's map as reduce() multiplies it; element i of such an input, and row r of X.
   const void* input_map(int64_t h, Which which) const;

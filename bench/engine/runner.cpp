@@ -322,14 +322,12 @@ bool measure_calls(Call&& call, Check&& check, const RunOptions& opts, size_t rs
                         std::isnan(loss_sum) ? std::nullopt : std::optional<double>(loss_sum / n)});
   }
   if (restarts > 0)
-    res.message += fmt::format("{}the process was stopped and continued (SIGSTOP/SIGCONT) during a timed repetition; "
-                               "the repetitions started over {} time{}{}",
-                               res.message.empty() ? "" : "; ", restarts, restarts == 1 ? "" : "s",
-                               paused_rep_kept ? ", and a repetition kept holds a pause" : "");
+    res.add_note(fmt::format("the process was stopped and continued (SIGSTOP/SIGCONT) during a timed repetition; "
+                             "the repetitions started over {} time{}{}",
+                             restarts, restarts == 1 ? "" : "s", paused_rep_kept ? ", and a repetition kept holds a pause" : ""));
   res.peak_rss_bytes = peak_rss_bytes();
   res.rss_delta_bytes = static_cast<int64_t>(res.peak_rss_bytes) - static_cast<int64_t>(rss_before);
-  if (!rss_reset)
-    res.message += fmt::format("{}peak RSS covers the process lifetime (clear_refs not permitted)", res.message.empty() ? "" : "; ");
+  if (!rss_reset) res.add_note("peak RSS covers the process lifetime (clear_refs not permitted)");
   return true;
 }
 
@@ -357,7 +355,7 @@ PointResult run_model_point(PreparedPoint& pp, const RunOptions& opts, PointResu
   for (const auto& r : res.reps) calls += static_cast<double>(r.iterations);
   for (double s : model.layer_seconds()) res.layer_ms.push_back(s / calls * 1e3);
   res.peak_bytes = MemoryMeter::peak() - baseline;
-  if (const std::string p = model.precision(); !p.empty()) res.message += (res.message.empty() ? "" : "; ") + p;
+  if (const std::string p = model.precision(); !p.empty()) res.add_note(p);
   return res;
 }
 

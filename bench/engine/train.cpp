@@ -219,9 +219,8 @@ std::optional<PointResult> train_point(const PointId& id, const TrainCliOptions&
   const double cpu_step_s = steps_here > 0 ? cpu / static_cast<double>(steps_here) : 0;
   const double step_s = timed_steps > 0 ? out.train_seconds / static_cast<double>(timed_steps) : cpu_step_s;
   if (out.paused_steps > 0)
-    res.message += fmt::format("{}{} of {} steps ran across a stop (SIGSTOP/SIGCONT) and are not timed{}",
-                               res.message.empty() ? "" : "; ", out.paused_steps, out.steps_done,
-                               timed_steps > 0 ? "" : ": the step time is CPU time");
+    res.add_note(fmt::format("{} of {} steps ran across a stop (SIGSTOP/SIGCONT) and are not timed{}", out.paused_steps,
+                             out.steps_done, timed_steps > 0 ? "" : ": the step time is CPU time"));
   res.reps.push_back({step_s, steps_here > 0 ? cpu_step_s : step_s, out.steps_done, std::nullopt});
   res.flops = trainer.model().flops();
   res.peak_bytes = out.peak_bytes;
@@ -241,16 +240,15 @@ std::optional<PointResult> train_point(const PointId& id, const TrainCliOptions&
   t.checkpoint_bytes = static_cast<double>(out.checkpoint_bytes);
   for (const auto& at : out.at_lengths) {
     if (at.accuracy) t.accuracy_at[at.seq] = *at.accuracy;
-    else res.message += fmt::format("{}N = {} not tested: {}", res.message.empty() ? "" : "; ", at.seq, at.why_not);
+    else res.add_note(fmt::format("N = {} not tested: {}", at.seq, at.why_not));
   }
   res.train = t;
   // A mechanism without attention dropout ran without it: the result says so.
   if (c.model.attn_dropout > 0 && !find_mechanism(id.mechanism).caps.attn_dropout)
-    res.message = fmt::format("attention dropout not applied: {}", find_mechanism(id.mechanism).caps.no_attn_dropout);
-  if (const std::string p = trainer.model().precision(); !p.empty()) res.message += (res.message.empty() ? "" : "; ") + p;
+    res.add_note(fmt::format("attention dropout not applied: {}", find_mechanism(id.mechanism).caps.no_attn_dropout));
+  if (const std::string p = trainer.model().precision(); !p.empty()) res.add_note(p);
   if (!out.converted_from.empty())
-    res.message += fmt::format("{}resumed at step {} from the checkpoint of {}", res.message.empty() ? "" : "; ", out.resumed_at,
-                               out.converted_from);
+    res.add_note(fmt::format("resumed at step {} from the checkpoint of {}", out.resumed_at, out.converted_from));
   std::string lengths;
   for (const auto& [n, a] : t.accuracy_at) lengths += fmt::format("{} N={} {:.4f}", lengths.empty() ? "; at" : ",", n, a);
   progress.finish(fmt::format("train {} {} seed {}: test accuracy {:.4f} (best val {:.4f} at step {}; final {:.4f}{}){}, "

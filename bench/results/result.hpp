@@ -51,6 +51,8 @@ struct PointResult {
   Status status = Status::OK;
   std::string message;
   std::vector<Repetition> reps;
+  // Adds one clause to the message ("; " between clauses).
+  void add_note(const std::string& note) { message += (message.empty() ? "" : "; ") + note; }
   double flops = 0;           // analytic, per call
   // Of the logits the forward pass computes, the fraction that are admissible (mechanisms that
   // score explicit pairs; see Attention::admissible_fraction).
