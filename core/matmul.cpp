@@ -92,7 +92,12 @@ Matmul::Matmul(const MatmulSpec& spec) : spec_(spec) {
     attr.set_post_ops(po);
   }
   OmpThreadsGuard guard(spec.single_thread ? 1 : omp_get_max_threads());
-  pd_ = dnnl::matmul::primitive_desc(dnnl::matmul::desc(ad, bd, cd), attr, cpu_engine());
+  // (With a scale, oneDNN's order of scaling and adding the bias would be one more thing to know.)
+  if (spec.bias && (spec.b0 != 1 || spec.b1 != 1 || spec.alpha != 1.0f))
+    throw std::invalid_argument("matmul: a bias needs a 2-D product without a scale");
+  const auto desc = spec.bias ? dnnl::matmul::desc(ad, bd, memory::desc(tag_dims{1, spec.N}, memory::data_type::f32, tag_dims{spec.N, 1}), cd)
+                              : dnnl::matmul::desc(ad, bd, cd);
+  pd_ = dnnl::matmul::primitive_desc(desc, attr, cpu_engine());
   prim_ = dnnl::matmul(pd_);
   scratch_bytes_ = pd_.scratchpad_desc().get_size();
 }
@@ -112,17 +117,23 @@ void Matmul::bind(int slots, std::byte* scratch, size_t stride) {
                  scratch_bytes_ ? static_cast<void*>(scratch + static_cast<size_t>(t) * stride) : nullptr);
     s.args = {dnnl_exec_arg_t{DNNL_ARG_SRC, s.a.get()}, dnnl_exec_arg_t{DNNL_ARG_WEIGHTS, s.b.get()},
               dnnl_exec_arg_t{DNNL_ARG_DST, s.c.get()},
-              dnnl_exec_arg_t{DNNL_ARG_SCRATCHPAD, s.s.get()}};
+              dnnl_exec_arg_t{DNNL_ARG_SCRATCHPAD, s.s.get()}, dnnl_exec_arg_t{}};
+    if (spec_.bias) {
+      s.bias = memory(pd_.bias_desc(), e, DNNL_MEMORY_NONE);
+      s.args[4] = dnnl_exec_arg_t{DNNL_ARG_BIAS, s.bias.get()};
+      s.n_args = 5;
+    }
   }
 }
 
-void Matmul::run(int slot, const void* A, const void* B, void* C) const {
+void Matmul::run(int slot, const void* A, const void* B, void* C, const float* bias) const {
   const Slot& s = slots_[static_cast<size_t>(slot)];
+  if (spec_.bias != (bias != nullptr)) throw std::logic_error("matmul: a bias exactly when the spec has one");
   set_handle(s.a, A);
   set_handle(s.b, B);
   set_handle(s.c, C);
-  dnnl_status_t st = dnnl_primitive_execute(prim_.get(), cpu_stream(slot).get(),
-                                            static_cast<int>(s.args.size()), s.args.data());
+  if (bias) set_handle(s.bias, bias);
+  dnnl_status_t st = dnnl_primitive_execute(prim_.get(), cpu_stream(slot).get(), s.n_args, s.args.data());
   if (st != dnnl_success) throw std::runtime_error("oneDNN matmul execution failed");
 }
 
@@ -133,7 +144,7 @@ MatmulCache::Key MatmulCache::key_of(const MatmulSpec& s) {
   std::memcpy(&alpha_bits, &s.alpha, sizeof(alpha_bits));
   return Key{s.b0,   s.b1,   s.M,    s.N,    s.K,    s.a[0], s.a[1], s.a[2], s.a[3], s.b[0],
              s.b[1], s.b[2], s.b[3], s.c[0], s.c[1], s.c[2], s.c[3], alpha_bits, s.accumulate,
-             s.single_thread, static_cast<int64_t>(s.ta), static_cast<int64_t>(s.tb), static_cast<int64_t>(s.tc)};
+             s.single_thread, s.bias, static_cast<int64_t>(s.ta), static_cast<int64_t>(s.tb), static_cast<int64_t>(s.tc)};
 }
 
 void MatmulCache::add(const MatmulSpec& spec) {

@@ -31,6 +31,8 @@ struct MatmulSpec {
   std::array<int64_t, 4> a{}, b{}, c{};  // strides of A (M x K), B (K x N), C (M x N)
   float alpha = 1.0f;
   bool accumulate = false;
+  // C += a float bias row (N) inside the product (2-D products only): run() takes it.
+  bool bias = false;
   // The primitive runs inside the caller's own OpenMP loop (one thread per call): its
   // scratchpad is sized for one thread.
   bool single_thread = true;
@@ -59,15 +61,17 @@ class Matmul {
   // Creates `slots` execution slots; slot t uses the scratchpad at scratch + t * stride
   // (stride 0: scratchpad_bytes()).
   void bind(int slots, std::byte* scratch, size_t stride = 0);
-  // A, B, C hold the spec's element types (float unless the spec says otherwise).
-  void run(int slot, const void* A, const void* B, void* C) const;
+  // A, B, C hold the spec's element types (float unless the spec says otherwise); bias: N
+  // floats, given exactly when the spec has one.
+  void run(int slot, const void* A, const void* B, void* C, const float* bias = nullptr) const;
   std::string impl() const;
   const MatmulSpec& spec() const { return spec_; }
 
  private:
   struct Slot {
-    dnnl::memory a, b, c, s;
-    std::array<dnnl_exec_arg_t, 4> args{};
+    dnnl::memory a, b, c, s, bias;
+    std::array<dnnl_exec_arg_t, 5> args{};
+    int n_args = 4;
   };
   MatmulSpec spec_;
   dnnl::matmul::primitive_desc pd_;
@@ -95,7 +99,7 @@ class MatmulCache {
   void clear() { mms_.clear(); }
 
  private:
-  using Key = std::array<int64_t, 23>;
+  using Key = std::array<int64_t, 24>;
   static Key key_of(const MatmulSpec& s);
   std::map<Key, Matmul> mms_;
 };

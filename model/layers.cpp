@@ -1,5 +1,7 @@
 #include "model/layers.hpp"
 
+#include "core/vecmath.hpp"
+
 #include <fmt/format.h>
 #include <omp.h>
 
@@ -48,13 +50,15 @@ void BoundPrimitive::run(std::initializer_list<const void*> ptrs) const {
 }
 
 // ---- Linear ----
-Linear::Linear(int64_t M, int64_t K, int64_t N, bool with_backward, bool bf16, bool weights_nk) : M_(M), K_(K), N_(N), weights_nk_(weights_nk) {
+Linear::Linear(int64_t M, int64_t K, int64_t N, bool with_backward, bool bf16, bool weights_nk, bool bias)
+    : M_(M), K_(K), N_(N), weights_nk_(weights_nk), bf16_(bf16) {
   auto spec = [](MatmulSpec s) {
     s.single_thread = false;  // called outside any parallel region: oneDNN parallelises
     return s;
   };
-  const MatmulSpec fwd = spec(weights_nk ? MatmulSpec::tile(M, N, K, K, false, K, true, N)    // X · W^T, W (N, K)
-                                         : MatmulSpec::tile(M, N, K, K, false, N, false, N));  // X · W, W (K, N)
+  MatmulSpec fwd = spec(weights_nk ? MatmulSpec::tile(M, N, K, K, false, K, true, N)    // X · W^T, W (N, K)
+                                   : MatmulSpec::tile(M, N, K, K, false, N, false, N));  // X · W, W (K, N)
+  fwd.bias = bias;
   fwd_ = Matmul(bf16 ? fwd.with_bf16_inputs() : fwd);
   auto typed = [&](MatmulSpec s) { return bf16 ? spec(s).with_bf16_inputs() : spec(s); };
   if (with_backward && weights_nk) {
@@ -78,37 +82,50 @@ void Linear::bind(std::byte* scratch) {
   }
 }
 
-void Linear::forward(const void* X, const void* W, const float* b, float* Y) const {
-  fwd_.run(0, X, W, Y);
-  if (!b) return;
-  const int64_t N = N_;
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < M_; ++r) {
-    float* y = Y + r * N;
-#pragma omp simd
-    for (int64_t c = 0; c < N; ++c) y[c] += b[c];
-  }
-}
+void Linear::forward(const void* X, const void* W, const float* b, float* Y) const { fwd_.run(0, X, W, Y, b); }
 
-void Linear::backward(const void* X, const void* W, const float* dY, const void* dY_product, float* dX, float* dW,
-                      float* db) const {
-  bwd_data_.run(0, dY_product, W, dX);
-  if (weights_nk_) bwd_weights_.run(0, dY_product, X, dW);  // weights (N, K): dY^T · X
-  else bwd_weights_.run(0, X, dY_product, dW);
-  if (!db) return;
-  // Column sums, 64 columns per task: each thread owns its columns, so the order is fixed.
-  constexpr int64_t kCols = 64;
-  const int64_t N = N_, M = M_;
-#pragma omp parallel for schedule(static)
-  for (int64_t c0 = 0; c0 < N; c0 += kCols) {
-    const int64_t c1 = std::min(N, c0 + kCols);
-    for (int64_t c = c0; c < c1; ++c) db[c] = 0;
-    for (int64_t r = 0; r < M; ++r) {
-      const float* y = dY + r * N;
+// db (N) = the column sums of Y (M, N), rows added in order: each thread sums its static share
+// of the rows, and the shares are added in thread order (a fixed order per thread count).
+// Yb: Y rounded to bf16 in the same pass (the backward products' dY read once, not twice).
+// Columns in chunks of 256, whose sums stay in L1 while the rows stream by.
+namespace {
+void column_sums(const float* Y, int64_t M, int64_t N, float* db, uint16_t* Yb) {
+  constexpr int64_t kChunk = 256;
+#pragma omp parallel
+  {
+    const int t = omp_get_thread_num(), T = omp_get_num_threads();
+    const int64_t lo = M * t / T, hi = M * (t + 1) / T;
+    for (int64_t c0 = 0; c0 < N; c0 += kChunk) {
+      const int64_t w = std::min(kChunk, N - c0);
+      alignas(64) float part[kChunk];
+      std::fill_n(part, w, 0.0f);
+      for (int64_t r = lo; r < hi; ++r) {
+        const float* y = Y + r * N + c0;
 #pragma omp simd
-      for (int64_t c = c0; c < c1; ++c) db[c] += y[c];
+        for (int64_t c = 0; c < w; ++c) part[c] += y[c];
+        if (Yb) to_bf16(y, Yb + r * N + c0, w);
+      }
+      for (int u = 0; u < T; ++u) {  // the shares in thread order
+        if (u == t)
+          for (int64_t c = 0; c < w; ++c) db[c0 + c] = u == 0 ? part[c] : db[c0 + c] + part[c];
+#pragma omp barrier
+      }
     }
   }
+}
+}  // namespace
+
+void Linear::backward(const void* X, const void* W, const float* dY, uint16_t* dY_bf16, float* dX, float* dW,
+                      float* db) const {
+  if (bf16_ != (dY_bf16 != nullptr)) throw std::logic_error("Linear::backward: a bf16 layer takes dY's bf16 buffer, a float one none");
+  // 1. db and (bf16) dY rounded, one pass over dY.
+  if (db) column_sums(dY, M_, N_, db, dY_bf16);
+  else if (dY_bf16) to_bf16_parallel(dY, dY_bf16, M_ * N_);
+  const void* dYp = dY_bf16 ? static_cast<const void*>(dY_bf16) : static_cast<const void*>(dY);
+  // 2. The products.
+  bwd_data_.run(0, dYp, W, dX);
+  if (weights_nk_) bwd_weights_.run(0, dYp, X, dW);  // weights (N, K): dY^T · X
+  else bwd_weights_.run(0, X, dYp, dW);
 }
 
 // ---- LayerNorm ----
@@ -290,6 +307,13 @@ void merge_heads(const float* o, int64_t B, int64_t N, int64_t H, int64_t Dh, fl
   for (int64_t b = 0; b < B; ++b)
     for (int64_t n = 0; n < N; ++n)
       for (int64_t h = 0; h < H; ++h) std::copy_n(o + ((b * H + h) * N + n) * Dh, Dh, a + (b * N + n) * H * Dh + h * Dh);
+}
+
+void merge_heads(const float* o, int64_t B, int64_t N, int64_t H, int64_t Dh, uint16_t* a) {
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t h = 0; h < H; ++h) to_bf16(o + ((b * H + h) * N + n) * Dh, a + (b * N + n) * H * Dh + h * Dh, Dh);
 }
 
 void split_single(const float* a, int64_t B, int64_t N, int64_t H, int64_t Dh, float* o) {

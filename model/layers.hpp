@@ -37,27 +37,29 @@ class BoundPrimitive {
 // read transposed (a tied output layer: the embedding table). bf16: X and W hold bf16 numbers (the
 // caller rounds them), the product accumulates in float and Y and b are float; in the backward
 // pass X, W and dY enter both products as bf16 numbers too (PyTorch's CPU autocast), dX and dW
-// come out in float. A null b: no bias.
+// come out in float. b is null exactly when the layer has no bias.
 class Linear {
  public:
   Linear() = default;
-  Linear(int64_t M, int64_t K, int64_t N, bool with_backward, bool bf16 = false, bool weights_nk = false);
+  // bias: forward() adds b inside the product (oneDNN's bias argument, not a second pass over Y).
+  Linear(int64_t M, int64_t K, int64_t N, bool with_backward, bool bf16 = false, bool weights_nk = false, bool bias = true);
   size_t scratchpad_bytes() const;
   void bind(std::byte* scratch);
   double forward_flops() const { return 2.0 * M_ * N_ * K_; }
   void forward(const void* X, const void* W, const float* b, float* Y) const;
   // dX (M, K) = dY · W^T; dW (K, N) = X^T · dY (weights_nk: (N, K) = dY^T · X); db (N) = column
-  // sums of dY (none when db is null). Overwrites all three. X, W and dY_product as the products
-  // read them (floats, or bf16 numbers in a bf16 layer); db sums the float dY.
-  void backward(const void* X, const void* W, const float* dY, const void* dY_product, float* dX, float* dW, float* db) const;
+  // sums of dY (none when db is null). Overwrites all three. X and W as the products read them
+  // (floats, or bf16 numbers in a bf16 layer). bf16: dY_bf16 (M, N) receives dY rounded, in the
+  // same pass over dY as db's sums, and the products read it; db sums the float dY.
+  void backward(const void* X, const void* W, const float* dY, uint16_t* dY_bf16, float* dX, float* dW, float* db) const;
   void backward(const float* X, const float* W, const float* dY, float* dX, float* dW, float* db) const {
-    backward(X, W, dY, dY, dX, dW, db);
+    backward(X, W, dY, nullptr, dX, dW, db);
   }
   int64_t M() const { return M_; }
 
  private:
   int64_t M_ = 0, K_ = 0, N_ = 0;
-  bool weights_nk_ = false;
+  bool weights_nk_ = false, bf16_ = false;
   Matmul fwd_, bwd_data_, bwd_weights_;
 };
 
@@ -117,6 +119,8 @@ void split_heads(const float* qkv, int64_t B, int64_t N, int64_t H, int64_t Dh, 
 void merge_qkv(const float* q, const float* k, const float* v, int64_t B, int64_t N, int64_t H, int64_t Dh, float* qkv);
 // o (B, H, N, Dh) -> a (B·N, H·Dh), and back.
 void merge_heads(const float* o, int64_t B, int64_t N, int64_t H, int64_t Dh, float* a);
+// The same, a rounded to bf16 on the way (a bf16 layer's input: one pass instead of two).
+void merge_heads(const float* o, int64_t B, int64_t N, int64_t H, int64_t Dh, uint16_t* a);
 void split_single(const float* a, int64_t B, int64_t N, int64_t H, int64_t Dh, float* o);
 
 // y += x, n elements.

@@ -358,11 +358,14 @@ void TransformerModel::create_primitives() {
     ff_gelu_ = Gelu(enc_rows_ * F, backward_);
   }
   xb_floats_ = b16 ? enc_rows_ * std::max(d, F) : 0;
+  // Training in bf16: each block's linear inputs (h1, the merged heads, h2, gelu(u)) rounded once
+  // in the forward pass and read again by the backward products.
+  kept_floats_ = b16 && backward_ ? config_.layers * enc_rows_ * (F > 0 ? 3 * d + F : 2 * d) : 0;
   // The backward products read dY rounded: the widest layer output (qkv, the MLP, the head).
   gb_floats_ = b16 && backward_ ? enc_rows_ * std::max(3 * d, F) : 0;
   if (lm) {
     // Tied: the weights are the embedding table (V, d), read transposed.
-    head1_lin_ = Linear(rows_, d, out_width_, backward_, b16, config_.tie_embeddings);
+    head1_lin_ = Linear(rows_, d, out_width_, backward_, b16, config_.tie_embeddings, !config_.tie_embeddings);
     if (b16 && backward_) gb_floats_ = std::max(gb_floats_, rows_ * out_width_);
   } else {
     head1_lin_ = Linear(B, feat_, Fh, backward_, b16);
@@ -409,19 +412,38 @@ std::vector<std::pair<std::string, size_t>> TransformerModel::memory_parts() con
 }
 
 size_t TransformerModel::bf16_bytes() const {
-  return bf16() ? static_cast<size_t>(n_params_ + xb_floats_ + gb_floats_) * sizeof(uint16_t) : 0;
+  return bf16() ? static_cast<size_t>(n_params_ + xb_floats_ + gb_floats_ + kept_floats_) * sizeof(uint16_t) : 0;
 }
 
-const void* TransformerModel::product_grad(const float* dy, int64_t n) const {
-  if (!bf16()) return dy;
-  to_bf16_parallel(dy, gb_.data(), n);
-  return gb_.data();
-}
+uint16_t* TransformerModel::grad_bf16() const { return bf16() ? gb_.data() : nullptr; }
 
 const void* TransformerModel::product_input(const float* x, int64_t n) const {
   if (!bf16()) return x;
   to_bf16_parallel(x, xb_.data(), n);
   return xb_.data();
+}
+
+uint16_t* TransformerModel::kept_slot(int64_t l, KeptInput slot) const {
+  return kept_.data() + l * (kept_floats_ / config_.layers) + enc_rows_ * config_.dmodel * static_cast<int64_t>(slot);
+}
+
+const void* TransformerModel::kept_input(const float* x, int64_t l, KeptInput slot, bool round) const {
+  const int64_t n = enc_rows_ * (slot == kFf2In ? config_.mlp : config_.dmodel);
+  if (!kept_floats_) return product_input(x, n);
+  uint16_t* copy = kept_slot(l, slot);
+  if (round) to_bf16_parallel(x, copy, n);
+  return copy;
+}
+
+const void* TransformerModel::merged_heads(const float* o, float* a, int64_t l) const {
+  const int64_t B = enc_batch_, S = seq_rows_, H = config_.heads;
+  if (!bf16()) {
+    merge_heads(o, B, S, H, head_dim_, a);
+    return a;
+  }
+  uint16_t* to = kept_floats_ ? kept_slot(l, kOutIn) : xb_.data();
+  merge_heads(o, B, S, H, head_dim_, to);
+  return to;
 }
 
 const void* TransformerModel::product_weights(int64_t off) const {
@@ -480,6 +502,7 @@ void TransformerModel::setup(uint64_t seed) {
     wb_ = Buffer<uint16_t>(static_cast<size_t>(n_params_));
     xb_ = Buffer<uint16_t>(static_cast<size_t>(xb_floats_));
     if (gb_floats_) gb_ = Buffer<uint16_t>(static_cast<size_t>(gb_floats_));
+    if (kept_floats_) kept_ = Buffer<uint16_t>(static_cast<size_t>(kept_floats_));
   }
   for (Linear* l : {&qkv_lin_, &o_lin_, &head1_lin_}) l->bind(scratch_.data());
   if (has_mlp()) {
@@ -634,7 +657,7 @@ double TransformerModel::forward_and_loss(bool with_grad) {
     const LayerActs& a = la_[static_cast<size_t>(backward_ ? l : 0)];
     timed(LayerType::layernorm, [&] { ln_.forward(A(x_[l]), W(p.ln1_g), W(p.ln1_b), A(a.h1), A(a.mean1), A(a.var1)); });
     timed(LayerType::projections, [&] {
-      qkv_lin_.forward(product_input(A(a.h1), enc_rows_ * d), product_weights(p.wqkv), W(p.bqkv), A(qkv_));
+      qkv_lin_.forward(kept_input(A(a.h1), l, kQkvIn, true), product_weights(p.wqkv), W(p.bqkv), A(qkv_));
       split_heads(A(qkv_), enc_batch_, S, H, head_dim_, A(a.q), A(a.k), A(a.v));
       if (rope_ >= 0) {  // the mechanism sees rotated queries and keys (and keeps them for its backward)
         rope_rotate(A(a.q), enc_batch_, H, S, head_dim_, A(rope_), false);
@@ -647,8 +670,7 @@ double TransformerModel::forward_and_loss(bool with_grad) {
       mech.forward(attention_args(l));
     });
     timed(LayerType::projections, [&] {
-      merge_heads(A(a.o), enc_batch_, S, H, head_dim_, A(a.a));
-      o_lin_.forward(product_input(A(a.a), enc_rows_ * d), product_weights(p.wo), W(p.bo), A(a.xm));
+      o_lin_.forward(merged_heads(A(a.o), A(a.a), l), product_weights(p.wo), W(p.bo), A(a.xm));
       drop_rows(A(a.xm), dropout_at(l, 1));
       add_inplace(A(a.xm), A(x_[l]), enc_rows_ * d);
     });
@@ -658,9 +680,9 @@ double TransformerModel::forward_and_loss(bool with_grad) {
     }
     timed(LayerType::layernorm, [&] { ln_.forward(A(a.xm), W(p.ln2_g), W(p.ln2_b), A(a.h2), A(a.mean2), A(a.var2)); });
     timed(LayerType::feedforward, [&] {
-      ff1_lin_.forward(product_input(A(a.h2), enc_rows_ * d), product_weights(p.w1), W(p.b1), A(a.u));
+      ff1_lin_.forward(kept_input(A(a.h2), l, kFf1In, true), product_weights(p.w1), W(p.b1), A(a.u));
       ff_gelu_.forward(A(a.u), A(a.g));
-      ff2_lin_.forward(product_input(A(a.g), enc_rows_ * config_.mlp), product_weights(p.w2), W(p.b2), A(x_[l + 1]));
+      ff2_lin_.forward(kept_input(A(a.g), l, kFf2In, true), product_weights(p.w2), W(p.b2), A(x_[l + 1]));
       drop_rows(A(x_[l + 1]), dropout_at(l, 2));
       add_inplace(A(x_[l + 1]), A(a.xm), enc_rows_ * d);
     });
@@ -723,7 +745,7 @@ void TransformerModel::backward() {
       const bool tied = config_.tie_embeddings;
       float* dh = compact_ ? A(dhg_) : dhf;
       head1_lin_.backward(product_input(head_input(), rows_ * d), product_weights(tied ? emb_ : wc1_), A(logits_),
-                          product_grad(A(logits_), rows_ * out_width_), dh, G(tied ? emb_ : wc1_), tied ? nullptr : G(bc1_));
+                          grad_bf16(), dh, G(tied ? emb_ : wc1_), tied ? nullptr : G(bc1_));
       if (compact_) {  // scattered back to the token rows (in order: a row may take several adds)
         std::fill_n(dhf, enc_rows_ * d, 0.0f);
         for (int64_t r = 0; r < rows_; ++r) {
@@ -734,10 +756,10 @@ void TransformerModel::backward() {
       }
       return;
     }
-    head2_lin_.backward(product_input(A(gz_), B * head_hidden()), product_weights(wc2_), A(logits_), product_grad(A(logits_), B * out_width_),
+    head2_lin_.backward(product_input(A(gz_), B * head_hidden()), product_weights(wc2_), A(logits_), grad_bf16(),
                         A(dz_), G(wc2_), G(bc2_));
     head_gelu_.backward(A(z_), A(dz_), A(dz_));
-    head1_lin_.backward(product_input(A(feat_buf_), B * feat_), product_weights(wc1_), A(dz_), product_grad(A(dz_), B * head_hidden()),
+    head1_lin_.backward(product_input(A(feat_buf_), B * feat_), product_weights(wc1_), A(dz_), grad_bf16(),
                         A(dfeat_), G(wc1_), G(bc1_));
     std::fill_n(dhf, enc_rows_ * d, 0.0f);
     const float* hf = A(hf_);
@@ -774,10 +796,10 @@ void TransformerModel::backward() {
     timed(LayerType::feedforward, [&] {
       // Through the branch's dropout: the same mask on the gradient (a copy: dres goes on).
       const float* dbranch = dropped_copy(A(dres_), A(dtmp2_), dropout_at(l, 2));
-      ff2_lin_.backward(product_input(A(a.g), enc_rows_ * config_.mlp), product_weights(p.w2), dbranch, product_grad(dbranch, enc_rows_ * d), A(dff_),
+      ff2_lin_.backward(kept_input(A(a.g), l, kFf2In, false), product_weights(p.w2), dbranch, grad_bf16(), A(dff_),
                         G(p.w2), G(p.b2));
       ff_gelu_.backward(A(a.u), A(dff_), A(dff_));
-      ff1_lin_.backward(product_input(A(a.h2), enc_rows_ * d), product_weights(p.w1), A(dff_), product_grad(A(dff_), enc_rows_ * config_.mlp), A(dtmp_),
+      ff1_lin_.backward(kept_input(A(a.h2), l, kFf1In, false), product_weights(p.w1), A(dff_), grad_bf16(), A(dtmp_),
                         G(p.w1), G(p.b1));
     });
     timed(LayerType::layernorm, [&] {
@@ -787,7 +809,7 @@ void TransformerModel::backward() {
     }  // without an MLP the stream's gradient reaches the attention branch as it is
     timed(LayerType::projections, [&] {
       const float* dbranch = dropped_copy(A(dres_), A(dtmp2_), dropout_at(l, 1));
-      o_lin_.backward(product_input(A(a.a), enc_rows_ * d), product_weights(p.wo), dbranch, product_grad(dbranch, enc_rows_ * d), A(dtmp_), G(p.wo),
+      o_lin_.backward(kept_input(A(a.a), l, kOutIn, false), product_weights(p.wo), dbranch, grad_bf16(), A(dtmp_), G(p.wo),
                       G(p.bo));
       split_single(A(dtmp_), enc_batch_, S, H, head_dim_, A(do_));
     });
@@ -798,7 +820,7 @@ void TransformerModel::backward() {
         rope_rotate(A(dk_), enc_batch_, H, S, head_dim_, A(rope_), true);
       }
       merge_qkv(A(dq_), A(dk_), A(dv_), enc_batch_, S, H, head_dim_, A(qkv_));
-      qkv_lin_.backward(product_input(A(a.h1), enc_rows_ * d), product_weights(p.wqkv), A(qkv_), product_grad(A(qkv_), enc_rows_ * 3 * d),
+      qkv_lin_.backward(kept_input(A(a.h1), l, kQkvIn, false), product_weights(p.wqkv), A(qkv_), grad_bf16(),
                         A(dtmp_), G(p.wqkv), G(p.bqkv));
     });
     timed(LayerType::layernorm, [&] {

@@ -230,9 +230,18 @@ class TransformerModel {
   // A linear layer's input (n floats) and weight matrix as its product reads them: themselves,
   // or (bf16) rounded: the input into xb_, the weights from wb_ (rounded at the step's start).
   const void* product_input(const float* x, int64_t n) const;
+  // A block's linear input that its backward pass reads again: bf16 training rounds it once, in
+  // the forward pass, into its own place in kept_ (layer l; slot: kQkvIn, kOutIn, kFf1In, kFf2In)
+  // and the backward products read that copy (round: false). Otherwise as product_input.
+  enum KeptInput { kQkvIn, kOutIn, kFf1In, kFf2In };
+  const void* kept_input(const float* x, int64_t l, KeptInput slot, bool round) const;
+  uint16_t* kept_slot(int64_t l, KeptInput slot) const;
+  // o_lin's input: the heads merged into a.a, or (bf16) rounded on the way into their kept (or
+  // passing) copy, without the float a.
+  const void* merged_heads(const float* o, float* a, int64_t l) const;
   const void* product_weights(int64_t off) const;
-  // A backward product's dY (n floats) as the products read it: itself, or rounded into gb_.
-  const void* product_grad(const float* dy, int64_t n) const;
+  // Where a bf16 layer's backward rounds its dY (gb_); null in a float model.
+  uint16_t* grad_bf16() const;
   size_t bf16_bytes() const;
 
   ModelConfig config_;
@@ -284,8 +293,9 @@ class TransformerModel {
   Buffer<int32_t> tokens_, targets_;
   Buffer<int32_t> gather_;  // compact head: the token row of each loss row (rows_)
   // bf16: the parameters, the largest linear layer's input and (backward) its output's gradient.
-  Buffer<uint16_t> wb_, xb_, gb_;
-  int64_t xb_floats_ = 0, gb_floats_ = 0;
+  // bf16 training: the blocks' linear inputs, rounded in the forward pass (kept_input).
+  Buffer<uint16_t> wb_, xb_, gb_, kept_;
+  int64_t xb_floats_ = 0, gb_floats_ = 0, kept_floats_ = 0;
   int64_t steps_ = 0;
   // Training: the mechanisms' learned tensors and their AdamW moments, the dropout seed, and
   // whether this forward pass drops (train_step) or not (evaluate, loss).

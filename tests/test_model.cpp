@@ -2,8 +2,11 @@
 // the arena's exact memory, and one training step of every mechanism.
 #include <gtest/gtest.h>
 
+#include <omp.h>
+
 #include <cmath>
 #include <set>
+#include <vector>
 
 #include "bench/points/point.hpp"
 #include "attention_impls/registry.hpp"
@@ -11,6 +14,8 @@
 #include "core/dtype.hpp"
 #include "core/memory.hpp"
 #include "helpers.hpp"
+#include "core/vecmath.hpp"
+#include "model/layers.hpp"
 #include "model/transformer.hpp"
 #include "tasks/task.hpp"
 
@@ -224,6 +229,56 @@ TEST(ModelBf16, TrainingGradientsNearFloatPerTensor) {
       std::printf("[ bf16     ] %s %s: worst gradient %.4f (%s)\n", k.task, k.mech, worst, worst_name.c_str());
     }
   }
+}
+
+// A linear layer's bias: added inside the forward product (Y equals the product without a bias
+// plus b), and its gradient db the column sums of dY, each thread's static share of the rows
+// summed in row order and the shares added in thread order (exactly that, at one and two
+// threads); a bf16 layer rounds dY in the same pass, and its products read exactly that.
+TEST(Layers, LinearBiasInsideTheProductAndItsGradientInAFixedOrder) {
+  constexpr int64_t M = 301, K = 16, N = 272;  // N: a full chunk of 256 columns and a part
+  std::vector<float> X(M * K), W(K * N), b(N), dY(M * N);
+  Rng rng(5, 0);
+  rng.fill_normal(X.data(), M * K, 1.0f);
+  rng.fill_normal(W.data(), K * N, 1.0f);
+  rng.fill_normal(b.data(), N, 1.0f);
+  rng.fill_normal(dY.data(), M * N, 1.0f);
+  const int saved = omp_get_max_threads();
+  for (int threads : {1, 2}) {
+    omp_set_num_threads(threads);
+    Linear with(M, K, N, true), without(M, K, N, true, false, false, false);
+    std::vector<std::byte> scratch(std::max(with.scratchpad_bytes(), without.scratchpad_bytes()) + 64);
+    with.bind(scratch.data());
+    without.bind(scratch.data());
+    std::vector<float> Y(M * N), Y0(M * N), dX(M * K), dW(K * N), db(N);
+    with.forward(X.data(), W.data(), b.data(), Y.data());
+    without.forward(X.data(), W.data(), nullptr, Y0.data());
+    for (int64_t i = 0; i < M * N; ++i) ASSERT_NEAR(Y[i], Y0[i] + b[i % N], 1e-5f * (1 + std::abs(Y[i]))) << i;
+    with.backward(X.data(), W.data(), dY.data(), dX.data(), dW.data(), db.data());
+    for (int64_t c = 0; c < N; ++c) {
+      float want = 0;
+      for (int t = 0; t < threads; ++t) {
+        float share = 0;
+        for (int64_t r = M * t / threads; r < M * (t + 1) / threads; ++r) share += dY[r * N + c];
+        want = t == 0 ? share : want + share;
+      }
+      ASSERT_EQ(db[c], want) << "column " << c << " at " << threads << " threads";
+    }
+    if (!cpu_has_bf16()) continue;
+    Linear half(M, K, N, true, true);
+    std::vector<std::byte> s16(half.scratchpad_bytes() + 64);
+    half.bind(s16.data());
+    std::vector<uint16_t> Xb(M * K), Wb(K * N), dYb(M * N), want_dYb(M * N);
+    to_bf16(X.data(), Xb.data(), M * K);
+    to_bf16(W.data(), Wb.data(), K * N);
+    to_bf16(dY.data(), want_dYb.data(), M * N);
+    std::vector<float> db16(N);
+    half.backward(Xb.data(), Wb.data(), dY.data(), dYb.data(), dX.data(), dW.data(), db16.data());
+    EXPECT_EQ(dYb, want_dYb);
+    EXPECT_EQ(db16, db);  // db sums the float dY
+    EXPECT_THROW(half.backward(Xb.data(), Wb.data(), dY.data(), nullptr, dX.data(), dW.data(), db16.data()), std::logic_error);
+  }
+  omp_set_num_threads(saved);
 }
 
 // Inference keeps one layer's activations; training keeps every layer's.
