@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 #include <stdexcept>
+#include <type_traits>
 
 namespace ab {
 namespace {
@@ -302,19 +303,24 @@ void merge_qkv(const float* q, const float* k, const float* v, int64_t B, int64_
     }
 }
 
-void merge_heads(const float* o, int64_t B, int64_t N, int64_t H, int64_t Dh, float* a) {
+namespace {
+// o (B, H, N, Dh) -> a (B·N, H·Dh): floats copied, or bf16 numbers rounded on the way.
+template <class Out>
+void merge_heads_into(const float* o, int64_t B, int64_t N, int64_t H, int64_t Dh, Out* a) {
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t b = 0; b < B; ++b)
     for (int64_t n = 0; n < N; ++n)
-      for (int64_t h = 0; h < H; ++h) std::copy_n(o + ((b * H + h) * N + n) * Dh, Dh, a + (b * N + n) * H * Dh + h * Dh);
+      for (int64_t h = 0; h < H; ++h) {
+        const float* from = o + ((b * H + h) * N + n) * Dh;
+        Out* to = a + (b * N + n) * H * Dh + h * Dh;
+        if constexpr (std::is_same_v<Out, float>) std::copy_n(from, Dh, to);
+        else to_bf16(from, to, Dh);
+      }
 }
+}  // namespace
 
-void merge_heads(const float* o, int64_t B, int64_t N, int64_t H, int64_t Dh, uint16_t* a) {
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t h = 0; h < H; ++h) to_bf16(o + ((b * H + h) * N + n) * Dh, a + (b * N + n) * H * Dh + h * Dh, Dh);
-}
+void merge_heads(const float* o, int64_t B, int64_t N, int64_t H, int64_t Dh, float* a) { merge_heads_into(o, B, N, H, Dh, a); }
+void merge_heads(const float* o, int64_t B, int64_t N, int64_t H, int64_t Dh, uint16_t* a) { merge_heads_into(o, B, N, H, Dh, a); }
 
 void split_single(const float* a, int64_t B, int64_t N, int64_t H, int64_t Dh, float* o) {
 #pragma omp parallel for collapse(2) schedule(static)
